@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Idempotent set-up of .venv from a clean clone on a fresh Debian.
+# Installs what a fresh machine may lack (python3-venv, systemd, curl, util-linux tools), then the project
+# with its test extra. Re-running it is cheap: pip only acts when pyproject.toml changed (see Makefile stamp).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+need_apt=()
+"$PY" -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+command -v curl >/dev/null || need_apt+=(curl)
+command -v zstd >/dev/null || need_apt+=(zstd)
+{ [ -x /usr/lib/systemd/systemd ] || [ -x /lib/systemd/systemd ]; } || need_apt+=(systemd)
+command -v unshare >/dev/null || need_apt+=(util-linux)
+command -v script >/dev/null || need_apt+=(bsdutils)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        echo "bootstrap: installing ${need_apt[*]}" >&2
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+    else
+        echo "bootstrap: missing ${need_apt[*]}; install them (as root: apt-get install ${need_apt[*]})" >&2
+        exit 2
+    fi
+fi
+
+if [ ! -x .venv/bin/python ]; then
+    "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+touch .venv/.stamp

@@ -1,0 +1,359 @@
+"""The journal's vocabulary: one frozen attrs class per fact, named in the past tense (SPEC 4.1).
+
+Events hold facts, never conclusions: whether a rollback is needed is derived by ``fold`` + ``decide``
+from these facts and what the host shows. The envelope (sequence number, episode id, wall-clock time) is
+not part of an event; the journal stores it around each event (see :class:`Recorded`).
+
+Stable tags: each class's tag in the journal is its ``TAG`` (equal to the class name today and pinned by a
+golden test). Renaming a class must keep its ``TAG``; removing a class breaks old journals, so don't.
+Payload evolution: a class that changes shape bumps ``VERSION`` and ``upgrade_core.codec`` upcasts older
+payloads on read.
+
+Units: sizes in bytes, durations in seconds, digests as 64 lowercase hex characters, slots ``"blue"`` or
+``"green"``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal, Protocol
+
+import attrs
+
+Slot = Literal["blue", "green"]
+ResultValue = Literal["committed", "rolled_back", "aborted", "noop", "needs_attention"]
+EpisodeKind = Literal["upgrade", "install", "self_upgrade"]
+Trigger = Literal["boot", "on-failure", "manual", "upgrade", "resume"]
+HealthTarget = Literal["candidate", "last_good"]
+
+SLOTS: tuple[Slot, Slot] = ("blue", "green")
+
+
+def other_slot(slot: Slot) -> Slot:
+    """The other slot of the blue/green pair."""
+    return "green" if slot == "blue" else "blue"
+
+
+class Recorded(Protocol):
+    """What a journal hands back for each durable event (the envelope around an event).
+
+    Attributes:
+        seq: sequence number, strictly +1 per record across the whole journal; the only order.
+        episode_id: the episode (= operation id) the event belongs to.
+        wall_time: Unix seconds when appended; informational only, never used for order or windows.
+        event: the event itself.
+    """
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def episode_id(self) -> str: ...
+
+    @property
+    def wall_time(self) -> float: ...
+
+    @property
+    def event(self) -> Event: ...
+
+
+@attrs.frozen
+class Event:
+    """Base of all events. ``TAG`` is the stable name stored in the journal."""
+
+    TAG: ClassVar[str] = "Event"
+    VERSION: ClassVar[int] = 1
+
+
+@attrs.frozen
+class UpgradeResult:
+    """The terminal result of an episode: the ``upgrade``/``recover``/``install`` JSON of SPEC 7.
+
+    Attributes:
+        operation: the operation id, or None for a ``recover`` that found nothing open.
+        result: one of ``committed``, ``rolled_back``, ``aborted``, ``noop``, ``needs_attention``.
+        from_version: version running before the episode, if known.
+        to_version: the candidate's reported version, if it got that far.
+        slot: the slot ``current`` names at the end, or None on a bare host.
+        reason: a one-line human reason for anything but ``committed``/``noop``.
+    """
+
+    operation: str | None
+    result: ResultValue
+    from_version: str | None = None
+    to_version: str | None = None
+    slot: Slot | None = None
+    reason: str | None = None
+
+
+# -- the episode's events, in the order a successful upgrade writes them ----------------------------
+@attrs.frozen
+class EpisodeOpened(Event):
+    """An episode began. Durable before anything is reported as in progress (SPEC 4.3 step 2).
+
+    ``source`` is already redacted (no userinfo, query or fragment). The health policy is recorded here so
+    that recovery, perhaps under another configuration, spends exactly the attempts this episode had.
+    """
+
+    TAG: ClassVar[str] = "EpisodeOpened"
+    operation: str
+    kind: EpisodeKind
+    source: str
+    expected_sha256: str | None
+    expected_version: str | None
+    from_slot: Slot | None
+    from_version: str | None
+    max_health_attempts: int
+    stability_s: float
+    health_timeout_s: float
+
+
+@attrs.frozen
+class ArchiveFetched(Event):
+    """The whole archive was read: its compressed size (bytes) and sha256."""
+
+    TAG: ClassVar[str] = "ArchiveFetched"
+    size: int
+    sha256: str
+
+
+@attrs.frozen
+class CandidateStaged(Event):
+    """The member was written to the staging temp file of ``slot`` and fsynced (not yet renamed)."""
+
+    TAG: ClassVar[str] = "CandidateStaged"
+    slot: Slot
+    sha256: str
+    size: int
+    staging_path: str
+
+
+@attrs.frozen
+class CandidateVerified(Event):
+    """The staged candidate's version command exited 0 and reported ``version``."""
+
+    TAG: ClassVar[str] = "CandidateVerified"
+    version: str
+
+
+@attrs.frozen
+class CandidateInstalled(Event):
+    """The staging file was renamed onto ``slot`` and the slot directory fsynced."""
+
+    TAG: ClassVar[str] = "CandidateInstalled"
+    slot: Slot
+    sha256: str
+
+
+@attrs.frozen
+class LastGoodRepointed(Event):
+    """``last-good`` now names ``slot`` (done before the slot it named is overwritten)."""
+
+    TAG: ClassVar[str] = "LastGoodRepointed"
+    slot: Slot
+
+
+@attrs.frozen
+class SwitchIntended(Event):
+    """Intent: ``current`` is about to be flipped to ``candidate_slot``.
+
+    Attributes:
+        candidate_slot: the slot ``current`` will name.
+        previous_slot: the slot ``current`` named before (None on a bare host, i.e. install).
+        last_good: the slot ``last-good`` names at this point.
+    """
+
+    TAG: ClassVar[str] = "SwitchIntended"
+    candidate_slot: Slot
+    previous_slot: Slot | None
+    last_good: Slot | None
+
+
+@attrs.frozen
+class SwitchCommitted(Event):
+    """Completion: ``current`` names ``slot`` durably (link renamed, directory fsynced)."""
+
+    TAG: ClassVar[str] = "SwitchCommitted"
+    slot: Slot
+
+
+@attrs.frozen
+class MirrorsSynced(Event):
+    """Every configured mirror path holds a copy of the candidate, checked by digest."""
+
+    TAG: ClassVar[str] = "MirrorsSynced"
+    paths: tuple[str, ...]
+
+
+@attrs.frozen
+class RestartRequested(Event):
+    """Intent: a transient unit named ``unit`` was asked to restart the agent unit (SPEC 4.3 step 6).
+
+    Attributes:
+        unit: the transient unit's name, ``NAME-restart-<op8>-<attempt>-<rand4>``.
+        requested_monotonic: CLOCK_MONOTONIC seconds just before the request; an interpreted agent's main
+            process must have started after it.
+    """
+
+    TAG: ClassVar[str] = "RestartRequested"
+    unit: str
+    requested_monotonic: float
+
+
+@attrs.frozen
+class RestartObserved(Event):
+    """The agent unit runs a new main process: its MainPID and InvocationID."""
+
+    TAG: ClassVar[str] = "RestartObserved"
+    main_pid: int
+    invocation_id: str
+
+
+@attrs.frozen
+class HealthAttemptStarted(Event):
+    """A health attempt began; durable first, so a crash loop spends its attempts (SPEC 4.3 step 7).
+
+    Attributes:
+        attempt: 1-based attempt number for ``target``.
+        target: ``candidate`` during the upgrade, ``last_good`` during a rollback.
+    """
+
+    TAG: ClassVar[str] = "HealthAttemptStarted"
+    attempt: int
+    target: HealthTarget = "candidate"
+
+
+@attrs.frozen
+class HealthPassed(Event):
+    """The attempt held every health condition for the stability window."""
+
+    TAG: ClassVar[str] = "HealthPassed"
+    attempt: int
+    target: HealthTarget = "candidate"
+
+
+@attrs.frozen
+class HealthFailed(Event):
+    """The attempt failed; ``reason`` is one line (e.g. ``MainPID changed``, ``start-limit-hit``)."""
+
+    TAG: ClassVar[str] = "HealthFailed"
+    attempt: int
+    reason: str
+    target: HealthTarget = "candidate"
+
+
+@attrs.frozen
+class UpgradeCommitted(Event):
+    """The one-way door: the candidate is good. Nothing after this may roll back (SPEC 4.6 inv. 4)."""
+
+    TAG: ClassVar[str] = "UpgradeCommitted"
+    slot: Slot
+    version: str | None
+
+
+@attrs.frozen
+class RollbackStarted(Event):
+    """Intent: ``current`` goes back to ``to_slot`` (what ``last-good`` names) because of ``reason``."""
+
+    TAG: ClassVar[str] = "RollbackStarted"
+    reason: str
+    to_slot: Slot
+
+
+@attrs.frozen
+class RolledBack(Event):
+    """Completion: ``current`` names ``slot`` again and that binary passed its health check."""
+
+    TAG: ClassVar[str] = "RolledBack"
+    slot: Slot
+
+
+@attrs.frozen
+class AttentionNeeded(Event):
+    """The last-good binary failed its own health check after a rollback; an operator must look."""
+
+    TAG: ClassVar[str] = "AttentionNeeded"
+    reason: str
+
+
+@attrs.frozen
+class Aborted(Event):
+    """The episode stopped before the switch (bad candidate, signal, crash); links were never touched."""
+
+    TAG: ClassVar[str] = "Aborted"
+    reason: str
+
+
+@attrs.frozen
+class ResultPublished(Event):
+    """The terminal result reached the result sink durably (SPEC 4.3 step 9)."""
+
+    TAG: ClassVar[str] = "ResultPublished"
+    result: UpgradeResult
+
+
+@attrs.frozen
+class EpisodeClosed(Event):
+    """The episode is over; only after ``ResultPublished`` (SPEC 4.6 inv. 5)."""
+
+    TAG: ClassVar[str] = "EpisodeClosed"
+    result: ResultValue
+
+
+@attrs.frozen
+class RecoveryStarted(Event):
+    """``recover`` (or a resume, or an upgrade finding another open episode) took over this episode."""
+
+    TAG: ClassVar[str] = "RecoveryStarted"
+    trigger: Trigger
+
+
+# -- history kept across compaction -----------------------------------------------------------------
+@attrs.frozen
+class EpisodeSummary:
+    """What retention keeps of a dropped closed episode (for ``history`` and operation-id idempotency)."""
+
+    operation: str
+    result: UpgradeResult
+    opened_at: float
+    closed_at: float
+    candidate_sha256: str | None = None
+
+
+@attrs.frozen
+class HistorySnapshot(Event):
+    """Written by compaction before old segments are dropped: summaries of the dropped episodes.
+
+    Its episode id is the reserved ``"-"``; fold treats it as history, never as an open episode.
+    """
+
+    TAG: ClassVar[str] = "HistorySnapshot"
+    episodes: tuple[EpisodeSummary, ...]
+
+
+SNAPSHOT_EPISODE = "-"
+
+ALL_EVENTS: tuple[type[Event], ...] = (
+    EpisodeOpened,
+    ArchiveFetched,
+    CandidateStaged,
+    CandidateVerified,
+    CandidateInstalled,
+    LastGoodRepointed,
+    SwitchIntended,
+    SwitchCommitted,
+    MirrorsSynced,
+    RestartRequested,
+    RestartObserved,
+    HealthAttemptStarted,
+    HealthPassed,
+    HealthFailed,
+    UpgradeCommitted,
+    RollbackStarted,
+    RolledBack,
+    AttentionNeeded,
+    Aborted,
+    ResultPublished,
+    EpisodeClosed,
+    RecoveryStarted,
+    HistorySnapshot,
+)

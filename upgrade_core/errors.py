@@ -1,0 +1,182 @@
+"""The project's error hierarchy, split by cause, each class carrying its CLI exit code (SPEC 7).
+
+Roots (in the spirit of python-tuf's data-vs-transport split):
+
+- :class:`CandidateError`: the archive or the binary is bad (rejected, truncated, wrong digest, failing
+  version command). Exit 1: the host stays on its previous good binary.
+- :class:`FetchError`: the transport failed (HTTP status, short body, refused redirect, timeout). Exit 1.
+- :class:`HostError`: the host cannot take the upgrade as it stands (lock busy, a file where a link must
+  be, no space, ``noexec``, not installed). Exit code per subclass.
+- :class:`ConfigError` / :class:`UsageError`: bad configuration or command line. Exit 2.
+- :class:`HistoryError`: the journal holds an order of events that the lifecycle forbids. Exit 3.
+- :class:`ServiceError`: ``systemctl``/``systemd-run`` failed or timed out. Exit 1.
+
+Every message names the file, key, offset or (redacted) URL involved; the CLI prints ``str(error)`` as one
+line. Caller misuse of the library stays ``RuntimeError``/``TypeError``.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class UpgradeError(Exception):
+    """Base of every expected failure. ``exit_code`` is the CLI exit status (SPEC 7)."""
+
+    exit_code: ClassVar[int] = 1
+
+
+# -- bad candidate ---------------------------------------------------------------------------------
+class CandidateError(UpgradeError):
+    """The archive or candidate binary is unacceptable; nothing was switched. Exit 1."""
+
+
+class ArchiveRejectedError(CandidateError):
+    """The archive breaks a member rule (SPEC 6, cases K1): escaping names, links, devices, duplicates."""
+
+
+class ArchiveTruncatedError(CandidateError):
+    """The archive (or its compressed stream) ended before its proper end (case C07)."""
+
+
+class ArchiveLimitError(CandidateError):
+    """A ``limits.*`` bound was exceeded (case C04): sizes, entry count, zstd window."""
+
+
+class DigestMismatchError(CandidateError):
+    """The compressed bytes do not match ``--sha256`` (compared in constant time)."""
+
+
+class VerifyError(CandidateError):
+    """The candidate's version command failed: non-zero exit, no output, no version token (case C10)."""
+
+
+class VerifyTimeoutError(VerifyError):
+    """The version command ran past ``verify.timeout_s``; its whole process group was killed (C10)."""
+
+
+class VersionMismatchError(VerifyError):
+    """The reported version differs from ``--expect-version`` (compared without a leading ``v``)."""
+
+
+# -- transport -------------------------------------------------------------------------------------
+class FetchError(UpgradeError):
+    """Fetching the archive failed for a transport reason. The URL in the message is redacted."""
+
+
+class FetchHTTPError(FetchError):
+    """The server answered a non-2xx status.
+
+    Attributes:
+        status: the HTTP status code.
+    """
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class FetchLengthMismatchError(FetchError):
+    """The body was shorter or longer than its ``Content-Length``, or ended early (case C06)."""
+
+
+class FetchRedirectError(FetchError):
+    """A redirect broke SPEC 6: scheme change other than http->https, too many hops (case C08)."""
+
+
+class FetchTimeoutError(FetchError):
+    """The transfer exceeded ``download.timeout_s`` or stalled for the idle timeout."""
+
+
+# -- host ------------------------------------------------------------------------------------------
+class HostError(UpgradeError):
+    """The host cannot take the operation as it stands. Exit 1 unless a subclass says otherwise."""
+
+
+class LockBusyError(HostError):
+    """The host lock is held by another process (flock, non-blocking). Exit 75 (EX_TEMPFAIL)."""
+
+    exit_code: ClassVar[int] = 75
+
+
+class LayoutConflictError(HostError):
+    """A real file or directory stands where a link must be, or a link points outside the slots.
+
+    Refused before anything changes. Exit 2.
+    """
+
+    exit_code: ClassVar[int] = 2
+
+
+class NotInstalledError(HostError):
+    """``upgrade`` on a host with no installed layout. Exit 2."""
+
+    exit_code: ClassVar[int] = 2
+
+
+class AlreadyInstalledError(HostError):
+    """``install`` on a host whose slot holds a different binary: "already installed; use upgrade". Exit 2."""
+
+    exit_code: ClassVar[int] = 2
+
+
+class NoSpaceError(HostError):
+    """The slot filesystem lacks room for the member limit, or a write hit ENOSPC (case C05). Exit 1."""
+
+
+class NoExecError(HostError):
+    """The host root is mounted ``noexec``: a staged binary could never run. Exit 2."""
+
+    exit_code: ClassVar[int] = 2
+
+
+class JournalDurabilityError(HostError):
+    """The journal could not make an event durable (ENOSPC, EIO) after the episode was opened. Exit 3."""
+
+    exit_code: ClassVar[int] = 3
+
+
+# -- configuration and usage -----------------------------------------------------------------------
+class ConfigError(UpgradeError):
+    """The configuration file is missing, ambiguous, or has an unknown key or bad value. Exit 2."""
+
+    exit_code: ClassVar[int] = 2
+
+
+class UsageError(UpgradeError):
+    """The command line is wrong (bad operation id, bad digest syntax, ...). Exit 2."""
+
+    exit_code: ClassVar[int] = 2
+
+
+# -- history and services --------------------------------------------------------------------------
+class HistoryError(UpgradeError):
+    """The journal's events are in an order the lifecycle forbids; nothing is guessed. Exit 3."""
+
+    exit_code: ClassVar[int] = 3
+
+
+class IllegalTransitionError(HistoryError):
+    """``advance(state, event)`` found no transition: the event cannot follow that state.
+
+    Attributes:
+        state: the episode state name before the event.
+        event: the event's stable tag.
+    """
+
+    def __init__(self, state: str, event: str, seq: int | None = None) -> None:
+        where = f" at seq {seq}" if seq is not None else ""
+        super().__init__(f"illegal event order{where}: {event} cannot follow state {state}")
+        self.state = state
+        self.event = event
+        self.seq = seq
+
+
+class ServiceError(UpgradeError):
+    """A ``systemctl``/``systemd-run`` call failed or timed out; the message names the command. Exit 1."""
+
+
+class Interrupted(UpgradeError):
+    """A second SIGINT/SIGTERM arrived; the open episode is left to ``recover``. Exit 130."""
+
+    exit_code: ClassVar[int] = 130

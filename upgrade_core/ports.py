@@ -1,0 +1,279 @@
+"""The small ports through which ``upgrade_core`` touches the world (SPEC 2).
+
+``upgrade_core`` never imports ``journal`` or ``agent``; ``agent.wiring`` builds real implementations of
+these protocols, and ``tests/sim`` builds simulated ones. Every method documents its units, its errors and
+what a cancellation leaves behind (trio style):
+
+- "no effect if cancelled": cancelling the call leaves the host as before the call;
+- "may have partly happened": recovery must re-check the host (the orchestrator brackets such calls with
+  an intent event before and a completion event after).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import attrs
+
+from ._events import Event, Recorded, Slot, UpgradeResult
+
+
+@attrs.frozen
+class LinkState:
+    """What the host's links resolve to right now.
+
+    Attributes:
+        current: the slot ``NAME-current`` names, or None when the link is absent (bare host).
+        last_good: the slot ``NAME-last-good`` names, or None when absent.
+    """
+
+    current: Slot | None
+    last_good: Slot | None
+
+
+@attrs.frozen
+class StagedCandidate:
+    """A candidate written to a staging temp file and fsynced, not yet renamed onto its slot.
+
+    Attributes:
+        slot: the slot it is meant for (always the inactive one).
+        staging_path: absolute path of ``R/lib/NAME/.NAME-<slot>.stage-<hex>``.
+        sha256: 64 lowercase hex, of the member bytes.
+        size: member size in bytes.
+        archive_sha256: 64 lowercase hex, of the compressed archive bytes as fetched.
+        archive_size: compressed size in bytes.
+    """
+
+    slot: Slot
+    staging_path: str
+    sha256: str
+    size: int
+    archive_sha256: str
+    archive_size: int
+
+
+@attrs.frozen
+class UnitSnapshot:
+    """One reading of the agent unit (``systemctl show``) and its main process (``/proc``).
+
+    Attributes:
+        active_state: ``ActiveState`` (active, activating, deactivating, failed, inactive, ...).
+        sub_state: ``SubState`` (running, auto-restart, exited, dead, ...).
+        result: ``Result`` (success, exit-code, signal, start-limit-hit, ...).
+        main_pid: ``MainPID``; 0 when there is none.
+        invocation_id: ``InvocationID`` (32 hex), "" when none.
+        n_restarts: ``NRestarts``.
+        main_start_monotonic_s: ``ExecMainStartTimestampMonotonic`` in seconds (CLOCK_MONOTONIC), 0.0 if none.
+        exe: ``/proc/<MainPID>/exe`` resolved, or None when unreadable / no process.
+        cmdline: ``/proc/<MainPID>/cmdline`` split on NUL, () when unreadable.
+    """
+
+    active_state: str
+    sub_state: str
+    result: str
+    main_pid: int
+    invocation_id: str
+    n_restarts: int
+    main_start_monotonic_s: float
+    exe: str | None
+    cmdline: tuple[str, ...]
+
+
+class Journal(Protocol):
+    """The durable, append-only event log of one host and agent."""
+
+    def records(self) -> Sequence[Recorded]:
+        """Every durable record, in sequence order: the replayed history plus this process's appends."""
+        ...
+
+    async def append(self, episode_id: str, event: Event) -> Recorded:
+        """Append one event; returns only once it is on stable storage.
+
+        Raises:
+            upgrade_core.errors.JournalDurabilityError: ENOSPC/EIO; the journal accepts nothing more.
+
+        Cancellation: shielded; when it returns or raises, the record is durable or was never accepted.
+        """
+        ...
+
+
+class Clock(Protocol):
+    """Time. Windows and timeouts use ``monotonic`` only (case C19); ``wall`` is informational."""
+
+    def monotonic(self) -> float:
+        """CLOCK_MONOTONIC seconds (the clock systemd's ``...Monotonic`` properties use)."""
+        ...
+
+    def wall(self) -> float:
+        """Unix seconds; never used for ordering or windows."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` of monotonic time. Cancellation: no effect."""
+        ...
+
+
+class Host(Protocol):
+    """The host layout of SPEC 3: two slots, ``current`` and ``last-good`` links, mirrors."""
+
+    def links(self) -> LinkState:
+        """Resolve ``current`` and ``last-good``.
+
+        Raises:
+            upgrade_core.errors.LayoutConflictError: a link is a real file/directory or names no slot.
+        """
+        ...
+
+    def slot_path(self, slot: Slot) -> str:
+        """Absolute path of the slot file ``R/lib/NAME/NAME-<slot>``."""
+        ...
+
+    def current_link_path(self) -> str:
+        """Absolute path of ``R/lib/NAME/NAME-current`` (what ``ExecStart`` runs)."""
+        ...
+
+    async def slot_sha256(self, slot: Slot) -> str | None:
+        """sha256 (64 hex) of the slot file; None when it is missing or zero-length (a crash, C12)."""
+        ...
+
+    async def sweep_staging(self) -> list[str]:
+        """Remove leftover ``.NAME-<slot>.stage-<hex>`` files; never a slot target. Returns removed paths."""
+        ...
+
+    async def prepare_staging(self, slot: Slot) -> str:
+        """Check room and ``noexec`` and return a fresh staging path for ``slot`` (not yet created).
+
+        Raises:
+            upgrade_core.errors.NoSpaceError: free space does not exceed ``limits.max_member_bytes``.
+            upgrade_core.errors.NoExecError: the slot filesystem is mounted ``noexec``.
+        """
+        ...
+
+    async def discard_staging(self, staging_path: str) -> None:
+        """Remove a staging file if present (EROFS-safe). Cancellation: no effect beyond the removal."""
+        ...
+
+    async def install_staged(self, staged: StagedCandidate) -> None:
+        """Rename the staging file onto its slot, then fsync the slot directory.
+
+        Cancellation: may have partly happened (the rename); re-check with ``slot_sha256``.
+        """
+        ...
+
+    async def point_current(self, slot: Slot) -> None:
+        """Flip ``current`` to ``slot``: temp link + rename + directory fsync (atomic, case C11).
+
+        Cancellation: shielded by the caller; may have happened; re-check with ``links``.
+        """
+        ...
+
+    async def point_last_good(self, slot: Slot) -> None:
+        """Flip ``last-good`` to ``slot``, like ``point_current``."""
+        ...
+
+    async def sync_mirrors(self, slot: Slot, sha256: str) -> tuple[str, ...]:
+        """Copy the slot to every mirror (temp + fsync + rename), checked by digest; returns the paths.
+
+        Raises:
+            upgrade_core.errors.HostError: a mirror could not be written or its digest differs.
+        """
+        ...
+
+
+class ArchiveSource(Protocol):
+    """Fetches an archive and extracts its member into a staging file in one streaming pass (SPEC 6)."""
+
+    async def stage(self, source: str, expected_sha256: str | None, staging_path: str, slot: Slot) -> (
+        StagedCandidate
+    ):
+        """Fetch ``source``, hash, decompress and extract the member into ``staging_path``; fsync it.
+
+        Args:
+            source: URL or path as given (may carry secrets; never printed unredacted).
+            expected_sha256: 64 lowercase hex of the compressed bytes, or None.
+            staging_path: from ``Host.prepare_staging``; created exclusively, 0755.
+            slot: the slot the candidate is for.
+
+        Raises:
+            upgrade_core.errors.FetchError, CandidateError, NoSpaceError: the staging file is removed.
+
+        Cancellation: the staging file is removed; no other effect.
+        """
+        ...
+
+
+class Verifier(Protocol):
+    """Runs a candidate's version command (SPEC 4.3 step 4, case C10)."""
+
+    async def verify(self, path: str, expected_version: str | None) -> str:
+        """Run ``path`` with the configured version arguments; return the reported version.
+
+        Raises:
+            upgrade_core.errors.VerifyError, VerifyTimeoutError, VersionMismatchError.
+
+        Cancellation: the process group is killed; no other effect.
+        """
+        ...
+
+
+class ServiceManager(Protocol):
+    """The agent unit under systemd (SPEC 6), via ``systemctl``/``systemd-run``."""
+
+    @property
+    def unit(self) -> str:
+        """The agent unit's name, e.g. ``demo-agent.service``."""
+        ...
+
+    async def snapshot(self) -> UnitSnapshot:
+        """Read the unit's properties and its main process.
+
+        Raises:
+            upgrade_core.errors.ServiceError: ``systemctl show`` failed or timed out.
+        """
+        ...
+
+    async def restart(self, transient_name: str) -> None:
+        """``reset-failed``, then ask a transient unit ``transient_name`` to restart the agent unit.
+
+        Returns once systemd accepted the job (``--no-block``); never waits for the agent.
+
+        Raises:
+            upgrade_core.errors.ServiceError.
+
+        Cancellation: may have partly happened; health observation tells.
+        """
+        ...
+
+    def runs_inside_unit(self) -> bool:
+        """True when this process lives in the agent unit's own cgroup (``/proc/self/cgroup``, C15)."""
+        ...
+
+    async def hand_off_recovery(self, transient_name: str, after_unit: bool) -> None:
+        """Start ``recover-agent-upgrade --trigger manual`` in a transient unit (SPEC 4.3 step 6, 4.5).
+
+        Args:
+            transient_name: the transient unit's name.
+            after_unit: add ``-p After=<agent unit>`` (boot-time recovery).
+        """
+        ...
+
+
+class HealthProbe(Protocol):
+    """The configured application probe (HTTP 2xx or a command exiting 0); may be a no-op."""
+
+    async def check(self) -> str | None:
+        """Probe once. Returns None when healthy, else a one-line reason. Never raises for a failed probe."""
+        ...
+
+
+class ResultSink(Protocol):
+    """Where terminal results go (SPEC 4.3 step 9). Must be idempotent: it may receive a result twice."""
+
+    async def publish(self, result: UpgradeResult) -> None:
+        """Make ``result`` durable at the sink before returning.
+
+        Raises:
+            upgrade_core.errors.HostError: the sink could not store it (the episode then stays open).
+        """
+        ...
