@@ -1,0 +1,11 @@
+"""Suite-wide fixtures: every ``@pytest.mark.anyio`` test runs on both anyio backends (asyncio, trio)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    """Run each anyio test once per backend; ``upgrade_core`` and ``journal`` must work on both."""
+    return str(request.param)
