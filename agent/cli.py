@@ -1,0 +1,165 @@
+"""The command line of SPEC 7: ``upgrade-agent`` with subcommands, plus ``agent-upgrade`` and
+``recover-agent-upgrade``.
+
+Output contract: with ``--json`` every exit prints exactly one JSON object on stdout (errors add ``error``
+and ``exit_code``); progress and logs go to stderr only. Without ``--json`` a short human summary goes to
+stdout. Every expected failure is one line on stderr (``upgrade-agent: <message>``) and a documented exit
+code, never a traceback. Exit codes: 0 committed/noop, 1 rolled_back/aborted, 2 usage/config/not
+installed/already installed, 3 needs_attention/journal corrupt or poisoned, 75 busy, 130 interrupted twice.
+
+The no-op ``recover`` path stays lean (SPEC 9 ``recover.noop``): it imports only the standard library until
+it knows there is work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["main", "main_recover", "main_upgrade"]
+
+PROG = "upgrade-agent"
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ATTENTION, EXIT_BUSY, EXIT_INTERRUPTED = 0, 1, 2, 3, 75, 130
+RESULT_EXIT = {"committed": 0, "noop": 0, "rolled_back": 1, "aborted": 1, "needs_attention": 3}
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line and exit 2 through our own error path."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        raise _UsageExit(f"{self.prog}: {message}")
+
+
+class _UsageExit(Exception):
+    pass
+
+
+def _add_common(p: argparse.ArgumentParser, *, top: bool) -> None:
+    # Accepted before and after the subcommand: the subparser's copies default to SUPPRESS so that a value
+    # given before the subcommand is not overwritten by the subparser's default.
+    default: Any = None if top else argparse.SUPPRESS
+    p.add_argument("--config", metavar="PATH", default=default, help="configuration file (TOML)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="print exactly one JSON object on stdout",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command-line grammar (SPEC 7)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        own_version = version("upgrade-core")
+    except PackageNotFoundError:
+        own_version = "0+unknown"
+    parser = _ArgumentParser(prog=PROG, description="Crash-safe blue/green upgrades of a host daemon.")
+    parser.add_argument("--version", action="version", version=f"{PROG} {own_version}")
+    _add_common(parser, top=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)
+
+    def cmd(name: str, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        _add_common(p, top=False)
+        return p
+
+    p = cmd("install", "install the agent on a bare host (or adopt an existing binary)")
+    p.add_argument("--archive", metavar="SRC")
+    p.add_argument("--sha256", metavar="HEX")
+    p.add_argument("--expect-version", metavar="V")
+    p = cmd("upgrade", "upgrade the agent (the supervised flow)")
+    p.add_argument("--archive", metavar="SRC", required=True)
+    p.add_argument("--sha256", metavar="HEX")
+    p.add_argument("--expect-version", metavar="V")
+    p.add_argument("--operation", metavar="ID")
+    p.add_argument("--preflight", action="store_true", help="print the plan; fetch nothing, change nothing")
+    p = cmd("recover", "replay the journal and finish or roll back an open episode")
+    p.add_argument("--trigger", choices=["boot", "on-failure", "manual"], default="manual")
+    cmd("status", "show slots, links, service and the open episode (never runs binaries)")
+    cmd("history", "list episodes from the journal, newest first")
+    p = cmd("journal", "journal maintenance")
+    p.add_argument("action", choices=["verify", "dump", "compact"])
+    cmd("units", "print the rendered unit files")
+    cmd("host-root", "print the resolved host root; changes nothing")
+    cmd("reset", "stop, disable and remove the agent's units")
+    cmd("uninstall", "reset, then remove everything install created")
+    cmd("demo", "boot a private systemd and walk through install, upgrade, rollback and recovery")
+    return parser
+
+
+def _emit(args: argparse.Namespace, payload: dict[str, Any], human: str | None) -> None:
+    if getattr(args, "json", False):
+        sys.stdout.write(json.dumps(payload, sort_keys=False) + "\n")
+    elif human:
+        sys.stdout.write(human.rstrip("\n") + "\n")
+    sys.stdout.flush()
+
+
+def _fail(args: argparse.Namespace | None, message: str, code: int, extra: dict[str, Any] | None = None) -> int:
+    sys.stderr.write(f"{PROG}: {message}\n")
+    sys.stderr.flush()
+    if args is not None and getattr(args, "json", False):
+        payload = dict(extra or {})
+        payload.update({"error": message, "exit_code": code})
+        sys.stdout.write(json.dumps(payload) + "\n")
+        sys.stdout.flush()
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``upgrade-agent`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    wants_json = "--json" in argv
+    # Lean path first: a `recover` with nothing open must not pay for the heavy imports.
+    if argv and "recover" in argv:
+        from agent import fastpath
+
+        quick = fastpath.recover_noop(argv)
+        if quick is not None:
+            return quick
+    try:
+        args = build_parser().parse_args(argv)
+    except _UsageExit as exc:
+        ns = argparse.Namespace(json=wants_json)
+        return _fail(ns, str(exc).split(": ", 1)[-1], EXIT_USAGE)
+    if args.command is None:
+        build_parser().print_usage(sys.stderr)
+        return _fail(args, "a command is required (see --help)", EXIT_USAGE)
+    from agent import app
+
+    try:
+        outcome = app.run_command(args)
+    except KeyboardInterrupt:
+        return _fail(args, "interrupted", EXIT_INTERRUPTED)
+    except Exception as exc:  # the one place where errors become exit codes (SPEC 7)
+        code, message = app.describe_error(exc)
+        if code is None:
+            raise
+        return _fail(args, message, code)
+    _emit(args, outcome.payload, outcome.human)
+    if outcome.stderr:
+        sys.stderr.write(outcome.stderr.rstrip("\n") + "\n")
+    return outcome.exit_code
+
+
+def main_upgrade() -> None:
+    """``agent-upgrade``: the same as ``upgrade-agent upgrade``."""
+    sys.exit(main(["upgrade", *sys.argv[1:]]))
+
+
+def main_recover() -> None:
+    """``recover-agent-upgrade``: the same as ``upgrade-agent recover``."""
+    sys.exit(main(["recover", *sys.argv[1:]]))
+
+
+def _entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    _entry()

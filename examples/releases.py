@@ -1,0 +1,49 @@
+"""Build release archives of the sample agent (``examples/sample_agent.py``) for the demo and tests.
+
+``build_release(out_dir, version, behaviour="good", name="demo-agent", arch="amd64") -> Path`` writes
+``<name>-<version>.tar.gz`` holding exactly one member, ``<name>-linux-<arch>`` (0755), the sample agent
+with ``VERSION`` and ``BEHAVIOUR`` baked in, and returns its path. The archive is built with tarfile and
+gzip from the standard library, byte-for-byte reproducible (fixed mtime, uid/gid 0).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import re
+import tarfile
+from pathlib import Path
+
+_SOURCE = Path(__file__).with_name("sample_agent.py")
+
+
+def agent_script(version: str, behaviour: str = "good") -> bytes:
+    """The sample agent's source with ``VERSION`` and ``BEHAVIOUR`` replaced (bytes, UTF-8)."""
+    text = _SOURCE.read_text()
+    text = re.sub(r'^VERSION = ".*"$', f'VERSION = "{version}"', text, count=1, flags=re.M)
+    text = re.sub(r'^BEHAVIOUR = ".*"$', f'BEHAVIOUR = "{behaviour}"', text, count=1, flags=re.M)
+    return text.encode()
+
+
+def build_release(
+    out_dir: Path, version: str, behaviour: str = "good", name: str = "demo-agent", arch: str = "amd64"
+) -> Path:
+    """Write ``out_dir/<name>-<version>.tar.gz`` and return its path (see module docstring)."""
+    data = agent_script(version, behaviour)
+    member = tarfile.TarInfo(f"{name}-linux-{arch}")
+    member.size = len(data)
+    member.mode = 0o755
+    member.mtime = 1_700_000_000
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(member, io.BytesIO(data))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{name}-{version}.tar.gz"
+    path.write_bytes(gzip.compress(raw.getvalue(), mtime=0))
+    return path
+
+
+def sha256_file(path: Path) -> str:
+    """sha256 of a file, 64 lowercase hex."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
