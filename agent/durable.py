@@ -24,10 +24,7 @@ import contextlib
 import errno
 import hashlib
 import os
-import secrets
 import stat
-
-from upgrade_core.errors import LayoutConflictError
 
 __all__ = [
     "atomic_symlink",
@@ -85,7 +82,15 @@ def file_sha256(path: str) -> str:
 
 def _temp_name(path: str, kind: str) -> str:
     head, base = os.path.split(path)
-    return os.path.join(head, f".{base}.{kind}-{secrets.token_hex(8)}")
+    return os.path.join(head, f".{base}.{kind}-{os.urandom(8).hex()}")
+
+
+def _conflict(message: str) -> Exception:
+    # Imported on use: the lock and the no-op recovery path import this module and must stay lean
+    # (upgrade_core pulls in attrs and cattrs; SPEC 9 ``recover.noop``).
+    from upgrade_core.errors import LayoutConflictError
+
+    return LayoutConflictError(message)
 
 
 def _same_regular_file_content(path: str, data: bytes, mode: int) -> bool:
@@ -121,12 +126,12 @@ def atomic_write_bytes(path: str, data: bytes, mode: int = 0o644) -> bool:
         True when the file was (re)written, False when it already held ``data`` with ``mode``.
 
     Raises:
-        LayoutConflictError: a directory stands at ``path``; nothing was written.
+        upgrade_core.errors.LayoutConflictError: a directory stands at ``path``; nothing was written.
         OSError: a write, fsync or rename failed (``ENOSPC``, ``EROFS``, ``EIO``); the temp file is removed
             and ``path`` is as before.
     """
     if os.path.isdir(path) and not os.path.islink(path):
-        raise LayoutConflictError(f"{path}: a directory stands where a file must be written")
+        raise _conflict(f"{path}: a directory stands where a file must be written")
     parent = os.path.dirname(path) or "."
     if _same_regular_file_content(path, data, mode):
         fsync_file(path)
@@ -170,8 +175,8 @@ def atomic_symlink(target: str, link_path: str) -> bool:
         True when the link was created or changed, False when it already named ``target``.
 
     Raises:
-        LayoutConflictError: a real file or directory stands at ``link_path``; nothing was changed
-            (SPEC 6 "Switch").
+        upgrade_core.errors.LayoutConflictError: a real file or directory stands at ``link_path``; nothing
+            was changed (SPEC 6 "Switch").
         OSError: creating, renaming or fsyncing failed; the temp link is removed and ``link_path`` is as
             before.
     """
@@ -183,7 +188,7 @@ def atomic_symlink(target: str, link_path: str) -> bool:
     if st is not None:
         if not stat.S_ISLNK(st.st_mode):
             kind = "directory" if stat.S_ISDIR(st.st_mode) else "file"
-            raise LayoutConflictError(f"{link_path}: a real {kind} stands where a symlink must be; refused")
+            raise _conflict(f"{link_path}: a real {kind} stands where a symlink must be; refused")
         if os.readlink(link_path) == target:
             fsync_dir(parent)
             return False
@@ -252,11 +257,11 @@ def copy_file_durable(src: str, dst: str, mode: int = 0o755, expected_sha256: st
 
     Raises:
         ValueError: the bytes read from ``src`` do not hash to ``expected_sha256``; ``dst`` is unchanged.
-        LayoutConflictError: a directory stands at ``dst``.
+        upgrade_core.errors.LayoutConflictError: a directory stands at ``dst``.
         OSError: reading, writing, fsync or rename failed; the temp file is removed, ``dst`` unchanged.
     """
     if os.path.isdir(dst) and not os.path.islink(dst):
-        raise LayoutConflictError(f"{dst}: a directory stands where a file must be copied")
+        raise _conflict(f"{dst}: a directory stands where a file must be copied")
     src_sha = file_sha256(src)
     if expected_sha256 is not None and src_sha != expected_sha256:
         raise ValueError(f"{src}: sha256 {src_sha} differs from the expected {expected_sha256}")

@@ -31,6 +31,7 @@ from upgrade_core.errors import HostError, LayoutConflictError, NoExecError, NoS
 from upgrade_core.ports import LinkState, StagedCandidate
 
 from . import durable
+from .config import AgentConfig
 from .layout import Layout
 
 __all__ = ["Adoption", "AgentHost", "ProtectedPathError", "SlotInUseError"]
@@ -122,11 +123,8 @@ class AgentHost:
         self.layout = Layout(self._root, name)
 
     @classmethod
-    def from_config(cls, cfg: object) -> AgentHost:
-        """Build from an :class:`agent.config.AgentConfig`."""
-        from .config import AgentConfig
-
-        assert isinstance(cfg, AgentConfig)
+    def from_config(cls, cfg: AgentConfig) -> AgentHost:
+        """Build from the loaded configuration (``host.*``, ``limits.max_member_bytes``, ``[[mirrors]]``)."""
         return cls(
             cfg.host.root,
             cfg.agent.name,

@@ -14,11 +14,23 @@ import os
 from types import TracebackType
 from typing import Literal
 
-from upgrade_core.errors import HostError, LockBusyError
-
 from .durable import make_dirs
 
 __all__ = ["HostLock", "probe_lock"]
+
+
+# The errors are imported on use: ``recover`` with nothing to do takes this lock, and upgrade_core pulls in
+# attrs and cattrs, which that path must not pay for (SPEC 9 ``recover.noop``).
+def _host_error(message: str) -> Exception:
+    from upgrade_core.errors import HostError
+
+    return HostError(message)
+
+
+def _busy_error(message: str) -> Exception:
+    from upgrade_core.errors import LockBusyError
+
+    return LockBusyError(message)
 
 
 class HostLock:
@@ -46,10 +58,10 @@ class HostLock:
         """Take the lock without waiting.
 
         Raises:
-            LockBusyError: another process holds it (exit 75); the message names the file and, when
-                known, the holder's pid.
-            HostError: the lock file or its directory cannot be created or opened (read-only, a symlink at
-                ``path``, ...).
+            upgrade_core.errors.LockBusyError: another process holds it (exit 75); the message names the
+                file and, when known, the holder's pid.
+            upgrade_core.errors.HostError: the lock file or its directory cannot be created or opened
+                (read-only, a symlink at ``path``, ...).
             RuntimeError: this object already holds it.
         """
         if self._fd is not None:
@@ -58,7 +70,7 @@ class HostLock:
             make_dirs(os.path.dirname(self.path) or ".", 0o755)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except OSError as e:
-            raise HostError(f"{self.path}: cannot open the host lock: {e.strerror or e}") from None
+            raise _host_error(f"{self.path}: cannot open the host lock: {e.strerror or e}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -66,8 +78,8 @@ class HostLock:
             os.close(fd)
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
                 who = f" (pid {holder})" if holder else ""
-                raise LockBusyError(f"{self.path}: host lock held by another process{who}") from None
-            raise HostError(f"{self.path}: cannot lock: {e.strerror or e}") from None
+                raise _busy_error(f"{self.path}: host lock held by another process{who}") from None
+            raise _host_error(f"{self.path}: cannot lock: {e.strerror or e}") from None
         try:
             os.fchmod(fd, 0o600)
             # The holder's pid, for the busy message only; the flock is what counts.
@@ -109,20 +121,20 @@ def probe_lock(path: str) -> Literal["free", "busy"]:
     released at once.
 
     Raises:
-        HostError: the file exists but cannot be opened or locked for another reason.
+        upgrade_core.errors.HostError: the file exists but cannot be opened or locked for another reason.
     """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     except (FileNotFoundError, NotADirectoryError):
         return "free"
     except OSError as e:
-        raise HostError(f"{path}: cannot open the host lock: {e.strerror or e}") from None
+        raise _host_error(f"{path}: cannot open the host lock: {e.strerror or e}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as e:
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
             return "busy"
-        raise HostError(f"{path}: cannot test the host lock: {e.strerror or e}") from None
+        raise _host_error(f"{path}: cannot test the host lock: {e.strerror or e}") from None
     finally:
         os.close(fd)
     return "free"

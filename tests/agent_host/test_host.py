@@ -347,3 +347,17 @@ async def test_host_root_resolution_changes_nothing(tmp_path: Path) -> None:
     real.mkdir()
     R.symlink_to("data")
     assert host.host_root() == str(real)
+
+
+def test_from_config(tmp_path: Path) -> None:
+    from agent.config import parse_config
+
+    cfg = parse_config(
+        {"agent": {"name": NAME}, "host": {"root": str(tmp_path / "R"), "legacy_root": "/usr/local"},
+         "limits": {"max_member_bytes": 7}, "mirrors": [{"path": "/m/{name}"}]},
+        "/c.toml",
+    )
+    host = AgentHost.from_config(cfg)
+    assert host.slot_path("green") == str(tmp_path / "R" / "lib" / NAME / f"{NAME}-green")
+    assert host._mirrors == (f"/m/{NAME}",)
+    assert host._max_member_bytes == 7
