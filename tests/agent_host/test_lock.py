@@ -105,7 +105,8 @@ def test_lock_module_stays_lean_for_the_noop_recovery() -> None:
     code = (
         "import sys\n"
         "import agent.lock, agent.config_fast\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('attr', 'attrs', 'cattrs', 'upgrade_core')))\n"
+        "heavy = ('attr', 'attrs', 'cattrs', 'upgrade_core')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
