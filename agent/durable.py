@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import os
 import stat
 
@@ -75,6 +74,8 @@ def file_sha256(path: str) -> str:
     Raises:
         OSError: the file cannot be read (``ELOOP`` for a symlink).
     """
+    import hashlib  # on use: OpenSSL's import costs the lean no-op recovery path milliseconds
+
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     with os.fdopen(fd, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
@@ -260,6 +261,8 @@ def copy_file_durable(src: str, dst: str, mode: int = 0o755, expected_sha256: st
         upgrade_core.errors.LayoutConflictError: a directory stands at ``dst``.
         OSError: reading, writing, fsync or rename failed; the temp file is removed, ``dst`` unchanged.
     """
+    import hashlib
+
     if os.path.isdir(dst) and not os.path.islink(dst):
         raise _conflict(f"{dst}: a directory stands where a file must be copied")
     src_sha = file_sha256(src)

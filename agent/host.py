@@ -349,7 +349,9 @@ class AgentHost:
                 raise HostError(
                     f"{path}: staged file is {st.st_size} bytes, expected {staged.size}; not installed"
                 )
-            # The archive source fsynced it already; fsync again so the C12 order holds whoever wrote it.
+            # Slots are 0755 whoever wrote the file (SPEC 3). The archive source fsynced it already; fsync
+            # again (cheap when clean) so the C12 order holds whoever wrote it.
+            os.chmod(path, 0o755)
             durable.fsync_file(path)
             os.rename(path, self.layout.slot_path(staged.slot))
             durable.fsync_dir(self.layout.agent_dir)

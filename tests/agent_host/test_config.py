@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agent.config import AgentConfig, load_config, parse_config
 from agent.config_fast import discover_config_path, read_paths_fast
@@ -268,3 +271,21 @@ def test_fast_reader_imports_neither_attrs_nor_cattrs(tmp_path: Path) -> None:
     expected = ("demo-agent", "/var/lib/upgrade-agent/demo-agent", "/run/upgrade-agent/demo-agent.lock")
     assert lines[0] == repr(expected)
     assert lines[1] == "[]"
+
+
+_names = st.from_regex(r"[a-z0-9][a-z0-9._-]{0,62}", fullmatch=True)
+_parts = st.sampled_from(["srv", "{name}", "{arch}", "x.{name}-{arch}", "a b", "{other}", ".."])
+_templates = st.lists(_parts, min_size=1, max_size=4).map(lambda parts: "/" + "/".join(parts))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=_names, state_dir=st.none() | _templates, lock_path=st.none() | _templates)
+def test_fast_reader_agrees_with_full_loader_generated(
+    tmp_path: Path, name: str, state_dir: str | None, lock_path: str | None
+) -> None:
+    keys = (("state_dir", state_dir), ("lock_path", lock_path))
+    host = "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys if v is not None)
+    path = write(tmp_path, f"[agent]\nname = {json.dumps(name)}\n[host]\n{host}")
+    cfg = load_config(path)
+    assert read_paths_fast(path) == (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path)
+    assert "{name}" not in cfg.host.state_dir and "{arch}" not in cfg.host.lock_path

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.anyio
 
 
 def stage(host: AgentHost, path: str, data: bytes) -> StagedCandidate:
-    """What the archive source leaves behind: an fsynced 0755 staging file."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o755)
+    """What the archive source leaves behind: an fsynced staging file (0700 here: install makes it 0755)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
     os.write(fd, data)
     os.fsync(fd)
     os.close(fd)
@@ -85,6 +85,7 @@ async def test_install_staged_durability_order(tmp_path: Path, monkeypatch: pyte
     agent_dir = host.layout.agent_dir
     assert calls == [("fsync", path), ("rename", path, host.slot_path("green")), ("fsync", agent_dir)]
     assert await host.slot_sha256("green") == staged.sha256
+    assert os.stat(host.slot_path("green")).st_mode & 0o777 == 0o755
     assert not os.path.lexists(path)
 
 

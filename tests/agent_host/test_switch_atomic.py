@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
+
 from agent import durable
 from agent.host import AgentHost
 
@@ -59,9 +61,12 @@ def test_reader_never_sees_current_missing_during_thousands_of_switches(tmp_path
     link = host.current_link_path()
     flips = 3000
 
-    def flip() -> None:
+    async def switch_many() -> None:
         for i in range(flips):
-            durable.atomic_symlink(f"{NAME}-{'green' if i % 2 == 0 else 'blue'}", link)
+            await host.point_current("green" if i % 2 == 0 else "blue")
+
+    def flip() -> None:
+        anyio.run(switch_many)
 
     reads, fails = run_reader_while(link, tmp_path, flip)
     assert fails == 0
