@@ -1,0 +1,291 @@
+"""agent.config: SPEC 3 keys and defaults, strict values, discovery, {name}/{arch}, the fast reader."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.config import AgentConfig, load_config, parse_config
+from agent.config_fast import discover_config_path, read_paths_fast
+from upgrade_core.errors import ConfigError
+
+MINIMAL = '[agent]\nname = "demo-agent"\n'
+
+
+def write(tmp_path: Path, text: str, name: str = "a.toml") -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_every_default_matches_spec_section_3(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, MINIMAL), machine="x86_64")
+    assert cfg.agent.name == "demo-agent"
+    assert cfg.agent.unit == "demo-agent.service"
+    assert cfg.agent.exec_args == ()
+    assert cfg.agent.version_args == ("version",)
+    assert cfg.agent.member == "demo-agent-linux-amd64"
+    assert cfg.agent.member_policy == "exact"
+    assert cfg.host.root == "/opt/upgrade-agent"
+    assert cfg.host.legacy_root == ""
+    assert cfg.host.state_dir == "/var/lib/upgrade-agent/demo-agent"
+    assert cfg.host.unit_dir == "/etc/systemd/system"
+    assert cfg.host.lock_path == "/run/upgrade-agent/demo-agent.lock"
+    assert cfg.host.systemctl_prefix == ()
+    assert (cfg.download.allow_http, cfg.download.max_redirects, cfg.download.timeout_s) == (
+        "loopback", 5, 600.0)
+    assert (cfg.limits.max_archive_bytes, cfg.limits.max_member_bytes, cfg.limits.max_total_bytes,
+            cfg.limits.max_entries, cfg.limits.max_zstd_window_bytes) == (
+        268435456, 268435456, 536870912, 10000, 33554432)
+    assert (cfg.verify.timeout_s, cfg.verify.max_output_bytes) == (30.0, 65536)
+    assert (cfg.health.stability_s, cfg.health.timeout_s, cfg.health.max_attempts,
+            cfg.health.http_probe, cfg.health.command_probe) == (3.0, 60.0, 3, "", ())
+    assert cfg.journal.keep_episodes == 50
+    assert cfg.mirrors == ()
+    assert cfg.source.endswith("a.toml")
+
+
+def test_full_file_is_read_and_substituted(tmp_path: Path) -> None:
+    text = """
+[agent]
+name = "kube.agent-2"
+unit = "x-{name}.service"
+exec_args = ["--listen", "127.0.0.1:9"]
+version_args = ["--version"]
+member = "bin/{name}-{arch}"
+member_policy = "select"
+[host]
+root = "/srv/ua/"
+legacy_root = "/usr/local"
+state_dir = "/srv/state/{name}"
+unit_dir = "/srv/units"
+lock_path = "/srv/run/{name}.lock"
+systemctl_prefix = ["nsenter", "-t", "1"]
+[download]
+allow_http = "never"
+max_redirects = 0
+timeout_s = 10
+[limits]
+max_member_bytes = 1024
+[health]
+stability_s = 0.5
+http_probe = "http://127.0.0.1:8080/healthz"
+command_probe = ["/bin/true"]
+[journal]
+keep_episodes = 3
+[[mirrors]]
+path = "/var/lib/machines/k1/usr/local/bin/{name}"
+[[mirrors]]
+path = "/srv/m2"
+"""
+    cfg = load_config(write(tmp_path, text), machine="aarch64")
+    assert cfg.agent.unit == "x-kube.agent-2.service"
+    assert cfg.agent.member == "bin/kube.agent-2-arm64"
+    assert cfg.agent.member_policy == "select"
+    assert cfg.agent.exec_args == ("--listen", "127.0.0.1:9")
+    assert cfg.host.root == "/srv/ua"
+    assert cfg.host.state_dir == "/srv/state/kube.agent-2"
+    assert cfg.host.lock_path == "/srv/run/kube.agent-2.lock"
+    assert cfg.download.timeout_s == 10.0 and isinstance(cfg.download.timeout_s, float)
+    assert cfg.download.max_redirects == 0
+    assert cfg.limits.max_member_bytes == 1024
+    assert cfg.health.command_probe == ("/bin/true",)
+    assert [m.path for m in cfg.mirrors] == ["/var/lib/machines/k1/usr/local/bin/kube.agent-2", "/srv/m2"]
+    assert isinstance(cfg, AgentConfig)
+
+
+@pytest.mark.parametrize(
+    ("toml", "key", "fragment"),
+    [
+        ("", "agent.name", "required"),
+        ('[agent]\nunit = "x"\n', "agent.name", "required"),
+        ('[agent]\nname = "Demo"\n', "agent.name", "must match"),
+        ('[agent]\nname = "-demo"\n', "agent.name", "must match"),
+        ('[agent]\nname = "' + "a" * 64 + '"\n', "agent.name", "must match"),
+        ("[agent]\nname = 5\n", "agent.name", "must be a string"),
+        (MINIMAL + 'unit = ""\n', "agent.unit", "empty"),
+        (MINIMAL + 'exec_args = "--x"\n', "agent.exec_args", "must be an array"),
+        (MINIMAL + "version_args = [1]\n", "agent.version_args[0]", "must be a string"),
+        (MINIMAL + 'member = ""\n', "agent.member", "empty"),
+        (MINIMAL + 'member_policy = "any"\n', "agent.member_policy", 'must be "exact" or "select"'),
+        (MINIMAL + 'color = "red"\n', "agent.color", "unknown key"),
+        (MINIMAL + "[host]\nroot = \"opt\"\n", "host.root", "absolute"),
+        (MINIMAL + "[host]\nlegacy_root = \"usr/local\"\n", "host.legacy_root", "absolute"),
+        (MINIMAL + "[host]\nstate_dir = \"x\"\n", "host.state_dir", "absolute"),
+        (MINIMAL + "[host]\nunit_dir = \"x\"\n", "host.unit_dir", "absolute"),
+        (MINIMAL + "[host]\nlock_path = \"x.lock\"\n", "host.lock_path", "absolute"),
+        (MINIMAL + "[host]\nsystemctl_prefix = \"nsenter\"\n", "host.systemctl_prefix", "array"),
+        (MINIMAL + "[host]\nextra = 1\n", "host.extra", "unknown key"),
+        (MINIMAL + "[download]\nallow_http = \"yes\"\n", "download.allow_http",
+         'must be "never", "loopback" or "always"'),
+        (MINIMAL + "[download]\nmax_redirects = -1\n", "download.max_redirects", "0 or more"),
+        (MINIMAL + "[download]\ntimeout_s = 0\n", "download.timeout_s", "positive"),
+        (MINIMAL + "[download]\ntimeout_s = nan\n", "download.timeout_s", "positive"),
+        (MINIMAL + "[download]\ntimeout_s = \"10\"\n", "download.timeout_s", "must be a number"),
+        (MINIMAL + "[limits]\nmax_archive_bytes = 0\n", "limits.max_archive_bytes", "positive"),
+        (MINIMAL + "[limits]\nmax_member_bytes = -5\n", "limits.max_member_bytes", "positive"),
+        (MINIMAL + "[limits]\nmax_total_bytes = 1.5\n", "limits.max_total_bytes", "integer"),
+        (MINIMAL + "[limits]\nmax_entries = true\n", "limits.max_entries", "integer"),
+        (MINIMAL + "[limits]\nmax_zstd_window_bytes = \"1\"\n", "limits.max_zstd_window_bytes", "integer"),
+        (MINIMAL + "[verify]\ntimeout_s = -1.0\n", "verify.timeout_s", "positive"),
+        (MINIMAL + "[verify]\nmax_output_bytes = 0\n", "verify.max_output_bytes", "positive"),
+        (MINIMAL + "[health]\nstability_s = inf\n", "health.stability_s", "positive"),
+        (MINIMAL + "[health]\ntimeout_s = 0.0\n", "health.timeout_s", "positive"),
+        (MINIMAL + "[health]\nmax_attempts = 0\n", "health.max_attempts", "positive"),
+        (MINIMAL + "[health]\nhttp_probe = \"ftp://h/x\"\n", "health.http_probe", "http"),
+        (MINIMAL + "[health]\nhttp_probe = \"http:///nohost\"\n", "health.http_probe", "host"),
+        (MINIMAL + "[health]\ncommand_probe = [\"\"]\n", "health.command_probe", "empty"),
+        (MINIMAL + "[journal]\nkeep_episodes = 0\n", "journal.keep_episodes", "positive"),
+        (MINIMAL + "[[mirrors]]\npath = \"rel/x\"\n", "mirrors[0].path", "absolute"),
+        (MINIMAL + "[[mirrors]]\npath = \"/a\"\n[[mirrors]]\n", "mirrors[1].path", "required"),
+        (MINIMAL + "[[mirrors]]\npath = \"/a\"\nmode = 1\n", "mirrors[0].mode", "unknown key"),
+        (MINIMAL + "mirrors = 3\n", "agent.mirrors", "unknown key"),
+        ("mirrors = 3\n" + MINIMAL, "mirrors", "must be an array"),
+        (MINIMAL + "[extra]\n", "extra", "unknown key"),
+        ("agent = 3\n", "agent", "must be a table"),
+        ('source = "x"\n' + MINIMAL, "source", "unknown key"),
+    ],
+)
+def test_bad_input_names_file_and_dotted_key(tmp_path: Path, toml: str, key: str, fragment: str) -> None:
+    path = write(tmp_path, toml)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, machine="x86_64")
+    message = str(info.value)
+    assert message.startswith(f"{path}: {key}: "), message
+    assert fragment in message
+    assert info.value.exit_code == 2
+
+
+def test_bad_value_message_is_exactly_one_line(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL + 'member_policy = "any"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"{path}: agent.member_policy: must be \"exact\" or \"select\", got 'any'"
+
+
+def test_invalid_toml_and_missing_file_name_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "[agent\n")
+    with pytest.raises(ConfigError, match=rf"^{path}: invalid TOML"):
+        load_config(path)
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(str(tmp_path / "missing.toml"))
+
+
+@pytest.mark.parametrize(("machine", "arch"), [("x86_64", "amd64"), ("aarch64", "arm64")])
+def test_arch_substitution(machine: str, arch: str) -> None:
+    cfg = parse_config({"agent": {"name": "n1"}}, "/c.toml", machine=machine)
+    assert cfg.agent.member == f"n1-linux-{arch}"
+
+
+def test_unsupported_arch_is_an_error_only_where_arch_is_used() -> None:
+    with pytest.raises(ConfigError, match=r"^/c\.toml: agent\.member: uses \{arch\}.*'riscv64'"):
+        parse_config({"agent": {"name": "n1"}}, "/c.toml", machine="riscv64")
+    cfg = parse_config({"agent": {"name": "n1", "member": "n1-bin"}}, "/c.toml", machine="riscv64")
+    assert cfg.agent.member == "n1-bin"
+
+
+def test_other_braces_are_kept_verbatim() -> None:
+    cfg = parse_config({"agent": {"name": "n", "exec_args": ["--fmt={x}", "{name}"]}}, "/c", machine="x86_64")
+    assert cfg.agent.exec_args == ("--fmt={x}", "n")
+
+
+# -- discovery ---------------------------------------------------------------------------------------
+def test_discovery_prefers_cli_then_env_then_the_only_file(tmp_path: Path) -> None:
+    d = tmp_path / "etc"
+    d.mkdir()
+    only = write(d, MINIMAL, "one.toml")
+    env = {"UPGRADE_AGENT_CONFIG": "/x/env.toml"}
+    assert discover_config_path("/x/cli.toml", env, str(d)) == "/x/cli.toml"
+    assert discover_config_path(None, env, str(d)) == "/x/env.toml"
+    assert discover_config_path(None, {}, str(d)) == only
+
+
+def test_discovery_none_or_several_is_exit_2(tmp_path: Path) -> None:
+    d = tmp_path / "etc"
+    with pytest.raises(ConfigError, match=r"no \*\.toml") as info:
+        discover_config_path(None, {}, str(d))
+    assert info.value.exit_code == 2
+    d.mkdir()
+    (d / "notes.txt").write_text("x")
+    with pytest.raises(ConfigError, match=r"no \*\.toml"):
+        discover_config_path(None, {}, str(d))
+    write(d, MINIMAL, "a.toml")
+    write(d, MINIMAL, "b.toml")
+    with pytest.raises(ConfigError, match=r"several configurations \(a\.toml, b\.toml\)") as info:
+        discover_config_path(None, {}, str(d))
+    assert info.value.exit_code == 2
+
+
+# -- the fast reader ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "text",
+    [
+        MINIMAL,
+        MINIMAL + '[host]\nstate_dir = "/srv/s/{name}/"\nlock_path = "/srv/l/{name}-{arch}.lock"\n',
+        MINIMAL + '[host]\nroot = "/x"\n[[mirrors]]\npath = "/m"\n',
+    ],
+)
+def test_fast_reader_agrees_with_full_loader(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text)
+    cfg = load_config(path)
+    assert read_paths_fast(path) == (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        '[agent]\nname = "BAD"\n',
+        MINIMAL + '[host]\nstate_dir = "rel"\n',
+        MINIMAL + "[host]\nlock_path = 1\n",
+        "[agent\n",
+    ],
+)
+def test_fast_reader_reports_the_full_loaders_error(tmp_path: Path, text: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as full:
+        load_config(path)
+    with pytest.raises(ConfigError) as fast:
+        read_paths_fast(path)
+    assert str(fast.value) == str(full.value)
+
+
+def test_fast_reader_imports_neither_attrs_nor_cattrs(tmp_path: Path) -> None:
+    path = write(tmp_path, MINIMAL)
+    code = (
+        "import sys\n"
+        "from agent.config_fast import read_paths_fast, discover_config_path\n"
+        f"print(read_paths_fast(discover_config_path({path!r})))\n"
+        "heavy = ('attrs', 'attr', 'cattrs', 'upgrade_core')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
+    lines = out.stdout.splitlines()
+    expected = ("demo-agent", "/var/lib/upgrade-agent/demo-agent", "/run/upgrade-agent/demo-agent.lock")
+    assert lines[0] == repr(expected)
+    assert lines[1] == "[]"
+
+
+_names = st.from_regex(r"[a-z0-9][a-z0-9._-]{0,62}", fullmatch=True)
+_parts = st.sampled_from(["srv", "{name}", "{arch}", "x.{name}-{arch}", "a b", "{other}", ".."])
+_templates = st.lists(_parts, min_size=1, max_size=4).map(lambda parts: "/" + "/".join(parts))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(name=_names, state_dir=st.none() | _templates, lock_path=st.none() | _templates)
+def test_fast_reader_agrees_with_full_loader_generated(
+    tmp_path: Path, name: str, state_dir: str | None, lock_path: str | None
+) -> None:
+    keys = (("state_dir", state_dir), ("lock_path", lock_path))
+    host = "".join(f"{k} = {json.dumps(v)}\n" for k, v in keys if v is not None)
+    path = write(tmp_path, f"[agent]\nname = {json.dumps(name)}\n[host]\n{host}")
+    cfg = load_config(path)
+    assert read_paths_fast(path) == (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path)
+    assert "{name}" not in cfg.host.state_dir and "{arch}" not in cfg.host.lock_path

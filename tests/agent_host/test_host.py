@@ -1,0 +1,364 @@
+"""agent.host: the Host port on a real layout in tmp_path (SPEC 3, 6; cases C05, C09, C12)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from agent import durable
+from agent.host import AgentHost, ProtectedPathError, SlotInUseError
+from upgrade_core.errors import HostError, LayoutConflictError, NoSpaceError
+from upgrade_core.ports import LinkState, StagedCandidate
+
+from ._helpers import BLUE_BYTES, GREEN_BYTES, NAME, installed_host, snapshot, syscall_spy
+
+pytestmark = pytest.mark.anyio
+
+
+def stage(host: AgentHost, path: str, data: bytes) -> StagedCandidate:
+    """What the archive source leaves behind: an fsynced staging file (0700 here: install makes it 0755)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+    os.write(fd, data)
+    os.fsync(fd)
+    os.close(fd)
+    sha = hashlib.sha256(data).hexdigest()
+    return StagedCandidate("green", path, sha, len(data), sha, len(data))
+
+
+async def test_layout_paths_and_links(tmp_path: Path) -> None:
+    host = installed_host(tmp_path / "R")
+    agent_dir = tmp_path / "R" / "lib" / NAME
+    assert host.slot_path("blue") == str(agent_dir / f"{NAME}-blue")
+    assert host.current_link_path() == str(agent_dir / f"{NAME}-current")
+    assert host.links() == LinkState(current="blue", last_good="blue")
+    assert os.readlink(tmp_path / "R" / "bin" / NAME) == f"../lib/{NAME}/{NAME}-current"
+    assert (tmp_path / "R" / "bin" / NAME).read_bytes() == BLUE_BYTES
+    for d in (tmp_path / "R", tmp_path / "R" / "lib", agent_dir, tmp_path / "R" / "bin"):
+        assert d.stat().st_mode & 0o777 == 0o755
+    assert host.is_installed()
+    assert AgentHost(str(tmp_path / "bare"), NAME).links() == LinkState(None, None)
+
+
+@pytest.mark.parametrize("what", ["dir", "file", "foreign-target", "absolute-target"])
+async def test_link_conflicts_are_refused_before_anything_changes(tmp_path: Path, what: str) -> None:
+    host = installed_host(tmp_path / "R")
+    durable.atomic_write_bytes(host.slot_path("green"), GREEN_BYTES, 0o755)
+    link = Path(host.current_link_path())
+    link.unlink()
+    if what == "dir":
+        link.mkdir()
+    elif what == "file":
+        link.write_bytes(BLUE_BYTES)
+    elif what == "foreign-target":
+        link.symlink_to("../../etc/passwd")
+    else:
+        link.symlink_to(host.slot_path("blue"))
+    before = snapshot(tmp_path)
+    with pytest.raises(LayoutConflictError, match=str(link)):
+        host.links()
+    if what in ("dir", "file"):
+        with pytest.raises(LayoutConflictError, match="a real"):
+            await host.point_current("green")
+    assert snapshot(tmp_path) == before
+
+
+async def test_slot_sha256_missing_empty_and_present(tmp_path: Path) -> None:
+    host = installed_host(tmp_path / "R")
+    assert await host.slot_sha256("blue") == hashlib.sha256(BLUE_BYTES).hexdigest()
+    assert await host.slot_sha256("green") is None
+    Path(host.slot_path("green")).write_bytes(b"")  # a crash's zero-length leftover (C12)
+    assert await host.slot_sha256("green") is None
+    assert await AgentHost(str(tmp_path / "bare"), NAME).slot_sha256("blue") is None
+
+
+async def test_install_staged_durability_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    host = installed_host(tmp_path / "R")
+    path = await host.prepare_staging("green")
+    assert not os.path.lexists(path)
+    assert os.path.basename(path).startswith(f".{NAME}-green.stage-")
+    staged = stage(host, path, GREEN_BYTES)
+    with syscall_spy(monkeypatch) as calls:
+        await host.install_staged(staged)
+    agent_dir = host.layout.agent_dir
+    assert calls == [("fsync", path), ("rename", path, host.slot_path("green")), ("fsync", agent_dir)]
+    assert await host.slot_sha256("green") == staged.sha256
+    assert os.stat(host.slot_path("green")).st_mode & 0o777 == 0o755
+    assert not os.path.lexists(path)
+
+
+async def test_point_current_durability_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    host = installed_host(tmp_path / "R")
+    durable.atomic_write_bytes(host.slot_path("green"), GREEN_BYTES, 0o755)
+    with syscall_spy(monkeypatch) as calls:
+        await host.point_current("green")
+    assert [c[0] for c in calls] == ["symlink", "rename", "fsync"]
+    assert calls[1][2] == host.current_link_path() and calls[2][1] == host.layout.agent_dir
+    assert host.links() == LinkState(current="green", last_good="blue")
+    await host.point_last_good("green")
+    assert host.links() == LinkState(current="green", last_good="green")
+    assert os.readlink(host.current_link_path()) == f"{NAME}-green"  # bare, relative
+
+
+async def test_links_are_never_pointed_at_a_missing_or_empty_slot(tmp_path: Path) -> None:
+    host = installed_host(tmp_path / "R")
+    before = snapshot(tmp_path)
+    with pytest.raises(HostError, match="missing or empty"):
+        await host.point_current("green")
+    Path(host.slot_path("green")).write_bytes(b"")
+    before = snapshot(tmp_path)
+    with pytest.raises(HostError, match="missing or empty"):
+        await host.point_last_good("green")
+    assert snapshot(tmp_path) == before
+
+
+async def test_candidate_never_replaces_the_current_or_last_good_slot(tmp_path: Path) -> None:
+    host = installed_host(tmp_path / "R")
+    path = host.layout.new_staging_path("blue")
+    data = GREEN_BYTES
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o755)
+    os.write(fd, data)
+    os.close(fd)
+    sha = hashlib.sha256(data).hexdigest()
+    before = snapshot(tmp_path)
+    with pytest.raises(SlotInUseError, match="current names this slot"):
+        await host.install_staged(StagedCandidate("blue", path, sha, len(data), sha, len(data)))
+    assert snapshot(tmp_path) == before
+
+
+async def test_install_staged_refuses_a_truncated_staging_file(tmp_path: Path) -> None:
+    host = installed_host(tmp_path / "R")
+    path = host.layout.new_staging_path("green")
+    staged = stage(host, path, GREEN_BYTES)
+    Path(path).write_bytes(GREEN_BYTES[:5])
+    before = snapshot(tmp_path)
+    with pytest.raises(HostError, match="expected"):
+        await host.install_staged(staged)
+    assert snapshot(tmp_path) == before
+
+
+async def test_sweep_removes_only_staging_leftovers(tmp_path: Path) -> None:
+    host = installed_host(tmp_path / "R")
+    durable.atomic_write_bytes(host.slot_path("green"), GREEN_BYTES, 0o755)
+    agent_dir = Path(host.layout.agent_dir)
+    leftovers = [agent_dir / f".{NAME}-green.stage-0123abcd", agent_dir / f".{NAME}-blue.stage-ff"]
+    for p in leftovers:
+        p.write_bytes(b"partial")
+    keep = [
+        agent_dir / f".{NAME}-green.stage-XYZ",  # not hex
+        agent_dir / ".other-green.stage-00",  # another agent's
+        agent_dir / f"{NAME}-green.stage-00",  # no leading dot
+        agent_dir / f".{NAME}-current.stage-00",  # not a slot
+        agent_dir / "notes",
+    ]
+    for p in keep:
+        p.write_bytes(b"keep")
+    stage_dir = agent_dir / f".{NAME}-blue.stage-aa"
+    stage_dir.mkdir()
+    # A (hand-made) link whose target has the staging pattern: its target is never swept.
+    target_named = agent_dir / f".{NAME}-blue.stage-beef"
+    target_named.write_bytes(BLUE_BYTES)
+    (tmp_path / "R" / "lib" / NAME / f"{NAME}-last-good").unlink()
+    (tmp_path / "R" / "lib" / NAME / f"{NAME}-last-good").symlink_to(target_named.name)
+    removed = await host.sweep_staging()
+    assert removed == sorted(str(p) for p in leftovers)
+    for p in [*keep, stage_dir, target_named]:
+        assert p.exists(), p
+    assert Path(host.slot_path("blue")).read_bytes() == BLUE_BYTES
+    assert Path(host.slot_path("green")).read_bytes() == GREEN_BYTES
+    assert await host.sweep_staging() == []
+
+
+async def test_prepare_staging_refuses_when_member_limit_exceeds_free_space(tmp_path: Path) -> None:
+    host = installed_host(tmp_path / "R", max_member_bytes=1 << 62)
+    before = snapshot(tmp_path)
+    with pytest.raises(NoSpaceError, match=r"limits\.max_member_bytes"):
+        await host.prepare_staging("green")
+    assert snapshot(tmp_path) == before
+
+
+async def test_discard_staging(tmp_path: Path) -> None:
+    host = installed_host(tmp_path / "R")
+    path = host.layout.new_staging_path("green")
+    Path(path).write_bytes(b"x")
+    await host.discard_staging(path)
+    assert not os.path.lexists(path)
+    await host.discard_staging(path)  # absent: fine
+    with pytest.raises(RuntimeError):
+        await host.discard_staging(host.slot_path("blue"))
+    assert Path(host.slot_path("blue")).exists()
+
+
+async def test_sync_mirrors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "m1").mkdir()
+    (tmp_path / "m2").mkdir()
+    mirrors = [str(tmp_path / "m1" / NAME), str(tmp_path / "m2" / NAME)]
+    Path(mirrors[1]).write_bytes(b"old running binary")
+    old_inode = os.stat(mirrors[1]).st_ino
+    host = installed_host(tmp_path / "R", mirrors=mirrors)
+    sha = hashlib.sha256(BLUE_BYTES).hexdigest()
+    with syscall_spy(monkeypatch) as calls:
+        assert await host.sync_mirrors("blue", sha) == tuple(mirrors)
+    renames = [c for c in calls if c[0] == "rename"]
+    assert [r[2] for r in renames] == mirrors
+    for m in mirrors:
+        assert Path(m).read_bytes() == BLUE_BYTES and os.stat(m).st_mode & 0o777 == 0o755
+    assert os.stat(mirrors[1]).st_ino != old_inode  # replaced by rename, never written in place (C09)
+    before = snapshot(tmp_path)
+    assert await host.sync_mirrors("blue", sha) == tuple(mirrors)
+    assert snapshot(tmp_path) == before
+    with pytest.raises(HostError, match="differs"):
+        await host.sync_mirrors("blue", "0" * 64)
+    bad = AgentHost(str(tmp_path / "R"), NAME, mirrors=[str(tmp_path / "nodir" / NAME)])
+    with pytest.raises(HostError, match="does not exist"):
+        await bad.sync_mirrors("blue", sha)
+    assert not (tmp_path / "nodir").exists()
+
+
+async def test_protected_prefix_is_never_written(tmp_path: Path) -> None:
+    usr = tmp_path / "usr"
+    (usr / "lib").mkdir(parents=True)
+    host = AgentHost(str(usr / "lib" / "ua"), NAME, protected_prefix=str(usr))
+    with pytest.raises(ProtectedPathError):
+        host.create_layout_dirs()
+    assert os.listdir(usr / "lib") == []
+    local = AgentHost(str(usr / "local" / "ua"), NAME, protected_prefix=str(usr))
+    assert local.create_layout_dirs()
+
+
+# -- adoption and removal ----------------------------------------------------------------------------
+def plain_binary(path: Path, data: bytes = BLUE_BYTES) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    path.chmod(0o755)
+
+
+async def test_adopt_plain_binary_at_r_bin(tmp_path: Path) -> None:
+    R = tmp_path / "opt" / "ua"
+    plain_binary(R / "bin" / NAME)
+    host = AgentHost(str(R), NAME)
+    assert host.find_adoptable() is not None
+    found = host.adopt()
+    assert found is not None and found.kind == "binary" and found.source == str(R / "bin" / NAME)
+    assert found.sha256 == hashlib.sha256(BLUE_BYTES).hexdigest()
+    assert Path(host.slot_path("blue")).read_bytes() == BLUE_BYTES
+    before = snapshot(tmp_path)
+    assert host.adopt() == found  # idempotent
+    assert snapshot(tmp_path) == before
+    await host.point_current("blue")
+    await host.point_last_good("blue")
+    assert host.ensure_compat_link() is True  # the adopted file is replaced by the link
+    assert os.readlink(R / "bin" / NAME) == f"../lib/{NAME}/{NAME}-current"
+    assert host.adopt() is None and host.find_adoptable() is None
+
+
+async def test_adopt_plain_binary_at_legacy_bin(tmp_path: Path) -> None:
+    legacy = tmp_path / "usr" / "local"
+    plain_binary(legacy / "bin" / NAME)
+    legacy_before = snapshot(legacy)
+    host = AgentHost(str(tmp_path / "opt" / "ua"), NAME, legacy_root=str(legacy))
+    found = host.adopt()
+    assert found is not None and found.source == str(legacy / "bin" / NAME)
+    assert Path(host.slot_path("blue")).read_bytes() == BLUE_BYTES
+    assert host.adopt() == found
+    assert snapshot(legacy) == legacy_before
+
+
+async def test_not_executable_or_nothing_is_not_adopted(tmp_path: Path) -> None:
+    R = tmp_path / "R"
+    (R / "bin").mkdir(parents=True)
+    (R / "bin" / NAME).write_bytes(b"data")  # 0644
+    host = AgentHost(str(R), NAME)
+    before = snapshot(tmp_path)
+    assert host.adopt() is None
+    assert snapshot(tmp_path) == before
+    with pytest.raises(LayoutConflictError, match="a real file stands where a symlink must be"):
+        host.ensure_compat_link()
+    assert snapshot(tmp_path) == before
+    (R / "bin" / NAME).chmod(0o755)  # executable, but blue does not hold it: not ours to replace
+    with pytest.raises(LayoutConflictError, match="not the adopted binary"):
+        host.ensure_compat_link()
+
+
+def legacy_layout(legacy: Path) -> None:
+    d = legacy / "lib" / NAME
+    plain_binary(d / f"{NAME}-blue")
+    plain_binary(d / f"{NAME}-green", GREEN_BYTES)
+    (d / f"{NAME}-current").symlink_to(f"{NAME}-green")
+    (d / f"{NAME}-last-good").symlink_to(f"{NAME}-blue")
+    (legacy / "bin").mkdir()
+    (legacy / "bin" / NAME).symlink_to(f"../lib/{NAME}/{NAME}-current")
+
+
+async def test_adopt_legacy_layout_links_r_and_uninstall_removes_only_the_link(tmp_path: Path) -> None:
+    legacy = tmp_path / "usr" / "local"
+    legacy_layout(legacy)
+    legacy_before = snapshot(legacy)
+    R = tmp_path / "opt" / "upgrade-agent"
+    host = AgentHost(str(R), NAME, legacy_root=str(legacy))
+    assert host.host_root() == str(legacy.resolve())
+    assert not R.parent.exists()  # host_root changed nothing
+    found = host.adopt()
+    assert found is not None and found.kind == "legacy_layout"
+    assert os.readlink(R) == "../usr/local"  # relative
+    assert host.links() == LinkState(current="green", last_good="blue")
+    assert host.is_installed()
+    assert host.adopt() is None
+    assert host.host_root() == str(legacy.resolve())
+    removed = host.remove_layout()
+    assert removed == [str(R)]
+    assert snapshot(legacy) == legacy_before
+    assert (tmp_path / "opt").is_dir()  # R's parent existed after adoption; not ours to judge: kept
+
+
+async def test_uninstall_removes_exactly_what_install_created(tmp_path: Path) -> None:
+    other = tmp_path / "opt" / "other-file"
+    other.parent.mkdir(parents=True)
+    other.write_text("not ours")
+    before = snapshot(tmp_path)
+    R = tmp_path / "opt" / "ua"
+    host = installed_host(R)
+    durable.atomic_write_bytes(host.slot_path("green"), GREEN_BYTES, 0o755)
+    Path(host.layout.new_staging_path("green")).write_bytes(b"leftover")
+    removed = host.remove_layout()
+    assert removed == [host.layout.agent_dir, host.layout.bin_link, host.layout.lib_dir, host.layout.bin_dir,
+                       str(R)]
+    assert snapshot(tmp_path) == before
+    assert host.remove_layout() == []
+
+
+async def test_uninstall_keeps_non_empty_dirs_and_foreign_files(tmp_path: Path) -> None:
+    R = tmp_path / "R"
+    host = installed_host(R)
+    (R / "lib" / "other-agent").mkdir()
+    host.remove_layout()
+    assert (R / "lib" / "other-agent").is_dir()
+    assert not (R / "bin").exists()
+    assert not (R / "lib" / NAME).exists()
+
+
+async def test_host_root_resolution_changes_nothing(tmp_path: Path) -> None:
+    R = tmp_path / "R"
+    host = AgentHost(str(R), NAME)
+    assert host.host_root() == str(R)
+    assert not R.exists()
+    real = tmp_path / "data"
+    real.mkdir()
+    R.symlink_to("data")
+    assert host.host_root() == str(real)
+
+
+def test_from_config(tmp_path: Path) -> None:
+    from agent.config import parse_config
+
+    cfg = parse_config(
+        {"agent": {"name": NAME}, "host": {"root": str(tmp_path / "R"), "legacy_root": "/usr/local"},
+         "limits": {"max_member_bytes": 7}, "mirrors": [{"path": "/m/{name}"}]},
+        "/c.toml",
+    )
+    host = AgentHost.from_config(cfg)
+    assert host.slot_path("green") == str(tmp_path / "R" / "lib" / NAME / f"{NAME}-green")
+    assert host._mirrors == (f"/m/{NAME}",)
+    assert host._max_member_bytes == 7
