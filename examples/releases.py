@@ -1,4 +1,4 @@
-"""Build release archives of the sample agent (``examples/sample_agent.py``) for the demo and tests.
+"""Build release archives of the sample agents (``sample_agent.py``, ``selfupgrade_daemon.py``).
 
 ``build_release(out_dir, version, behaviour="good", name="demo-agent", arch="amd64") -> Path`` writes
 ``<name>-<version>.tar.gz`` holding exactly one member, ``<name>-linux-<arch>`` (0755), the sample agent
@@ -15,22 +15,38 @@ import re
 import tarfile
 from pathlib import Path
 
-_SOURCE = Path(__file__).with_name("sample_agent.py")
+SAMPLE_AGENT = Path(__file__).with_name("sample_agent.py")
+SELFUPGRADE_DAEMON = Path(__file__).with_name("selfupgrade_daemon.py")
 
 
-def agent_script(version: str, behaviour: str = "good") -> bytes:
-    """The sample agent's source with ``VERSION`` and ``BEHAVIOUR`` replaced (bytes, UTF-8)."""
-    text = _SOURCE.read_text()
+def agent_script(
+    version: str, behaviour: str = "good", source: Path = SAMPLE_AGENT, interpreter: str | None = None
+) -> bytes:
+    """``source`` with ``VERSION`` and ``BEHAVIOUR`` replaced (bytes, UTF-8).
+
+    Args:
+        interpreter: absolute path for the shebang (e.g. the project's venv python, so that the
+            self-upgrading daemon can import the library); None keeps ``#!/usr/bin/env python3``.
+    """
+    text = source.read_text()
+    if interpreter is not None:
+        text = re.sub(r"^#!.*$", f"#!{interpreter}", text, count=1, flags=re.M)
     text = re.sub(r'^VERSION = ".*"$', f'VERSION = "{version}"', text, count=1, flags=re.M)
     text = re.sub(r'^BEHAVIOUR = ".*"$', f'BEHAVIOUR = "{behaviour}"', text, count=1, flags=re.M)
     return text.encode()
 
 
 def build_release(
-    out_dir: Path, version: str, behaviour: str = "good", name: str = "demo-agent", arch: str = "amd64"
+    out_dir: Path,
+    version: str,
+    behaviour: str = "good",
+    name: str = "demo-agent",
+    arch: str = "amd64",
+    source: Path = SAMPLE_AGENT,
+    interpreter: str | None = None,
 ) -> Path:
     """Write ``out_dir/<name>-<version>.tar.gz`` and return its path (see module docstring)."""
-    data = agent_script(version, behaviour)
+    data = agent_script(version, behaviour, source, interpreter)
     member = tarfile.TarInfo(f"{name}-linux-{arch}")
     member.size = len(data)
     member.mode = 0o755

@@ -1,0 +1,217 @@
+"""Wiring: build the real ports of :mod:`upgrade_core.ports` from a configuration (SPEC 2).
+
+``upgrade_core`` knows only protocols; this module is the one place that picks the real implementations:
+the file journal, the host layout, the archive source, the verifier, systemd, the probe, the clock and the
+result sink. It also carries the documented test-only crash hook of SPEC 8.
+
+Test-only crash hook: when ``UPGRADE_AGENT_TEST_KILL_AFTER=TAG`` (or ``TAG#N``) is set, the process
+SIGKILLs itself right after the journal append of the N-th (default first) event with stable tag ``TAG``
+has returned, i.e. right after that record's fdatasync. ``tests/systemd/test_crash_real.py`` uses it to kill
+a real upgrade at every event of a recorded run. It does nothing when the variable is unset.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import sys
+from collections.abc import Callable, Sequence
+
+import attrs
+
+from agent.config import AgentConfig
+from agent.host import AgentHost
+from journal import JournalFullError, JournalPoisonedError, JournalWriter
+from upgrade_core import EVENT_CODEC, Event, Policy, Ports, Recorded
+from upgrade_core.errors import JournalDurabilityError
+
+KILL_HOOK_ENV = "UPGRADE_AGENT_TEST_KILL_AFTER"
+
+
+def journal_dir(cfg: AgentConfig) -> str:
+    """``state_dir/journal``: where the journal's segments live."""
+    return os.path.join(cfg.host.state_dir, "journal")
+
+
+def results_dir(cfg: AgentConfig) -> str:
+    """``state_dir/results``: one ``<operation>.json`` per published result."""
+    return os.path.join(cfg.host.state_dir, "results")
+
+
+def _parse_kill_hook(value: str | None) -> tuple[str, int] | None:
+    if not value:
+        return None
+    tag, _, nth = value.partition("#")
+    return tag, int(nth) if nth else 1
+
+
+class JournalPort:
+    """:class:`upgrade_core.ports.Journal` over a :class:`journal.JournalWriter`.
+
+    Maps the journal's durability failures (ENOSPC, a poisoning fsync error) to
+    :class:`~upgrade_core.errors.JournalDurabilityError` (exit 3), naming the journal directory.
+
+    Args:
+        writer: an open writer (the caller holds the host lock).
+        on_event: called after each durable append (progress lines on stderr).
+    """
+
+    def __init__(self, writer: JournalWriter[Event], on_event: Callable[[Recorded], None] | None = None) -> None:
+        self._writer = writer
+        self._on_event = on_event
+        self._kill = _parse_kill_hook(os.environ.get(KILL_HOOK_ENV))
+        self._seen: dict[str, int] = {}
+
+    @property
+    def writer(self) -> JournalWriter[Event]:
+        """The underlying writer (for sealing and compaction)."""
+        return self._writer
+
+    def records(self) -> Sequence[Recorded]:
+        """Every durable record in sequence order."""
+        return self._writer.records()
+
+    async def append(self, episode_id: str, event: Event) -> Recorded:
+        """Append durably; see :meth:`upgrade_core.ports.Journal.append`.
+
+        Raises:
+            JournalDurabilityError: ENOSPC, or the journal is poisoned by an fsync error.
+        """
+        try:
+            record = await self._writer.append(episode_id, event)
+        except JournalFullError as exc:
+            raise JournalDurabilityError(f"journal append failed, no space left: {exc}") from None
+        except JournalPoisonedError as exc:
+            raise JournalDurabilityError(f"journal append failed, journal poisoned: {exc}") from None
+        if self._on_event is not None:
+            self._on_event(record)
+        if self._kill is not None:
+            tag = type(event).TAG
+            self._seen[tag] = self._seen.get(tag, 0) + 1
+            if (tag, self._seen[tag]) == self._kill:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return record
+
+
+class Ids:
+    """:class:`upgrade_core.ports.IdSource` from :mod:`secrets`."""
+
+    def token_hex(self, nbytes: int) -> str:
+        """``2 * nbytes`` lowercase hex characters."""
+        return secrets.token_hex(nbytes)
+
+
+def recover_executable() -> str:
+    """Absolute path of the installed ``recover-agent-upgrade`` (beside this interpreter, else on PATH).
+
+    Units and transient units run it by absolute path (SPEC 6).
+    """
+    beside = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "recover-agent-upgrade")
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("recover-agent-upgrade")
+    return os.path.abspath(found) if found else beside
+
+
+def policy_from(cfg: AgentConfig) -> Policy:
+    """The orchestrator's :class:`~upgrade_core.Policy` from ``[agent]``, ``[health]``, ``[journal]``."""
+    return Policy(
+        agent=cfg.agent.name,
+        unit=cfg.agent.unit,
+        stability_s=cfg.health.stability_s,
+        health_timeout_s=cfg.health.timeout_s,
+        max_attempts=cfg.health.max_attempts,
+        keep_episodes=cfg.journal.keep_episodes,
+    )
+
+
+def service_manager(cfg: AgentConfig, config_path: str):  # type: ignore[no-untyped-def]
+    """The systemd binding for ``agent.unit`` (``host.systemctl_prefix``, ``host.unit_dir``)."""
+    from agent.systemd import SystemdServiceManager
+
+    return SystemdServiceManager(
+        cfg.agent.unit,
+        unit_dir=cfg.host.unit_dir,
+        recover_exe=recover_executable(),
+        config_path=os.path.abspath(config_path),
+        prefix=cfg.host.systemctl_prefix,
+    )
+
+
+@attrs.define
+class Wired:
+    """The ports of one process plus the objects the CLI needs beyond them."""
+
+    ports: Ports
+    policy: Policy
+    host: AgentHost
+    journal: JournalPort
+
+
+async def wire(
+    cfg: AgentConfig,
+    config_path: str,
+    *,
+    progress: Callable[[int, int | None], None] | None = None,
+    on_event: Callable[[Recorded], None] | None = None,
+    source_override: object | None = None,
+) -> Wired:
+    """Open the journal (the caller holds the host lock) and build every port.
+
+    Args:
+        cfg: the loaded configuration.
+        config_path: the configuration file (absolute path used in units and hand-offs).
+        progress: ``progress(bytes_so_far, total_or_None)`` during downloads.
+        on_event: called after each durable journal append.
+        source_override: an :class:`~upgrade_core.ports.ArchiveSource` to use instead of the fetcher
+            (adoption of a plain binary).
+
+    Raises:
+        journal.JournalCorruptError, journal.JournalVersionError: the journal cannot be trusted.
+    """
+    from agent.clock import SystemClock
+    from agent.extract import ExtractLimits
+    from agent.fetch import FetchPolicy
+    from agent.probes import make_probe
+    from agent.results import FileResultSink
+    from agent.source import ArchiveSourceImpl
+    from agent.verify import VerifierImpl
+
+    host = AgentHost.from_config(cfg)
+    writer: JournalWriter[Event] = await JournalWriter.open(journal_dir(cfg), EVENT_CODEC)
+    journal = JournalPort(writer, on_event)
+    source = source_override or ArchiveSourceImpl(
+        download=FetchPolicy(
+            allow_http=cfg.download.allow_http,
+            max_redirects=cfg.download.max_redirects,
+            timeout_s=cfg.download.timeout_s,
+        ),
+        limits=ExtractLimits(
+            max_archive_bytes=cfg.limits.max_archive_bytes,
+            max_member_bytes=cfg.limits.max_member_bytes,
+            max_total_bytes=cfg.limits.max_total_bytes,
+            max_entries=cfg.limits.max_entries,
+            max_zstd_window_bytes=cfg.limits.max_zstd_window_bytes,
+        ),
+        member=cfg.agent.member,
+        member_policy=cfg.agent.member_policy,
+        progress=progress,
+    )
+    ports = Ports(
+        journal=journal,
+        clock=SystemClock(),
+        host=host,
+        source=source,  # type: ignore[arg-type]
+        verifier=VerifierImpl(
+            version_args=cfg.agent.version_args,
+            timeout_s=cfg.verify.timeout_s,
+            max_output_bytes=cfg.verify.max_output_bytes,
+        ),
+        service=service_manager(cfg, config_path),
+        probe=make_probe(cfg.health.http_probe, cfg.health.command_probe),
+        sink=FileResultSink(cfg.host.state_dir),
+        ids=Ids(),
+    )
+    return Wired(ports=ports, policy=policy_from(cfg), host=host, journal=journal)
