@@ -40,7 +40,10 @@ _SHOWN_CHARS = 200
 
 
 def parse_version(output: str) -> str | None:
-    """First whitespace-separated token of ``output`` matching ``v?\\d+(\\.\\d+)+\\S*``, or None (SPEC 4.3)."""
+    """First whitespace-separated token of ``output`` matching ``v?\\d+(\\.\\d+)+\\S*`` (SPEC 4.3).
+
+    Returns None when no token matches.
+    """
     for token in output.split():
         if _VERSION_RE.fullmatch(token):
             return token
