@@ -37,13 +37,14 @@ import re
 import ssl
 import stat
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Literal
+from typing import Literal, Protocol, cast
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 import aiofiles
 import anyio
 import attrs
 import httpx
+import sniffio
 
 from upgrade_core.errors import (
     ArchiveLimitError,
@@ -272,6 +273,40 @@ async def fetch(
         ) from None
 
 
+class _AsyncBinaryFile(Protocol):
+    async def read(self, size: int = -1, /) -> bytes: ...
+
+    async def close(self) -> None: ...
+
+    def fileno(self) -> int: ...
+
+
+async def _open_binary(path: str) -> _AsyncBinaryFile:
+    """Open ``path`` for async reading: aiofiles on asyncio (the agent's loop, SPEC 2).
+
+    aiofiles needs a running asyncio loop, so under trio (which the library's tests also exercise) the
+    same reads go through ``anyio.open_file``; both run each read in a worker thread.
+    """
+    if sniffio.current_async_library() == "asyncio":
+        return cast(_AsyncBinaryFile, await aiofiles.open(path, "rb"))
+    wrapped = await anyio.open_file(path, "rb")
+    return cast(_AsyncBinaryFile, _AnyioFile(wrapped))
+
+
+@attrs.define
+class _AnyioFile:
+    _f: anyio.AsyncFile[bytes]
+
+    async def read(self, size: int = -1, /) -> bytes:
+        return await self._f.read(size)
+
+    async def close(self) -> None:
+        await self._f.aclose()
+
+    def fileno(self) -> int:
+        return self._f.wrapped.fileno()
+
+
 async def _fetch_file(
     path: str,
     shown: str,
@@ -281,7 +316,7 @@ async def _fetch_file(
     progress: ProgressCallback | None,
 ) -> FetchResult:
     try:
-        f = await aiofiles.open(path, "rb")
+        f = await _open_binary(path)
     except OSError as exc:
         raise FetchError(f"{shown}: cannot open: {exc.strerror or exc}") from None
     try:

@@ -51,7 +51,7 @@ def serve(tls: ssl.SSLContext | None = None) -> Iterator[LoopbackServer]:
     if tls is not None:
         server.socket = tls.wrap_socket(server.socket, server_side=True)
         server.scheme = "https"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()
     try:
         yield server
