@@ -521,6 +521,13 @@ def extract_sync(
         elif magic.startswith((b"BZh", b"\xfd7zXZ")):
             raise ArchiveRejectedError(f"{shown}: unsupported compression (only gzip, zstd or plain tar)")
         else:
+            # A plain tar starts with a header whose magic at offset 257 is "ustar" (POSIX ustar, GNU and
+            # pax alike); anything else (an HTML error page, xz, a cut stub) is not an archive we read.
+            head = raw.peek(_BLOCK)
+            if head[257:262] != b"ustar":
+                raise ArchiveRejectedError(
+                    f"{shown}: not a gzip, zstd or tar archive (no gzip/zstd magic, no ustar header)"
+                )
             decoder = _PlainDecoder(raw, shown)
         feed = _TarFeed(decoder, limits.max_total_bytes, shown)
         result = _read_tar(feed, raw, fd, want, member, policy, limits, shown, staging_path)

@@ -269,3 +269,12 @@ async def test_c09_symlink_at_staging_path_is_not_followed(staging: Path, tmp_pa
     assert target.read_bytes() == b"original"
     assert staging.is_symlink()
 
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"<html>502 Bad Gateway</html>\n", b"\xfd7zXZ\x00" + bytes(600), b"BZh91AY&SY" + bytes(600), b""],
+    ids=["html", "xz", "bzip2", "empty"],
+)
+async def test_not_an_archive(staging: Path, data: bytes) -> None:
+    await _refused(data, staging, ArchiveRejectedError)
