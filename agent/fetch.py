@@ -30,6 +30,7 @@ thread, so that hashing never blocks the event loop; :func:`parse_sha256` valida
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import ipaddress
 import os
@@ -44,7 +45,6 @@ import aiofiles
 import anyio
 import attrs
 import httpx
-import sniffio
 
 from upgrade_core.errors import (
     ArchiveLimitError,
@@ -281,13 +281,21 @@ class _AsyncBinaryFile(Protocol):
     def fileno(self) -> int: ...
 
 
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 async def _open_binary(path: str) -> _AsyncBinaryFile:
     """Open ``path`` for async reading: aiofiles on asyncio (the agent's loop, SPEC 2).
 
     aiofiles needs a running asyncio loop, so under trio (which the library's tests also exercise) the
     same reads go through ``anyio.open_file``; both run each read in a worker thread.
     """
-    if sniffio.current_async_library() == "asyncio":
+    if _on_asyncio():
         return cast(_AsyncBinaryFile, await aiofiles.open(path, "rb"))
     wrapped = await anyio.open_file(path, "rb")
     return cast(_AsyncBinaryFile, _AnyioFile(wrapped))
