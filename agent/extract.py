@@ -1,0 +1,735 @@
+"""One streaming pass from archive bytes to a staged candidate file (SPEC 4.3 step 3, SPEC 6 Extract).
+
+Pipeline (constant memory, whatever the archive size)::
+
+    chunks (async, from agent.fetch) --bounded memory stream--> worker thread:
+        sha256 + byte count of the compressed bytes (limits.max_archive_bytes)
+        -> decompress: gzip (zlib, multi-member), zstd (zstandard, window <= max_zstd_window_bytes),
+           or plain tar, chosen by magic bytes
+        -> byte count of all decompressed bytes (limits.max_total_bytes), zero-tail tracking
+        -> tarfile in stream mode ("r|"), headers read one by one and discarded (max_entries)
+        -> the member's data, read through its file object, into the staging file
+           (created O_EXCL|O_NOFOLLOW, 0755, fsynced at the end)
+
+The tar side runs in one worker thread (tarfile, zlib, zstandard and hashing are blocking) which pulls
+chunks from the event loop with ``anyio.from_thread.run``; the fetch side runs as a task on the loop. The
+memory stream between them holds at most a few chunks, so the peak RSS does not depend on archive size.
+
+Member rules (cases C01-C03):
+
+- ``exact``: the archive holds exactly one entry, the member.
+- ``select``: exactly one entry is named like the member; every other entry of any type (regular file,
+  directory, link, device, FIFO) is passed over without being written, since nothing but the member is
+  ever written and a link is harmful only if we followed it. We chose to ignore, not refuse, other types
+  there so that release archives with a ``LICENSE`` symlink or a ``bin/`` directory still work.
+- In both policies: names are compared after dropping empty and ``.`` components (``./NAME`` is ``NAME``);
+  an absolute name or a ``..`` component in *any* entry refuses the whole archive; the member must be a
+  regular file (tar type ``0`` or NUL; hard links, symlinks, devices, FIFOs, sparse and contiguous files
+  refused), non-empty, and its name must occur once.
+- We never call ``TarFile.extract``/``extractall`` and never use tarfile's extraction filters (C03: their
+  behaviour changed across 2025 patch releases); the member's bytes are read through its file object and
+  written to the one file we created, so the outcome is identical on every Python patch level.
+
+End checks: after tarfile reports the end of the archive, the rest of the decompressed stream is drained
+and must be zeros, at least the two 512-byte end blocks (POSIX ustar) must be present, the decompressor
+must have reached the end of its last gzip member / zstd frame with a valid trailer (CRC32+ISIZE / frame
+end and checksum) and no trailing bytes. A cut anywhere yields :class:`ArchiveTruncatedError` (C07).
+A header that understates its data leaves non-zero bytes after tarfile's end: refused (C04).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import hmac
+import os
+import tarfile
+import zlib
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal
+
+import anyio
+import attrs
+import zstandard
+
+from upgrade_core.errors import (
+    ArchiveLimitError,
+    ArchiveRejectedError,
+    ArchiveTruncatedError,
+    ConfigError,
+    DigestMismatchError,
+    HostError,
+    NoSpaceError,
+    UpgradeError,
+)
+
+from .fetch import ChunkSink
+
+__all__ = ["ExtractLimits", "ExtractResult", "MemberPolicy", "extract", "extract_sync", "member_parts"]
+
+MemberPolicy = Literal["exact", "select"]
+
+_BLOCK = 512
+_END_BLOCKS = 2 * _BLOCK
+_READ_BYTES = 1 << 20
+_TAR_BUFSIZE = 64 * 1024  # tarfile re-slices its buffer per header; keep it small (C04: 100,000 entries)
+_STREAM_DEPTH = 8  # chunks in flight between the fetch task and the worker thread
+_GZIP_MAGIC = b"\x1f\x8b"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_REGULAR_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE)
+
+
+@attrs.frozen
+class ExtractLimits:
+    """The ``[limits]`` of SPEC 3, in bytes and entries (case C04).
+
+    Attributes:
+        max_archive_bytes: compressed bytes read from the source.
+        max_member_bytes: the member's size.
+        max_total_bytes: all decompressed bytes (headers, every entry's data, padding).
+        max_entries: tar entries, the member included (pax/GNU extension headers not counted).
+        max_zstd_window_bytes: the largest zstd window (decoder memory) accepted.
+    """
+
+    max_archive_bytes: int = 268435456
+    max_member_bytes: int = 268435456
+    max_total_bytes: int = 536870912
+    max_entries: int = 10000
+    max_zstd_window_bytes: int = 33554432
+
+
+@attrs.frozen
+class ExtractResult:
+    """A member extracted into its staging file, fsynced.
+
+    Attributes:
+        member_sha256: 64 lowercase hex of the member bytes.
+        member_size: member size, bytes.
+        archive_sha256: 64 lowercase hex of the compressed bytes as received.
+        archive_size: compressed size, bytes.
+        decompressed_size: all decompressed bytes, padding included.
+        compression: ``"gzip"``, ``"zstd"`` or ``"tar"`` (none).
+        entries: tar entries seen.
+    """
+
+    member_sha256: str
+    member_size: int
+    archive_sha256: str
+    archive_size: int
+    decompressed_size: int
+    compression: str
+    entries: int
+
+
+class _Aborted(Exception):
+    """The producer stopped without an end-of-data marker (it failed or was cancelled)."""
+
+
+Pull = Callable[[], "bytes | None"]
+
+
+def member_parts(member: str) -> tuple[str, ...]:
+    """Normalise the configured member path (``agent.member``) into its components.
+
+    Raises:
+        ConfigError: an empty, absolute or ``..``-containing member path.
+    """
+    parts = tuple(p for p in member.split("/") if p not in ("", "."))
+    if not parts or member.startswith("/") or ".." in parts:
+        raise ConfigError(f"agent.member: {member!r} must be a relative path without '..'")
+    return parts
+
+
+class _RawInput:
+    """Compressed bytes from the producer: sha256, count, max_archive_bytes, one-chunk look-ahead."""
+
+    def __init__(self, pull: Pull, limit: int, shown: str) -> None:
+        self._pull = pull
+        self._limit = limit
+        self._shown = shown
+        self._hash = hashlib.sha256()
+        self.size = 0
+        self.ended = False
+        self._pushback = b""
+
+    def read_chunk(self) -> bytes:
+        """Next chunk of compressed bytes; b"" once the producer signalled the end."""
+        if self._pushback:
+            chunk, self._pushback = self._pushback, b""
+            return chunk
+        if self.ended:
+            return b""
+        pulled = self._pull()
+        if pulled is None:
+            self.ended = True
+            return b""
+        chunk = pulled
+        self.size += len(chunk)
+        if self.size > self._limit:
+            raise ArchiveLimitError(
+                f"{self._shown}: archive exceeds limits.max_archive_bytes = {self._limit} bytes"
+            )
+        self._hash.update(chunk)
+        return chunk
+
+    def peek(self, n: int) -> bytes:
+        """Up to ``n`` leading bytes (fewer only at the end), pushed back for the next read."""
+        buf = self._pushback
+        self._pushback = b""
+        while len(buf) < n:
+            chunk = self.read_chunk()
+            if not chunk:
+                break
+            buf += chunk
+        self._pushback = buf
+        return buf[:n]
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+class _PlainDecoder:
+    """An uncompressed tar: bytes pass through in pieces of at most ``n``."""
+
+    name = "tar"
+
+    def __init__(self, raw: _RawInput, shown: str) -> None:
+        self._raw = raw
+        self._rest = memoryview(b"")
+
+    def read(self, n: int) -> bytes:
+        if not self._rest:
+            self._rest = memoryview(self._raw.read_chunk())
+        out, self._rest = self._rest[:n], self._rest[n:]
+        return bytes(out)
+
+
+class _GzipDecoder:
+    """gzip (RFC 1952), any number of concatenated members, each with its CRC32 and ISIZE checked by zlib.
+
+    ``max_length`` bounds every zlib call's output, so a 40 KiB bomb never expands past ``n`` bytes at a
+    time (case C04). Bytes after the last member that are not another valid member are refused.
+    """
+
+    name = "gzip"
+
+    def __init__(self, raw: _RawInput, shown: str) -> None:
+        self._raw = raw
+        self._shown = shown
+        self._d: Any = None
+        self._buf = b""
+        self.members = 0
+
+    def read(self, n: int) -> bytes:
+        while True:
+            if self._d is not None and self._d.eof:
+                self._buf, self._d = self._d.unused_data, None
+            if self._d is None:
+                if not self._buf:
+                    self._buf = self._raw.read_chunk()
+                    if not self._buf:
+                        return b""  # clean end: the last member had its trailer
+                if self.members and not _GZIP_MAGIC.startswith(self._buf[:2]):
+                    raise ArchiveRejectedError(
+                        f"{self._shown}: trailing data after the gzip stream "
+                        f"(at compressed offset {self._raw.size - len(self._buf)})"
+                    )
+                self._d = zlib.decompressobj(wbits=31)
+                self.members += 1
+            if self._d.unconsumed_tail:
+                data = self._d.unconsumed_tail
+            else:
+                data, self._buf = self._buf or self._raw.read_chunk(), b""
+                if not data:
+                    raise ArchiveTruncatedError(
+                        f"{self._shown}: archive truncated: gzip stream ends inside member {self.members} "
+                        f"(no trailer) after {self._raw.size} compressed bytes"
+                    )
+            try:
+                out = self._d.decompress(data, n)
+            except zlib.error as exc:
+                if self.members > 1 and self._d.total_in == 0:
+                    raise ArchiveRejectedError(
+                        f"{self._shown}: trailing data after the gzip stream ({exc})"
+                    ) from None
+                raise ArchiveRejectedError(f"{self._shown}: corrupt gzip data: {exc}") from None
+            if out:
+                return out
+
+
+class _ZstdDecoder:
+    """zstd (RFC 8878) frames, decoded one block at a time.
+
+    Written around ``zstandard.ZstdDecompressionObj`` rather than ``stream_reader`` because the library is
+    wrong for this job in two ways: ``stream_reader`` returns a silent end on a frame cut mid-way (C07), and
+    ``decompressobj().decompress`` has no output bound. So this class walks the frame structure (frame
+    header, 3-byte block headers, optional checksum) and feeds the decompressor one whole block at a time:
+    a block never decodes to more than 128 KiB (RFC 8878 Block_Maximum_Size), which bounds memory; libzstd
+    still does all decoding and checks (window limit, checksum, reserved bits); the walker knows exactly
+    where each frame ends, so a cut or trailing bytes are detected.
+    """
+
+    name = "zstd"
+
+    def __init__(self, raw: _RawInput, shown: str, max_window: int) -> None:
+        self._raw = raw
+        self._shown = shown
+        self._dctx = zstandard.ZstdDecompressor(max_window_size=max_window)
+        self._max_window = max_window
+        self._in = bytearray()
+        self._pos = 0
+        self._out = memoryview(b"")
+        self._d: Any = None
+        self._checksum = False
+        self.frames = 0
+
+    def _available(self, k: int) -> bool:
+        """Make ``k`` unread input bytes available; False if the input ends first."""
+        while len(self._in) - self._pos < k:
+            if self._pos > (1 << 20):
+                del self._in[: self._pos]
+                self._pos = 0
+            chunk = self._raw.read_chunk()
+            if not chunk:
+                return False
+            self._in += chunk
+        return True
+
+    def _take(self, k: int) -> bytes:
+        piece = bytes(self._in[self._pos : self._pos + k])
+        self._pos += k
+        return piece
+
+    def _truncated(self, where: str) -> ArchiveTruncatedError:
+        return ArchiveTruncatedError(
+            f"{self._shown}: archive truncated: zstd frame {self.frames} cut {where} "
+            f"after {self._raw.size} compressed bytes"
+        )
+
+    def _feed(self, d: Any, piece: bytes) -> bytes:
+        try:
+            return bytes(d.decompress(piece))
+        except zstandard.ZstdError as exc:
+            if "memory" in str(exc) or "window" in str(exc).lower():
+                raise ArchiveLimitError(
+                    f"{self._shown}: zstd frame {self.frames} needs a window above "
+                    f"limits.max_zstd_window_bytes = {self._max_window}"
+                ) from None
+            raise ArchiveRejectedError(
+                f"{self._shown}: corrupt zstd data in frame {self.frames}: {exc}"
+            ) from None
+
+    def _frame(self) -> Any:
+        """Parse and feed one frame header; returns its decompressor, or None at a clean end."""
+        if not self._available(4):
+            rest = bytes(self._in[self._pos :])
+            if not rest and self.frames > 0:
+                return None
+            if self.frames > 0 and not _ZSTD_MAGIC.startswith(rest):
+                raise ArchiveRejectedError(
+                    f"{self._shown}: trailing data after the zstd stream (at compressed offset "
+                    f"{self._consumed()})"
+                )
+            raise self._truncated("in its magic number")
+        magic = bytes(self._in[self._pos : self._pos + 4])
+        if magic != _ZSTD_MAGIC:
+            what = "trailing data after the zstd stream" if self.frames else "not a zstd frame"
+            if 0x184D2A50 <= int.from_bytes(magic, "little") <= 0x184D2A5F:
+                what = "skippable zstd frames are not supported"
+            raise ArchiveRejectedError(f"{self._shown}: {what} (at compressed offset {self._consumed()})")
+        self.frames += 1
+        if not self._available(5):
+            raise self._truncated("in its header")
+        fhd = self._in[self._pos + 4]
+        single_segment = (fhd >> 5) & 1
+        fcs_size = (1 if single_segment else 0, 2, 4, 8)[fhd >> 6]
+        header = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[fhd & 3] + fcs_size
+        if not self._available(header):
+            raise self._truncated("in its header")
+        self._checksum = bool((fhd >> 2) & 1)
+        d = self._dctx.decompressobj()
+        self._feed(d, self._take(header))
+        return d
+
+    def _consumed(self) -> int:
+        return self._raw.size - (len(self._in) - self._pos)
+
+    def read(self, n: int) -> bytes:
+        while not self._out:
+            if self._d is None:
+                self._d = self._frame()
+                if self._d is None:
+                    return b""
+            if not self._available(3):
+                raise self._truncated("in a block header")
+            h = int.from_bytes(self._in[self._pos : self._pos + 3], "little")
+            last, btype, bsize = h & 1, (h >> 1) & 3, h >> 3
+            if btype == 3:
+                raise ArchiveRejectedError(f"{self._shown}: corrupt zstd data: reserved block type")
+            need = 3 + (1 if btype == 1 else bsize) + (4 if last and self._checksum else 0)
+            if not self._available(need):
+                raise self._truncated("inside a block")
+            self._out = memoryview(self._feed(self._d, self._take(need)))
+            if last:
+                if not self._d.eof:
+                    raise ArchiveRejectedError(f"{self._shown}: corrupt zstd frame {self.frames} end")
+                self._d = None
+        out, self._out = self._out[:n], self._out[n:]
+        return bytes(out)
+
+
+class _TarFeed:
+    """The decompressed stream as a read-only file for ``tarfile.open(mode="r|")``.
+
+    Counts every byte (``max_total_bytes``) and remembers where the last non-zero byte was, so the end
+    checks can prove that only zero padding follows the end-of-archive position.
+    """
+
+    def __init__(self, decoder: _PlainDecoder | _GzipDecoder | _ZstdDecoder, limit: int, shown: str) -> None:
+        self._decoder = decoder
+        self._limit = limit
+        self._shown = shown
+        self.total = 0
+        self.nonzero_end = 0
+        self.ended = False
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = _READ_BYTES
+        if self.ended or n == 0:
+            return b""
+        out = self._decoder.read(n)
+        if not out:
+            self.ended = True
+            return b""
+        start = self.total
+        self.total += len(out)
+        if self.total > self._limit:
+            raise ArchiveLimitError(
+                f"{self._shown}: archive expands past limits.max_total_bytes = {self._limit} bytes"
+            )
+        if out[-1]:
+            self.nonzero_end = self.total
+        else:
+            kept = len(out.rstrip(b"\0"))
+            if kept:
+                self.nonzero_end = start + kept
+        return out
+
+    def drain(self) -> None:
+        while self.read(_READ_BYTES):
+            pass
+
+
+def _entry_parts(info: tarfile.TarInfo, shown: str) -> tuple[str, ...]:
+    name = info.name
+    parts = tuple(p for p in name.split("/") if p not in ("", "."))
+    if name.startswith("/") or name.startswith("\\"):
+        raise ArchiveRejectedError(f"{shown}: archive entry {name!r} has an absolute name (C01)")
+    if ".." in parts or any(".." in p.split("\\") for p in parts):
+        raise ArchiveRejectedError(f"{shown}: archive entry {name!r} contains '..' (C01)")
+    return parts
+
+
+def _kind(info: tarfile.TarInfo) -> str:
+    if info.islnk():
+        return f"a hard link to {info.linkname!r}"
+    if info.issym():
+        return f"a symlink to {info.linkname!r}"
+    if info.ischr():
+        return "a character device"
+    if info.isblk():
+        return "a block device"
+    if info.isfifo():
+        return "a FIFO"
+    if info.isdir():
+        return "a directory"
+    return f"tar type {info.type!r}"
+
+
+def _write_all(fd: int, data: bytes, staging_path: str) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            written = os.write(fd, view)
+        except OSError as exc:
+            raise _staging_error(exc, staging_path, "write") from None
+        view = view[written:]
+
+
+def _staging_error(exc: OSError, staging_path: str, what: str) -> HostError:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return NoSpaceError(f"{staging_path}: no space left while staging the candidate ({what})")
+    return HostError(f"{staging_path}: cannot {what} the staging file: {exc.strerror or exc}")
+
+
+def extract_sync(
+    pull: Pull,
+    staging_path: str,
+    *,
+    member: str,
+    policy: MemberPolicy,
+    limits: ExtractLimits,
+    expected_sha256: str | None,
+    source_name: str,
+) -> ExtractResult:
+    """Blocking core of :func:`extract`: read the archive from ``pull`` and stage its member.
+
+    Run it in a worker thread. On any failure the staging file, if it was created, is removed.
+
+    Args:
+        pull: returns the next compressed chunk, None at the end of data; raises to abort.
+        staging_path: created here with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0755 (a new inode: never an
+            existing file, never one a process executes, case C09).
+        member: ``agent.member``, e.g. ``demo-agent-linux-amd64``.
+        policy: ``"exact"`` or ``"select"``.
+        limits: the size and count bounds.
+        expected_sha256: 64 lowercase hex over the compressed bytes, or None.
+        source_name: the redacted source, used in messages.
+
+    Returns:
+        The :class:`ExtractResult`; the staging file holds the member and is fsynced.
+
+    Raises:
+        ArchiveRejectedError: a member rule, corrupt data or trailing data (C01-C04).
+        ArchiveTruncatedError: the compressed or tar stream ends early (C07).
+        ArchiveLimitError: a ``limits.*`` bound (C04).
+        DigestMismatchError: the compressed bytes do not match ``expected_sha256``.
+        NoSpaceError: ENOSPC/EDQUOT writing the staging file (C05).
+        HostError: the staging file cannot be created or written for another reason.
+        ConfigError: ``member`` is not a relative path.
+    """
+    want = member_parts(member)
+    shown = source_name
+    raw = _RawInput(pull, limits.max_archive_bytes, shown)
+    fd = -1
+    done = False
+    try:
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(staging_path, flags, 0o755)
+            os.fchmod(fd, 0o755)  # the umask must not strip the execute bits
+        except OSError as exc:
+            raise _staging_error(exc, staging_path, "create") from None
+        magic = raw.peek(4)
+        decoder: _PlainDecoder | _GzipDecoder | _ZstdDecoder
+        if magic.startswith(_GZIP_MAGIC):
+            decoder = _GzipDecoder(raw, shown)
+        elif magic == _ZSTD_MAGIC:
+            decoder = _ZstdDecoder(raw, shown, limits.max_zstd_window_bytes)
+        elif magic.startswith((b"BZh", b"\xfd7zXZ")):
+            raise ArchiveRejectedError(f"{shown}: unsupported compression (only gzip, zstd or plain tar)")
+        else:
+            # A plain tar starts with a header whose magic at offset 257 is "ustar" (POSIX ustar, GNU and
+            # pax alike); anything else (an HTML error page, xz, a cut stub) is not an archive we read.
+            head = raw.peek(_BLOCK)
+            if head[257:262] != b"ustar":
+                raise ArchiveRejectedError(
+                    f"{shown}: not a gzip, zstd or tar archive (no gzip/zstd magic, no ustar header)"
+                )
+            decoder = _PlainDecoder(raw, shown)
+        feed = _TarFeed(decoder, limits.max_total_bytes, shown)
+        result = _read_tar(feed, raw, fd, want, member, policy, limits, shown, staging_path)
+        member_sha256, member_size, entries, end_offset = result
+        feed.drain()
+        if feed.nonzero_end > end_offset:
+            raise ArchiveRejectedError(
+                f"{shown}: data after the end of the tar archive at offset {end_offset} "
+                "(a header that understates its data, or garbage; C04)"
+            )
+        if feed.total < end_offset + _END_BLOCKS:
+            raise ArchiveTruncatedError(
+                f"{shown}: archive truncated: no tar end-of-archive blocks at offset {end_offset}"
+            )
+        archive_sha256 = raw.hexdigest()
+        if expected_sha256 is not None and not hmac.compare_digest(archive_sha256, expected_sha256):
+            raise DigestMismatchError(
+                f"{shown}: sha256 of the archive is {archive_sha256}, expected {expected_sha256}"
+            )
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            raise _staging_error(exc, staging_path, "fsync") from None
+        done = True
+        return ExtractResult(
+            member_sha256=member_sha256,
+            member_size=member_size,
+            archive_sha256=archive_sha256,
+            archive_size=raw.size,
+            decompressed_size=feed.total,
+            compression=decoder.name,
+            entries=entries,
+        )
+    finally:
+        if fd >= 0:
+            os.close(fd)
+            if not done:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(staging_path)
+
+
+def _read_tar(
+    feed: _TarFeed,
+    raw: _RawInput,
+    fd: int,
+    want: tuple[str, ...],
+    member: str,
+    policy: MemberPolicy,
+    limits: ExtractLimits,
+    shown: str,
+    staging_path: str,
+) -> tuple[str, int, int, int]:
+    """Walk the tar headers; write the member; returns (sha256, size, entries, end offset)."""
+    entries = 0
+    found: tuple[str, int] | None = None
+    try:
+        # Not a context manager: closing a stream-mode TarFile does nothing we need (we own the feed).
+        tf = tarfile.open(fileobj=feed, mode="r|", bufsize=_TAR_BUFSIZE)  # type: ignore[call-overload]  # noqa: SIM115
+        while True:
+            info = tf.next()
+            tf.members.clear()  # stream mode would otherwise keep every TarInfo (C04: 100,000 entries)
+            if info is None:
+                break
+            entries += 1
+            if entries > limits.max_entries:
+                raise ArchiveLimitError(
+                    f"{shown}: more than limits.max_entries = {limits.max_entries} entries"
+                )
+            parts = _entry_parts(info, shown)
+            if parts != want:
+                if policy == "exact":
+                    raise ArchiveRejectedError(
+                        f"{shown}: archive must hold exactly one entry, {member!r}; found {info.name!r} "
+                        "(agent.member_policy = 'exact')"
+                    )
+                continue
+            if found is not None:
+                raise ArchiveRejectedError(f"{shown}: archive holds {member!r} more than once")
+            if info.type not in _REGULAR_TYPES:
+                raise ArchiveRejectedError(
+                    f"{shown}: archive member {info.name!r} is {_kind(info)}, not a regular file (C02)"
+                )
+            if info.size <= 0:
+                raise ArchiveRejectedError(f"{shown}: archive member {info.name!r} is empty")
+            if info.size > limits.max_member_bytes:
+                raise ArchiveLimitError(
+                    f"{shown}: member {info.name!r} is {info.size} bytes, above limits.max_member_bytes = "
+                    f"{limits.max_member_bytes}"
+                )
+            found = _copy_member(tf, info, fd, shown, staging_path)
+        end_offset = tf.offset
+    except tarfile.TarError as exc:
+        if feed.ended or raw.ended:
+            raise ArchiveTruncatedError(
+                f"{shown}: archive truncated: tar stream ends early at decompressed offset {feed.total}"
+            ) from None
+        raise ArchiveRejectedError(f"{shown}: not a valid tar archive: {exc}") from None
+    if found is None:
+        raise ArchiveRejectedError(f"{shown}: archive has no member {member!r} (agent.member)")
+    return found[0], found[1], entries, end_offset
+
+
+def _copy_member(
+    tf: tarfile.TarFile, info: tarfile.TarInfo, fd: int, shown: str, staging_path: str
+) -> tuple[str, int]:
+    source = tf.extractfile(info)
+    if source is None:  # only for non-regular entries, refused above
+        raise ArchiveRejectedError(f"{shown}: archive member {info.name!r} has no data")
+    digest = hashlib.sha256()
+    size = 0
+    while size < info.size:
+        data = source.read(min(_READ_BYTES, info.size - size))
+        if not data:
+            break
+        digest.update(data)
+        _write_all(fd, data, staging_path)
+        size += len(data)
+    if size != info.size:
+        raise ArchiveTruncatedError(
+            f"{shown}: archive truncated: member {info.name!r} has {size} of its {info.size} bytes"
+        )
+    return digest.hexdigest(), size
+
+
+async def extract(
+    feed: Callable[[ChunkSink], Awaitable[object]],
+    staging_path: str,
+    *,
+    member: str,
+    policy: MemberPolicy,
+    limits: ExtractLimits,
+    expected_sha256: str | None = None,
+    source_name: str,
+) -> ExtractResult:
+    """Run ``feed`` (the fetch) and the extraction together; stage the member at ``staging_path``.
+
+    Args:
+        feed: called once with a sink; must await the sink with each compressed chunk and return once
+            all bytes were delivered (e.g. ``lambda sink: agent.fetch.fetch(src, policy, sink)``).
+            Raising aborts the extraction.
+        staging_path: new file to create (O_EXCL, 0755), fsynced on success.
+        member: ``agent.member``.
+        policy: ``agent.member_policy``.
+        limits: ``[limits]``.
+        expected_sha256: 64 lowercase hex over the compressed bytes (see ``agent.fetch.parse_sha256``).
+        source_name: the redacted source for messages.
+
+    Returns:
+        The :class:`ExtractResult`.
+
+    Raises:
+        Everything :func:`extract_sync` raises, and whatever ``feed`` raises (``FetchError`` ...).
+
+    Cancellation: the worker thread is never abandoned: it sees the chunk stream close, stops, and
+    removes the staging file before the cancellation propagates.
+    """
+    send, receive = anyio.create_memory_object_stream[bytes | None](max_buffer_size=_STREAM_DEPTH)
+
+    async def produce() -> None:
+        async with send:
+            await feed(send.send)
+            await send.send(None)
+
+    def pull() -> bytes | None:
+        try:
+            return anyio.from_thread.run(receive.receive)
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            raise _Aborted from None
+
+    def work() -> ExtractResult:
+        return extract_sync(
+            pull,
+            staging_path,
+            member=member,
+            policy=policy,
+            limits=limits,
+            expected_sha256=expected_sha256,
+            source_name=source_name,
+        )
+
+    results: list[ExtractResult] = []
+    try:
+        async with receive, anyio.create_task_group() as tg:
+            tg.start_soon(produce)
+            results.append(await anyio.to_thread.run_sync(work))
+    except BaseExceptionGroup as group:
+        _raise_leaf(group)
+    return results[0]
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
+    return [exc]
+
+
+def _raise_leaf(group: BaseExceptionGroup[BaseException]) -> None:
+    """Re-raise the one meaningful error of a task group (the other side only saw the stream abort)."""
+    leaves = [e for e in _leaves(group) if not isinstance(e, _Aborted)]
+    errors = [e for e in leaves if isinstance(e, UpgradeError)]
+    if len(errors) >= 1 and len(errors) == len([e for e in leaves if isinstance(e, Exception)]):
+        raise errors[0].with_traceback(errors[0].__traceback__) from None
+    if len(leaves) == 1:
+        raise leaves[0].with_traceback(leaves[0].__traceback__) from None
+    raise group

@@ -1,0 +1,106 @@
+"""``ArchiveSourceImpl``: the real :class:`upgrade_core.ports.ArchiveSource` (SPEC 4.3 step 3, SPEC 6).
+
+Fetch (:mod:`agent.fetch`) and extraction (:mod:`agent.extract`) run as one streaming pass: the archive
+is never stored whole, its sha256 is taken on the way, and only the member reaches the disk, in the
+staging file the host prepared.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+
+import attrs
+
+from upgrade_core._events import Slot
+from upgrade_core.ports import StagedCandidate
+
+from .extract import ExtractLimits, MemberPolicy, extract, member_parts
+from .fetch import ChunkSink, FetchPolicy, ProgressCallback, fetch, parse_sha256
+from .redact import redact_url
+
+__all__ = ["ArchiveSourceImpl"]
+
+
+@attrs.define
+class ArchiveSourceImpl:
+    """Fetches an archive and stages its member, enforcing ``[download]`` and ``[limits]``.
+
+    Attributes:
+        download: ``[download]`` rules (http policy, redirects, timeouts).
+        limits: ``[limits]`` bounds, bytes and entries.
+        member: ``agent.member`` with ``{name}``/``{arch}`` already substituted.
+        member_policy: ``"exact"`` or ``"select"`` (SPEC 6).
+        progress: optional ``progress(bytes_so_far, total_or_None)`` for the CLI's bar or log lines.
+        headers: extra request headers (e.g. ``Authorization``), sent to the source's origin only.
+        ssl_context: https trust store; None means the system's.
+
+    Raises:
+        ConfigError: at construction, when ``member`` is absolute or contains ``..``.
+    """
+
+    download: FetchPolicy = attrs.field(factory=FetchPolicy)
+    limits: ExtractLimits = attrs.field(factory=ExtractLimits)
+    member: str = "agent"
+    member_policy: MemberPolicy = "exact"
+    progress: ProgressCallback | None = None
+    headers: Mapping[str, str] | None = None
+    ssl_context: ssl.SSLContext | None = None
+
+    def __attrs_post_init__(self) -> None:
+        member_parts(self.member)
+
+    async def stage(
+        self, source: str, expected_sha256: str | None, staging_path: str, slot: Slot
+    ) -> StagedCandidate:
+        """Fetch ``source``, hash, decompress and extract the member into ``staging_path``; fsync it.
+
+        Args:
+            source: URL or path (may carry secrets; only ``redact_url(source)`` is ever shown).
+            expected_sha256: over the compressed bytes; 64 hex, ``sha256:`` prefix accepted; or None.
+            staging_path: from ``Host.prepare_staging``; created here exclusively, mode 0755.
+            slot: the (inactive) slot the candidate is for.
+
+        Returns:
+            The :class:`~upgrade_core.ports.StagedCandidate` (member and archive digests and sizes).
+
+        Raises:
+            UsageError: malformed ``expected_sha256`` or unsupported source scheme.
+            FetchError: and subclasses (HTTP status, redirect, length, timeout), see ``agent.fetch.fetch``.
+            CandidateError: ArchiveRejectedError, ArchiveTruncatedError, ArchiveLimitError,
+                DigestMismatchError, see ``agent.extract.extract_sync``.
+            NoSpaceError: the staging filesystem filled up.
+            HostError: the staging file could not be created or written.
+
+        Cancellation: the staging file is removed; no other effect.
+        """
+        digest = parse_sha256(expected_sha256)
+
+        async def feed(sink: ChunkSink) -> object:
+            return await fetch(
+                source,
+                self.download,
+                sink,
+                headers=self.headers,
+                max_bytes=self.limits.max_archive_bytes,
+                progress=self.progress,
+                ssl_context=self.ssl_context,
+            )
+
+        result = await extract(
+            feed,
+            staging_path,
+            member=self.member,
+            policy=self.member_policy,
+            limits=self.limits,
+            expected_sha256=digest,
+            source_name=redact_url(source),
+        )
+        return StagedCandidate(
+            slot=slot,
+            staging_path=staging_path,
+            sha256=result.member_sha256,
+            size=result.member_size,
+            archive_sha256=result.archive_sha256,
+            archive_size=result.archive_size,
+        )

@@ -1,0 +1,117 @@
+"""Real loopback HTTP(S) servers for the fetch tests (threaded ``http.server`` on 127.0.0.1, port 0)."""
+
+from __future__ import annotations
+
+import http.server
+import ssl
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+Handler = Callable[[http.server.BaseHTTPRequestHandler], None]
+
+
+class _RequestHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: LoopbackServer
+
+    def do_GET(self) -> None:
+        self.server.requests.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+        route = self.server.routes.get(self.path.split("?", 1)[0])
+        if route is None:
+            self.send_response(404)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        route(self)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class LoopbackServer(http.server.ThreadingHTTPServer):
+    """Serves ``routes[path](handler)``; records ``(path, lower-cased headers)`` of each request."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _RequestHandler)
+        self.routes: dict[str, Handler] = {}
+        self.requests: list[tuple[str, dict[str, str]]] = []
+        self.scheme = "http"
+
+    def url(self, path: str) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.server_address[1]}{path}"
+
+
+@contextmanager
+def serve(tls: ssl.SSLContext | None = None) -> Iterator[LoopbackServer]:
+    """Run a :class:`LoopbackServer` in a thread for the duration of the block."""
+    server = LoopbackServer()
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+        server.scheme = "https"
+    thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def body(data: bytes, length: bool = True) -> Handler:
+    """200 with ``data``; with ``length=False`` the body is close-delimited (no length, no chunking)."""
+
+    def handle(h: http.server.BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        if length:
+            h.send_header("Content-Length", str(len(data)))
+        else:
+            h.send_header("Connection", "close")
+            h.close_connection = True
+        h.end_headers()
+        h.wfile.write(data)
+
+    return handle
+
+
+def redirect(location: str, status: int = 302) -> Handler:
+    def handle(h: http.server.BaseHTTPRequestHandler) -> None:
+        h.send_response(status)
+        h.send_header("Location", location)
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+
+    return handle
+
+
+def short_body(announced: int, data: bytes) -> Handler:
+    """Announce ``Content-Length: announced`` and close after ``data`` (case C06)."""
+
+    def handle(h: http.server.BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", str(announced))
+        h.end_headers()
+        h.wfile.write(data)
+        h.wfile.flush()
+        h.close_connection = True
+
+    return handle
+
+
+def cut_chunked(data: bytes, chunk: int = 65536) -> Handler:
+    """Chunked transfer encoding, connection closed before the terminating zero-size chunk (C06)."""
+
+    def handle(h: http.server.BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Transfer-Encoding", "chunked")
+        h.end_headers()
+        for i in range(0, len(data), chunk):
+            piece = data[i : i + chunk]
+            h.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+        h.wfile.flush()
+        h.close_connection = True
+
+    return handle

@@ -1,0 +1,197 @@
+"""agent.verify against real processes (case C10, SPEC 4.3 step 4), on asyncio and trio."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from agent.verify import VerifierImpl, parse_version
+from upgrade_core.errors import VerifyError, VerifyTimeoutError, VersionMismatchError
+
+pytestmark = pytest.mark.anyio
+
+HANG_GUARD_S = 20.0  # a verify that outlives its own timeout by this much is hung, not slow
+
+
+def _script(tmp_path: Path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(0o755)
+    return str(path)
+
+
+def _dead(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def _wait_dead(pid: int, deadline_s: float = 10.0) -> bool:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if _dead(pid):
+            return True
+        time.sleep(0.01)
+    return _dead(pid)
+
+
+def _read_pid(path: Path) -> int:
+    return int(path.read_text().split()[0])
+
+
+@pytest.mark.parametrize(
+    ("output", "want"),
+    [
+        ("demo-agent version v1.2.3 (abc)\n", "v1.2.3"),
+        ("1.2.3+build.7\n", "1.2.3+build.7"),
+        ("agent 10.0-rc1 2.3.4\n", "10.0-rc1"),
+        ("agent 10 build-2.3 2.3.4\n", "2.3.4"),
+        ("v2 release\n", None),
+        ("", None),
+    ],
+)
+def test_parse_version(output: str, want: str | None) -> None:
+    assert parse_version(output) == want
+
+
+async def test_reports_version_and_strips_v_for_comparison(tmp_path: Path) -> None:
+    path = _script(tmp_path, "ok", 'test "$1" = version || exit 9\necho "demo-agent version v1.2.3 (abc)"\n')
+    assert await VerifierImpl().verify(path, "1.2.3") == "v1.2.3"
+    assert await VerifierImpl().verify(path, "v1.2.3") == "v1.2.3"
+    assert await VerifierImpl().verify(path, None) == "v1.2.3"
+
+
+async def test_custom_version_args_and_stderr(tmp_path: Path) -> None:
+    path = _script(tmp_path, "ok", 'test "$1" = --version || exit 9\necho "tool 3.1.4" >&2\n')
+    assert await VerifierImpl(version_args=("--version",)).verify(path, None) == "3.1.4"
+
+
+async def test_stdin_is_dev_null(tmp_path: Path) -> None:
+    path = _script(tmp_path, "reads", "cat >/dev/null\necho 1.0.0\n")
+    with anyio.fail_after(HANG_GUARD_S):
+        assert await VerifierImpl(timeout_s=5).verify(path, None) == "1.0.0"
+
+
+async def test_c10_sleeps_forever_is_killed_with_its_group(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    path = _script(tmp_path, "hang", f"sleep 1000 &\necho $! > {pids}\nsleep 1000\n")
+    started = time.monotonic()
+    with anyio.fail_after(0.5 + HANG_GUARD_S), pytest.raises(VerifyTimeoutError) as info:
+        await VerifierImpl(timeout_s=0.5).verify(path, None)
+    assert time.monotonic() - started >= 0.5  # it did wait for the timeout
+    assert "verify.timeout_s" in str(info.value) and path in str(info.value)
+    assert _wait_dead(_read_pid(pids))
+
+
+async def test_c10_wrong_version(tmp_path: Path) -> None:
+    path = _script(tmp_path, "wrong", "echo 1.0.0\n")
+    with pytest.raises(VersionMismatchError, match=r"reports version 1\.0\.0, expected v2\.0\.0"):
+        await VerifierImpl().verify(path, "v2.0.0")
+
+
+@pytest.mark.parametrize("body", ["exit 0\n", "echo\necho '   '\n"], ids=["silent", "blank-lines"])
+async def test_c10_prints_nothing(tmp_path: Path, body: str) -> None:
+    with pytest.raises(VerifyError, match="printed nothing"):
+        await VerifierImpl().verify(_script(tmp_path, "quiet", body), None)
+
+
+async def test_no_version_token(tmp_path: Path) -> None:
+    with pytest.raises(VerifyError, match="no version token"):
+        await VerifierImpl().verify(_script(tmp_path, "words", "echo hello world\n"), None)
+
+
+async def test_non_zero_exit(tmp_path: Path) -> None:
+    with pytest.raises(VerifyError, match="exited with status 3"):
+        await VerifierImpl().verify(_script(tmp_path, "fails", "echo 1.2.3\nexit 3\n"), None)
+
+
+async def test_killed_by_signal(tmp_path: Path) -> None:
+    with pytest.raises(VerifyError, match="killed by signal 9"):
+        await VerifierImpl().verify(_script(tmp_path, "dies", "echo 1.2.3\nkill -9 $$\n"), None)
+
+
+async def test_c10_grandchild_holding_the_pipe_neither_stalls_nor_survives(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    wait = f"while [ ! -s {pids} ]; do sleep 0.01; done\n"  # the grandchild is running before we exit
+    path = _script(tmp_path, "gc", f"sh -c 'echo $$ > {pids}; exec sleep 1000' &\n{wait}echo 4.5.6\n")
+    with anyio.fail_after(HANG_GUARD_S):  # the verify timeout (60 s) must not be what ends it
+        assert await VerifierImpl(timeout_s=60).verify(path, "4.5.6") == "4.5.6"
+    assert _wait_dead(_read_pid(pids))
+
+
+async def test_c10_grandchild_in_its_own_session_does_not_stall(tmp_path: Path) -> None:
+    # setsid escapes the process group; reading still stops once the main process has exited.
+    pids = tmp_path / "pids"
+    wait = f"while [ ! -s {pids} ]; do sleep 0.01; done\n"
+    path = _script(tmp_path, "gc2", f"setsid sh -c 'echo $$ > {pids}; exec sleep 1000' &\n{wait}echo 4.5.6\n")
+    try:
+        with anyio.fail_after(HANG_GUARD_S):
+            assert await VerifierImpl(timeout_s=60).verify(path, None) == "4.5.6"
+    finally:
+        deadline = time.monotonic() + 10
+        while not pids.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if pids.exists():
+            os.kill(_read_pid(pids), 9)
+
+
+async def test_output_bound(tmp_path: Path) -> None:
+    path = _script(tmp_path, "chatty", "yes 1.2.3\n")
+    with anyio.fail_after(HANG_GUARD_S), pytest.raises(VerifyError, match="max_output_bytes = 4096"):
+        await VerifierImpl(max_output_bytes=4096).verify(path, None)
+
+
+async def test_not_executable(tmp_path: Path) -> None:
+    path = tmp_path / "plain"
+    path.write_text("1.2.3")
+    with pytest.raises(VerifyError, match="cannot run"):
+        await VerifierImpl().verify(str(path), None)
+
+
+async def test_etxtbsy_is_retried(tmp_path: Path) -> None:
+    """A writer still holds the file open when the first exec is attempted; it closes soon after."""
+    path = tmp_path / "busy"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o755)
+    os.write(fd, b"#!/bin/sh\necho 7.8.9\n")
+
+    async def close_soon() -> None:
+        await anyio.sleep(0.03)
+        os.close(fd)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(close_soon)
+        version = await VerifierImpl(etxtbsy_attempts=50, etxtbsy_delay_s=0.005).verify(str(path), None)
+    assert version == "7.8.9"
+
+
+async def test_etxtbsy_gives_up(tmp_path: Path) -> None:
+    path = tmp_path / "busy"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o755)
+    try:
+        os.write(fd, b"#!/bin/sh\necho 7.8.9\n")
+        with pytest.raises(VerifyError, match="cannot run"):
+            await VerifierImpl(etxtbsy_attempts=3, etxtbsy_delay_s=0.001).verify(str(path), None)
+    finally:
+        os.close(fd)
+
+
+async def test_cancellation_kills_the_group(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    path = _script(tmp_path, "hang", f"echo $$ > {pids}\nsleep 1000\n")
+    with anyio.move_on_after(HANG_GUARD_S):
+        async with anyio.create_task_group() as tg:
+
+            async def run() -> None:
+                await VerifierImpl(timeout_s=60).verify(path, None)
+
+            tg.start_soon(run)
+            while not pids.exists() or not pids.read_text().strip():
+                await anyio.sleep(0.01)
+            tg.cancel_scope.cancel()
+    assert _wait_dead(_read_pid(pids))
