@@ -1,0 +1,292 @@
+"""Reading a journal directory without an event loop (SPEC 5): scan, classify, decode. Never writes.
+
+Directory layout (``state_dir/journal/``):
+
+- ``<first_seq:020d>.jnl``: a live segment (appendable, uncompressed); normally only the last one.
+- ``<first_seq:020d>.jnl.zst``: a sealed segment: the zstd frame of a former live segment's exact bytes.
+  When both names exist for one ``first_seq`` (a crash between sealing and removing the live file), the
+  sealed one is read and the live one is a leftover: replay never sees a record twice.
+- ``*.tmp``: unfinished temp files of sealing; ignored here, removed by the next writer.
+
+Classification (SPEC 5, cases C12, C13): a bad frame (or header) in the *last* segment, when it is live and
+no frame valid on its own follows at an 8-aligned offset, is a torn tail: reported, and the records before
+it are the replay. Anything else bad raises :class:`JournalCorruptError` naming the file and offset. A
+zero-length or header-less last segment is a torn write at offset 0 (evidence of a crash, not a valid empty
+log); the same in an earlier segment is corruption. Gaps in the sequence are corruption unless a snapshot
+record covers them (compaction dropped those segments).
+
+This module imports only the standard library and ``journal._framing`` at import time; ``zstandard`` is
+imported only when a sealed segment is read, and ``attrs`` (for :class:`~journal.Record`) only by
+:func:`replay`, so a boot-time recovery that finds nothing to do starts fast.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from ._framing import (
+    FORMAT_VERSION,
+    SEGMENT_HEADER_SIZE,
+    BadFrame,
+    decode_envelope,
+    decode_frames,
+    decode_segment_header,
+    valid_frame_after,
+)
+from .errors import JournalCorruptError, JournalDecodeError, JournalVersionError
+
+if TYPE_CHECKING:
+    from ._records import Codec, Replay
+
+LIVE_SUFFIX = ".jnl"
+SEALED_SUFFIX = ".jnl.zst"
+TMP_SUFFIX = ".tmp"
+_NAME = re.compile(r"^(\d{20})\.jnl(\.zst)?$")
+
+
+def segment_name(first_seq: int, sealed: bool) -> str:
+    """File name of the segment whose first record is ``first_seq``."""
+    return f"{first_seq:020d}{SEALED_SUFFIX if sealed else LIVE_SUFFIX}"
+
+
+class RawRecord(NamedTuple):
+    """A validated, not yet decoded record: ``event`` holds the codec's bytes."""
+
+    seq: int
+    episode_id: str
+    wall_time: float
+    covers_through: int | None
+    event: bytes
+    path: str
+    offset: int
+
+
+class Segment:
+    """What a scan learned about one segment file.
+
+    Attributes:
+        path: absolute path.
+        first_seq: sequence number its first record carries (from the name, checked against the header).
+        sealed: True for a ``.jnl.zst`` segment.
+        last_seq: sequence number of its last valid record (``first_seq - 1`` when it holds none).
+        end: bytes of its valid prefix (live segments: where the next frame goes).
+        chain: chain CRC of its last valid frame (the header CRC when none).
+        episodes: episode ids of its records (``"-"`` for snapshots).
+    """
+
+    __slots__ = ("chain", "end", "episodes", "first_seq", "last_seq", "path", "sealed")
+
+    def __init__(self, path: str, first_seq: int, sealed: bool) -> None:
+        self.path = path
+        self.first_seq = first_seq
+        self.sealed = sealed
+        self.last_seq = first_seq - 1
+        self.end = 0
+        self.chain = 0
+        self.episodes: set[str] = set()
+
+
+class Scan:
+    """The result of :func:`scan`: every segment, leftover and record of a journal directory.
+
+    Attributes:
+        directory: absolute path of the journal directory.
+        segments: the segments replay reads, in sequence order.
+        shadowed: live files whose sealed twin exists (leftovers of an interrupted seal).
+        temps: ``*.tmp`` leftovers.
+        records: every valid record in sequence order, including ones hidden by a snapshot.
+        covers_through: the highest ``covers_through`` of any snapshot record (0 when none).
+        torn: (path, offset) of the torn tail of the last segment, or None.
+        next_seq: the sequence number the next appended record gets.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.segments: list[Segment] = []
+        self.shadowed: list[str] = []
+        self.temps: list[str] = []
+        self.records: list[RawRecord] = []
+        self.covers_through = 0
+        self.torn: tuple[str, int] | None = None
+        self.next_seq = 1
+
+    def visible(self) -> list[RawRecord]:
+        """The records replay returns: those not summarised by a snapshot."""
+        covers = self.covers_through
+        if covers == 0:
+            return self.records
+        return [r for r in self.records if r.seq > covers]
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _decompress(path: str, data: bytes) -> bytes:
+    import zstandard  # lazily: only sealed history needs it
+
+    try:
+        return zstandard.ZstdDecompressor().decompress(data)
+    except zstandard.ZstdError as exc:
+        raise JournalCorruptError(path, 0, f"sealed segment is not a complete zstd frame: {exc}") from None
+
+
+def _list(directory: str) -> tuple[list[tuple[int, bool, str]], list[str], list[str]]:
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return [], [], []
+    live: dict[int, str] = {}
+    sealed: dict[int, str] = {}
+    temps: list[str] = []
+    for name in names:
+        m = _NAME.match(name)
+        if m:
+            (sealed if m.group(2) else live)[int(m.group(1))] = os.path.join(directory, name)
+        elif name.endswith(TMP_SUFFIX):
+            temps.append(os.path.join(directory, name))
+    shadowed = sorted(live.pop(seq) for seq in list(live) if seq in sealed)
+    ordered = sorted([(s, False, p) for s, p in live.items()] + [(s, True, p) for s, p in sealed.items()])
+    return ordered, shadowed, sorted(temps)
+
+
+def scan(directory: str | os.PathLike[str]) -> Scan:
+    """Read and validate every segment of ``directory`` (sync; never writes or creates anything).
+
+    Args:
+        directory: the journal directory; a missing one is an empty journal.
+
+    Returns:
+        The :class:`Scan`.
+
+    Raises:
+        JournalCorruptError: a bad frame that is not a torn tail, a bad sealed segment, a sequence gap not
+            covered by a snapshot, or overlapping segments (file and offset named).
+        JournalVersionError: a segment header written by a newer format version.
+        JournalDecodeError: an intact frame whose envelope cannot be decoded.
+        OSError: the directory or a segment cannot be read (e.g. EACCES).
+    """
+    directory = os.path.abspath(os.fspath(directory))
+    result = Scan(directory)
+    ordered, result.shadowed, result.temps = _list(directory)
+    expected: int | None = None
+    gaps: list[tuple[str, int, int]] = []  # (path, first missing seq, last missing seq)
+    records = result.records
+    for index, (first_seq, sealed, path) in enumerate(ordered):
+        tolerant = not sealed and index == len(ordered) - 1
+        data = _read(path)
+        if sealed:
+            data = _decompress(path, data)
+        where = " (offset in the decompressed sealed segment)" if sealed else ""
+        seg = Segment(path, first_seq, sealed)
+        if expected is None:
+            if first_seq > 1:
+                gaps.append((path, 1, first_seq - 1))
+        elif first_seq > expected:
+            gaps.append((path, expected, first_seq - 1))
+        elif first_seq < expected:
+            raise JournalCorruptError(
+                path, 0, f"segment starts at seq {first_seq} but the previous one ends at {expected - 1}"
+            )
+        header = decode_segment_header(data)
+        if isinstance(header, BadFrame):
+            if tolerant and valid_frame_after(data, 0) is None:
+                result.torn = (path, 0)
+                result.segments.append(seg)
+                expected = first_seq
+                break
+            raise JournalCorruptError(path, 0, header.reason + where)
+        if header.version > FORMAT_VERSION:
+            raise JournalVersionError(path, header.version, FORMAT_VERSION)
+        if header.first_seq != first_seq:
+            raise JournalCorruptError(
+                path, 0, f"header says first seq {header.first_seq}, the file name says {first_seq}"
+            )
+        frames, end, chain, bad = decode_frames(data, SEGMENT_HEADER_SIZE, first_seq, header.crc)
+        if bad is not None:
+            after = valid_frame_after(data, bad.offset)
+            if not tolerant or after is not None:
+                detail = f"; a valid frame follows at offset {after}" if after is not None else ""
+                raise JournalCorruptError(path, bad.offset, bad.reason + detail + where)
+            result.torn = (path, bad.offset)
+        seg.end = end
+        seg.chain = chain
+        for frame in frames:
+            try:
+                env = decode_envelope(data[frame.start : frame.end])
+            except (ValueError, UnicodeDecodeError) as exc:
+                raise JournalDecodeError(path, frame.offset, str(exc)) from None
+            if env.covers_through is not None and env.covers_through > result.covers_through:
+                result.covers_through = env.covers_through
+            seg.episodes.add(env.episode_id)
+            records.append(
+                RawRecord(
+                    frame.seq,
+                    env.episode_id,
+                    env.wall_time,
+                    env.covers_through,
+                    data[frame.start + env.event_start : frame.end],
+                    path,
+                    frame.offset,
+                )
+            )
+        if frames:
+            seg.last_seq = frames[-1].seq
+        result.segments.append(seg)
+        expected = seg.last_seq + 1
+    for path, lo, hi in gaps:
+        if hi > result.covers_through:
+            raise JournalCorruptError(
+                path, 0, f"records {lo}..{hi} are missing and no snapshot covers them"
+            )
+    result.next_seq = expected if expected is not None else 1
+    return result
+
+
+def decode_records(raw: list[RawRecord], codec: Codec[Any]) -> list[Any]:
+    """Decode raw records into :class:`~journal.Record` values with ``codec``.
+
+    Raises:
+        JournalDecodeError: ``codec.decode`` raised; names the segment and the frame offset.
+    """
+    from ._records import Record
+
+    decode = codec.decode
+    out: list[Any] = []
+    append = out.append
+    for r in raw:
+        try:
+            event = decode(r.event)
+        except Exception as exc:
+            raise JournalDecodeError(r.path, r.offset, f"{type(exc).__name__}: {exc}") from exc
+        append(Record(r.seq, r.episode_id, r.wall_time, event))
+    return out
+
+
+def replay(directory: str | os.PathLike[str], codec: Codec[Any]) -> Replay[Any]:
+    """Replay a journal directory: every visible record, decoded, plus any torn tail (SPEC 5).
+
+    Sync, needs no event loop, never writes or creates anything (usable by ``status``, ``history``,
+    ``journal verify`` and by recovery at boot).
+
+    Args:
+        directory: the journal directory; a missing directory is an empty journal.
+        codec: decodes the event bytes.
+
+    Returns:
+        ``Replay(records, torn_tail)``; records in sequence order, those summarised by a compaction
+        snapshot left out.
+
+    Raises:
+        JournalCorruptError: see :func:`scan`.
+        JournalVersionError: see :func:`scan`.
+        JournalDecodeError: an undecodable envelope, or ``codec.decode`` raised (unknown tag, bad shape).
+    """
+    from ._records import Replay, TornTail
+
+    result = scan(directory)
+    torn = TornTail(result.torn[0], result.torn[1]) if result.torn else None
+    return Replay(decode_records(result.visible(), codec), torn)

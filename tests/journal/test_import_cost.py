@@ -1,0 +1,36 @@
+"""Replay stays import-light (SPEC 9 ``recover.noop``): importing ``journal`` and replaying a journal with
+no sealed segment loads neither anyio nor zstandard (the writer and sealed history load them lazily)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from ._support import Closed, build_journal
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = """
+import json, sys
+import journal
+before = sorted(m for m in ("anyio", "zstandard", "attrs", "trio") if m in sys.modules)
+class Raw:
+    def encode(self, event): return event
+    def decode(self, data): return data
+result = journal.replay(sys.argv[1], Raw())
+after = sorted(m for m in ("anyio", "zstandard") if m in sys.modules)
+print(json.dumps({"before": before, "after": after, "records": len(result.records)}))
+"""
+
+
+def test_replay_imports_neither_anyio_nor_zstandard(tmp_path: Path) -> None:
+    build_journal(str(tmp_path), [("op", Closed())])
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(tmp_path)], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    data = json.loads(out.stdout)
+    assert data["before"] == []
+    assert data["after"] == []
+    assert data["records"] == 1
