@@ -21,7 +21,7 @@ import attrs
 
 from . import _segment
 from ._framing import MAX_EPISODE_ID, MAX_PAYLOAD, SEGMENT_HEADER_SIZE, encode_envelope, encode_frame
-from ._reader import Scan, decode_records, scan, segment_name
+from ._reader import Scan, decode_records, gc_paused, scan, segment_name
 from ._records import SNAPSHOT_EPISODE, Codec, Record, TornTail
 from .errors import JournalClosedError, JournalError, JournalFullError, JournalPoisonedError
 
@@ -82,7 +82,8 @@ class _Live:
 def _prepare(directory: str) -> tuple[Scan, TornTail | None, _Live]:
     """Blocking part of :meth:`JournalWriter.open`: create, scan, clean leftovers, repair, open the live."""
     _segment.mkdir_durable(directory)
-    result = scan(directory)
+    with gc_paused():
+        result = scan(directory)
     # Leftovers of an interrupted seal or compaction. Never the last segment.
     covered = [s.path for s in result.segments[:-1] if s.last_seq <= result.covers_through]
     _segment.remove_durable(result.temps + result.shadowed + covered)
@@ -111,6 +112,11 @@ def _prepare(directory: str) -> tuple[Scan, TornTail | None, _Live]:
     return result, repaired, _Live(fd, path, seg.end, chain)
 
 
+def _decode(result: Scan, codec: Codec[T]) -> list[Record[T]]:
+    with gc_paused():
+        return decode_records(result.visible(), codec)
+
+
 class JournalWriter(Generic[T]):
     """The append side of a journal directory (SPEC 5). Create with :meth:`open`.
 
@@ -124,7 +130,10 @@ class JournalWriter(Generic[T]):
         self.repaired: TornTail | None = None
         self._codec = codec
         self._clock = wall_clock
-        self._lock = anyio.Lock()
+        # Group commit without a lock: one task at a time is the committer (``_busy``); the others park on
+        # ``_idle`` and re-check whether their record was committed in the batch that just finished.
+        self._busy = False
+        self._idle: anyio.Event | None = None
         self._pending: list[_Pending] = []
         self._records: list[Record[T]] = []
         self._scan: Scan
@@ -162,7 +171,7 @@ class JournalWriter(Generic[T]):
         with anyio.CancelScope(shield=True):
             result, repaired, live = await anyio.to_thread.run_sync(_prepare, self.directory)
             try:
-                self._records = await anyio.to_thread.run_sync(decode_records, result.visible(), codec)
+                self._records = await anyio.to_thread.run_sync(_decode, result, codec)
             except BaseException:
                 os.close(live.fd)
                 raise
@@ -230,17 +239,42 @@ class JournalWriter(Generic[T]):
         pending = _Pending(episode_id, wall_time, event, payload, covers_through)
         with anyio.CancelScope(shield=True):
             self._pending.append(pending)
-            async with self._lock:
-                if not pending.done:
+            while not pending.done:
+                if self._busy:
+                    await self._wait_idle()
+                    continue
+                self._busy = True
+                try:
+                    # One pass of the event loop lets writers that woke with this one join the batch.
+                    await anyio.lowlevel.checkpoint()
                     batch, self._pending = self._pending, []
                     await self._commit(batch)
+                finally:
+                    self._release()
         if pending.error is not None:
             raise pending.error
         assert pending.record is not None
         return pending.record
 
+    async def _wait_idle(self) -> None:
+        if self._idle is None:
+            self._idle = anyio.Event()
+        await self._idle.wait()
+
+    async def _acquire(self) -> None:
+        """Become the only task touching the files (seal, compact, close); callers are shielded."""
+        while self._busy:
+            await self._wait_idle()
+        self._busy = True
+
+    def _release(self) -> None:
+        self._busy = False
+        idle, self._idle = self._idle, None
+        if idle is not None:
+            idle.set()
+
     async def _commit(self, batch: list[_Pending]) -> None:
-        """Frame ``batch``, write it with one pwrite and one fdatasync; settle every entry. Holds the lock."""
+        """Frame ``batch``, write it with one pwrite and one fdatasync; settle every entry. Caller is busy."""
         try:
             self._check_usable()
         except JournalError as exc:
@@ -330,9 +364,12 @@ class JournalWriter(Generic[T]):
         self._check_usable()
         sealed = False
         with anyio.CancelScope(shield=True):
-            async with self._lock:
+            await self._acquire()
+            try:
                 self._check_usable()
                 sealed = await self._seal_locked(is_closed)
+            finally:
+                self._release()
         return sealed
 
     async def _seal_locked(self, is_closed: Callable[[str], bool]) -> bool:
@@ -399,9 +436,12 @@ class JournalWriter(Generic[T]):
         sealed = await self.seal(is_closed)
         stats = CompactStats(sealed, 0, 0, None)
         with anyio.CancelScope(shield=True):
-            async with self._lock:
+            await self._acquire()
+            try:
                 self._check_usable()
                 stats = await self._compact_locked(sealed, keep_episodes, is_closed, summarize)
+            finally:
+                self._release()
         return stats
 
     async def _compact_locked(
@@ -449,12 +489,15 @@ class JournalWriter(Generic[T]):
         Idempotent. Cancellation: shielded.
         """
         with anyio.CancelScope(shield=True):
-            async with self._lock:
+            await self._acquire()
+            try:
                 if self._closed:
                     return
                 self._closed = True
                 with contextlib.suppress(OSError):  # already closed if a seal failed half-way
                     os.close(self._live.fd)
+            finally:
+                self._release()
 
 
 def _write_sealed(live_path: str, length: int, sealed_path: str) -> None:

@@ -90,15 +90,15 @@ def test_frame_golden(seq: int, payload: bytes, prev: int, expected: str) -> Non
     assert chain == struct.unpack_from("<I", frame, end)[0] == binascii.crc32(frame[:end], prev)
     frames, stop, chain2, bad = decode_frames(frame, 0, seq, prev)
     assert bad is None and stop == len(frame) and chain2 == chain
-    assert [frame[f.start : f.end] for f in frames] == [payload]
+    assert [frame[start:end] for _, _, start, end in frames] == [payload]
 
 
 @pytest.mark.parametrize(("eid", "wall", "event", "covers", "expected"), ENVELOPE_CASES)
 def test_envelope_golden(eid: bytes, wall: float, event: bytes, covers: int | None, expected: str) -> None:
     data = encode_envelope(eid, wall, event, covers)
     assert data.hex() == expected
-    env = decode_envelope(data)
-    assert (env.episode_id, env.wall_time, env.covers_through, data[env.event_start :]) == (
+    env = decode_envelope(b"pre" + data + b"post", 3, 3 + len(data))
+    assert (env.episode_id, env.wall_time, env.covers_through, data[env.event_start - 3 :]) == (
         eid.decode(),
         wall,
         covers,
