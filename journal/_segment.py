@@ -9,7 +9,6 @@ import contextlib
 import os
 
 from ._framing import encode_segment_header
-from ._reader import TMP_SUFFIX
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
@@ -89,23 +88,6 @@ def truncate_durable(path: str, length: int) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def write_file_durable(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically: temp file, fsync, rename, directory fsync."""
-    tmp = path + TMP_SUFFIX
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        pwrite_all(fd, data, 0)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(os.path.dirname(path))
 
 
 def remove_durable(paths: list[str]) -> None:

@@ -21,7 +21,7 @@ import attrs
 
 from . import _segment
 from ._framing import MAX_EPISODE_ID, MAX_PAYLOAD, SEGMENT_HEADER_SIZE, encode_envelope, encode_frame
-from ._reader import Scan, decode_records, gc_paused, scan, segment_name
+from ._reader import TMP_SUFFIX, Scan, decode_records, gc_paused, scan, segment_name
 from ._records import SNAPSHOT_EPISODE, Codec, Record, TornTail
 from .errors import JournalClosedError, JournalError, JournalFullError, JournalPoisonedError
 
@@ -357,9 +357,10 @@ class JournalWriter(Generic[T]):
             episode.
 
         Raises:
-            JournalPoisonedError: an fsync failed (the writer is poisoned; reopen to repair).
+            JournalPoisonedError: a step after the sealed copy's rename failed (the writer is poisoned;
+                the next :meth:`open` finishes the seal), or the writer was poisoned before.
             JournalClosedError: the writer is closed.
-            OSError: writing the sealed copy failed before its rename (nothing changed).
+            OSError: writing the sealed copy failed before its rename (nothing changed; appends go on).
         """
         self._check_usable()
         sealed = False
@@ -381,12 +382,16 @@ class JournalWriter(Generic[T]):
         live = self._live
         sealed_path = os.path.join(self.directory, segment_name(seg.first_seq, sealed=True))
         new_path = os.path.join(self.directory, segment_name(self._next_seq, sealed=False))
-        await anyio.to_thread.run_sync(_write_sealed, live.path, live.offset, sealed_path)
+        tmp_path = sealed_path + TMP_SUFFIX
+        # Until the rename, a failure changes nothing (the temp file is removed, appends go on).
+        await anyio.to_thread.run_sync(_write_sealed_tmp, live.path, live.offset, tmp_path)
         try:
             fd, chain = await anyio.to_thread.run_sync(
-                _swap_live, live.fd, live.path, new_path, self._next_seq
+                _publish_sealed, tmp_path, sealed_path, live.fd, live.path, new_path, self._next_seq
             )
         except OSError as exc:
+            # Past the rename, replay may read the sealed copy and ignore the live file: appending to it
+            # would lose records. Refuse everything; the next open() finishes the seal from the disk.
             self._poisoned = JournalPoisonedError(
                 f"journal {live.path}: sealing failed after the sealed copy was made ({exc}); "
                 "reopen the journal to finish",
@@ -430,6 +435,8 @@ class JournalWriter(Generic[T]):
             ValueError: ``keep_episodes`` < 0.
             JournalFullError, JournalPoisonedError, JournalClosedError: as for :meth:`append` and
                 :meth:`seal`; nothing was removed.
+            OSError: removing the dropped segment files failed after the snapshot was durable; replay
+                already hides them and the next :meth:`open` removes them.
         """
         if keep_episodes < 0:
             raise ValueError(f"keep_episodes must be >= 0, got {keep_episodes}")
@@ -494,14 +501,14 @@ class JournalWriter(Generic[T]):
                 if self._closed:
                     return
                 self._closed = True
-                with contextlib.suppress(OSError):  # already closed if a seal failed half-way
-                    os.close(self._live.fd)
+                os.close(self._live.fd)
             finally:
                 self._release()
 
 
-def _write_sealed(live_path: str, length: int, sealed_path: str) -> None:
-    """Compress the live segment's first ``length`` bytes into ``sealed_path`` durably, checked."""
+def _write_sealed_tmp(live_path: str, length: int, tmp_path: str) -> None:
+    """Compress the live segment's first ``length`` bytes into ``tmp_path`` and fsync it, checked by a
+    round trip; on failure the temp file is removed and nothing else has changed."""
     import zstandard
 
     with open(live_path, "rb") as f:
@@ -510,12 +517,27 @@ def _write_sealed(live_path: str, length: int, sealed_path: str) -> None:
         raise OSError(errno.EIO, f"live segment shorter than its {length} committed bytes", live_path)
     compressed = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(content)
     if zstandard.ZstdDecompressor().decompress(compressed) != content:
-        raise OSError(errno.EIO, "zstd round trip of the sealed segment differs", sealed_path)
-    _segment.write_file_durable(sealed_path, compressed)
+        raise OSError(errno.EIO, "zstd round trip of the sealed segment differs", tmp_path)
+    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        _segment.pwrite_all(fd, compressed, 0)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_path)
+        raise
+    os.close(fd)
 
 
-def _swap_live(old_fd: int, old_path: str, new_path: str, first_seq: int) -> tuple[int, int]:
-    """Remove the (now shadowed) live file durably and create the next live segment."""
-    os.close(old_fd)
+def _publish_sealed(
+    tmp_path: str, sealed_path: str, old_fd: int, old_path: str, new_path: str, first_seq: int
+) -> tuple[int, int]:
+    """Rename the sealed copy into place (directory fsync), remove the now shadowed live file (directory
+    fsync) and create the next live segment. Returns its fd and chain seed."""
+    os.replace(tmp_path, sealed_path)
+    _segment.fsync_dir(os.path.dirname(sealed_path))
     _segment.remove_durable([old_path])
-    return _segment.create_live(new_path, first_seq)
+    created = _segment.create_live(new_path, first_seq)
+    os.close(old_fd)  # only on success: on failure the writer still owns it and aclose() closes it
+    return created

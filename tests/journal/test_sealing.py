@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from journal import JournalCorruptError, JournalWriter, replay
+from journal import JournalCorruptError, JournalPoisonedError, JournalWriter, replay
 from journal._reader import segment_name
 
 from ._support import CODEC, Closed, Noted, Opened, Summary, frame_bounds, summarize, visible
@@ -209,3 +209,45 @@ async def test_compact_is_crash_safe_at_every_fs_call(
 ) -> None:
     points = await _crash_sweep(tmp_path, monkeypatch, lambda w: w.compact(1, _closed_except(), summarize))
     assert points > 8
+
+
+async def test_failure_after_the_sealed_rename_poisons_and_open_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the rename replay reads the sealed copy, so the writer must not append to the old live file."""
+    async with await JournalWriter.open(tmp_path, CODEC) as w:
+        await _episodes(w, ["a"], seal=False)
+        real_unlink = os.unlink
+
+        def failing_unlink(path: str, *args: object, **kwargs: object) -> None:
+            if str(path).endswith(".jnl"):
+                raise OSError(5, "Input/output error", path)
+            real_unlink(path, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(os, "unlink", failing_unlink)
+        with pytest.raises(JournalPoisonedError, match="sealing failed"):
+            await w.seal(_closed_except())
+        monkeypatch.setattr(os, "unlink", real_unlink)
+        with pytest.raises(JournalPoisonedError):
+            await w.append("b", Opened("b"))
+    assert sorted(os.listdir(tmp_path)) == [segment_name(1, False), segment_name(1, True)]
+    assert [r.seq for r in replay(tmp_path, CODEC).records] == [1, 2, 3]
+    async with await JournalWriter.open(tmp_path, CODEC) as w:
+        assert (await w.append("b", Opened("b"))).seq == 4
+    assert sorted(os.listdir(tmp_path)) == [segment_name(1, True), segment_name(4, False)]
+    assert [r.seq for r in replay(tmp_path, CODEC).records] == [1, 2, 3, 4]
+
+
+async def test_failure_before_the_sealed_rename_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with await JournalWriter.open(tmp_path, CODEC) as w:
+        await _episodes(w, ["a"], seal=False)
+        real_fsync = os.fsync
+        monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(OSError(28, "No space left")))
+        with pytest.raises(OSError, match="No space"):
+            await w.seal(_closed_except())
+        monkeypatch.setattr(os, "fsync", real_fsync)
+        assert (await w.append("b", Opened("b"))).seq == 4  # the live segment goes on
+    assert os.listdir(tmp_path) == [segment_name(1, False)]
+    assert [r.seq for r in replay(tmp_path, CODEC).records] == [1, 2, 3, 4]
