@@ -35,21 +35,23 @@ def _table(rows: list[dict[str, Any]]) -> None:
     from rich.table import Table
 
     table = Table(title="upgrade-core benchmarks (ratio = ours / baseline, lower is better)")
-    for column in ("name", "ours", "baseline", "ratio", "target", "met", "peak RSS MiB", "extra"):
-        table.add_column(column)
+    for column in ("name", "ours", "baseline", "ratio", "target", "met", "peak RSS MiB"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("baseline is / extras")
     for r in rows:
         extra = {k: v for k, v in r.items() if k not in _KEYS}
         table.add_row(
             r["name"],
             f"{r['value']:.4g} {r['unit']}",
-            f"{r['baseline_value']:.4g} {r['unit']} ({r['baseline']})",
+            f"{r['baseline_value']:.4g} {r['unit']}",
             f"{r['ratio']:.2f}",
             f"<= {r['target']}",
             "yes" if r["met"] else "[red]no[/red]",
             f"{r['peak_rss_mib']}",
-            ", ".join(f"{k}={v}" for k, v in extra.items()),
+            "\n".join([r["baseline"], *(f"{k}={v}" for k, v in extra.items())]),
         )
-    Console().print(table)
+    # Off a terminal rich would squeeze the table into 80 columns.
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
 _KEYS = {"name", "value", "unit", "baseline", "baseline_value", "ratio", "target", "met", "peak_rss_mib"}

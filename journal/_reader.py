@@ -256,9 +256,7 @@ def scan(directory: str | os.PathLike[str]) -> Scan:
         expected = seg.last_seq + 1
     for path, lo, hi in gaps:
         if hi > result.covers_through:
-            raise JournalCorruptError(
-                path, 0, f"records {lo}..{hi} are missing and no snapshot covers them"
-            )
+            raise JournalCorruptError(path, 0, f"records {lo}..{hi} are missing and no snapshot covers them")
     result.next_seq = expected if expected is not None else 1
     return result
 

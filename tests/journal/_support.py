@@ -38,7 +38,7 @@ class Summary:
     records: int
 
 
-TestEvent = Opened | Noted | Closed | Summary
+SmallEvent = Opened | Noted | Closed | Summary
 _TAGS: dict[str, type[Any]] = {"O": Opened, "N": Noted, "C": Closed, "S": Summary}
 _BY_CLASS = {cls: tag for tag, cls in _TAGS.items()}
 
@@ -46,24 +46,24 @@ _BY_CLASS = {cls: tag for tag, cls in _TAGS.items()}
 class SmallCodec:
     """``<tag>`` + compact JSON of the fields; an unknown tag raises KeyError (never dropped)."""
 
-    def encode(self, event: TestEvent) -> bytes:
+    def encode(self, event: SmallEvent) -> bytes:
         fields = attrs.asdict(event)
         if isinstance(event, Summary):
             fields["episodes"] = list(event.episodes)
         return _BY_CLASS[type(event)].encode() + json.dumps(fields, separators=(",", ":")).encode()
 
-    def decode(self, data: bytes) -> TestEvent:
+    def decode(self, data: bytes) -> SmallEvent:
         cls = _TAGS[data[:1].decode()]
         fields = json.loads(data[1:])
         if cls is Summary:
             fields["episodes"] = tuple(fields["episodes"])
-        return cls(**fields)  # type: ignore[no-any-return]
+        return cls(**fields)
 
 
 CODEC = SmallCodec()
 
 
-def summarize(records: Sequence[Record[TestEvent]]) -> TestEvent:
+def summarize(records: Sequence[Record[SmallEvent]]) -> SmallEvent:
     """A compaction summary: the episode ids it covers (older summaries folded in) and a record count."""
     episodes: list[str] = []
     count = 0
@@ -78,7 +78,7 @@ def summarize(records: Sequence[Record[TestEvent]]) -> TestEvent:
     return Summary(tuple(episodes), count)
 
 
-async def write_journal(directory: str, items: Sequence[tuple[str, TestEvent]]) -> list[Record[TestEvent]]:
+async def write_journal(directory: str, items: Sequence[tuple[str, SmallEvent]]) -> list[Record[SmallEvent]]:
     """Append ``items`` one by one with the real writer and close it; returns the durable records."""
     out = []
     async with await JournalWriter.open(directory, CODEC, wall_clock=lambda: 1_700_000_000.5) as w:
@@ -87,7 +87,7 @@ async def write_journal(directory: str, items: Sequence[tuple[str, TestEvent]]) 
     return out
 
 
-def build_journal(directory: str, items: Sequence[tuple[str, TestEvent]]) -> list[Record[TestEvent]]:
+def build_journal(directory: str, items: Sequence[tuple[str, SmallEvent]]) -> list[Record[SmallEvent]]:
     """Sync wrapper of :func:`write_journal` (for hypothesis tests, which are not anyio tests)."""
     return anyio.run(write_journal, directory, items)
 

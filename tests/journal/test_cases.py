@@ -20,11 +20,21 @@ from journal import (
 from journal._framing import FORMAT_VERSION, encode_segment_header
 from journal._reader import segment_name
 
-from ._support import CODEC, Closed, Noted, Opened, frame_bounds, only_segment, visible, write_journal
+from ._support import (
+    CODEC,
+    Closed,
+    Noted,
+    Opened,
+    SmallEvent,
+    frame_bounds,
+    only_segment,
+    visible,
+    write_journal,
+)
 
 pytestmark = pytest.mark.anyio
 
-ITEMS = [
+ITEMS: list[tuple[str, SmallEvent]] = [
     ("op-1", Opened("agent")),
     ("op-1", Noted(1, "fetched")),
     ("op-1", Noted(2, "staged")),
@@ -164,7 +174,7 @@ async def test_unknown_tag_is_a_typed_error_naming_file_and_offset(tmp_path: Pat
 
     d = str(tmp_path / "journal")
     await write_journal(d, [("op", Opened("x"))])
-    async with await JournalWriter.open(d, Future()) as w:  # type: ignore[arg-type]
+    async with await JournalWriter.open(d, Future()) as w:
         await w.append("op", object())
     seg = only_segment(d)
     start, _ = frame_bounds(Path(seg).read_bytes())[1]

@@ -24,7 +24,7 @@ def _closed_except(*open_ids: str) -> Callable[[str], bool]:
     return lambda episode_id: episode_id not in open_ids
 
 
-async def _episodes(w: JournalWriter, names: list[str], seal: bool = True) -> None:  # type: ignore[type-arg]
+async def _episodes(w: JournalWriter, names: list[str], seal: bool = True) -> None:
     for name in names:
         await w.append(name, Opened(name))
         await w.append(name, Noted(1, name))
@@ -151,7 +151,7 @@ def _crash_at(monkeypatch: pytest.MonkeyPatch, n: int):  # type: ignore[no-untyp
         yield count
 
 
-async def _prepared(d: Path) -> list:  # type: ignore[type-arg]
+async def _prepared(d: Path) -> list:
     async with await JournalWriter.open(d, CODEC) as w:
         await _episodes(w, ["a", "b", "c"], seal=False)
         assert await w.seal(_closed_except())
@@ -162,7 +162,7 @@ async def _prepared(d: Path) -> list:  # type: ignore[type-arg]
 async def _crash_sweep(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-    operation: Callable[[JournalWriter], Awaitable[object]],  # type: ignore[type-arg]
+    operation: Callable[[JournalWriter], Awaitable[object]],
 ) -> int:
     """Crash ``operation`` at its 1st, 2nd, ... file-system call until it completes; return the count."""
     reference = tmp_path / "reference"

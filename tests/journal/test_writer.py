@@ -80,7 +80,7 @@ async def test_many_tasks_each_record_once_in_order(tmp_path: Path) -> None:
     records = replay(tmp_path, CODEC).records
     assert [r.seq for r in records] == list(range(1, 181))
     for k in range(12):
-        mine = [r.event.n for r in records if r.episode_id == f"task-{k}"]  # type: ignore[union-attr]
+        mine = [r.event.n for r in records if r.episode_id == f"task-{k}"]
         assert mine == list(range(15))
 
 
