@@ -4,15 +4,15 @@ Readers call :func:`replay` (sync, no event loop, never writes). The host-lock h
 :class:`JournalWriter` (async, anyio). The journal knows nothing of upgrade events: the caller supplies a
 :class:`Codec`.
 
-Imports are lazy (PEP 562) so that ``from journal import replay`` loads neither anyio nor zstandard: a
-boot-time recovery with nothing to do must start fast (SPEC 9, ``recover.noop``).
+Imports are lazy (PEP 562) so that ``from journal import replay`` loads neither anyio nor zstandard, and
+``import journal`` loads neither typing nor attrs: a boot-time recovery with nothing to do must start fast
+(SPEC 9, ``recover.noop``). :func:`scan` gives the validated, undecoded records (codec bytes) with no
+attrs at all, for a caller that only needs to look at the tail.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from ._reader import replay
+from ._reader import Scan, replay, scan
 from .errors import (
     JournalClosedError,
     JournalCorruptError,
@@ -23,7 +23,11 @@ from .errors import (
     JournalVersionError,
 )
 
+# Not ``typing.TYPE_CHECKING``: importing typing costs several ms at boot (mypy treats this name as True).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ._records import SNAPSHOT_EPISODE, Codec, Record, Replay, TornTail
     from ._writer import CompactStats, JournalWriter
 
@@ -41,8 +45,10 @@ __all__ = [
     "JournalWriter",
     "Record",
     "Replay",
+    "Scan",
     "TornTail",
     "replay",
+    "scan",
 ]
 
 _LAZY = {

@@ -32,7 +32,6 @@ sentinel (or None at a clean end) for the caller to classify as a torn tail or a
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
 from zlib import crc32
 
 MAGIC = b"\x8bUCJ\r\n\x1a\n"
@@ -50,20 +49,32 @@ _ZERO_PAD = tuple(bytes(n) for n in range(ALIGN))
 _ZERO_HEAD = bytes(FRAME_HEADER_SIZE)
 
 
-class BadFrame(NamedTuple):
-    """The first frame (or header) that failed validation.
+# Small tuple types written out by hand: typing.NamedTuple would import ``typing`` (several ms) on the
+# boot-time recovery path, which must start fast (SPEC 9, ``recover.noop``).
+class BadFrame(tuple[int, str]):
+    """The first frame (or header) that failed validation: (offset, reason).
 
     Attributes:
         offset: byte offset of the frame start (0 for the segment header).
         reason: what failed, for the error message.
     """
 
-    offset: int
-    reason: str
+    __slots__ = ()
+
+    def __new__(cls, offset: int, reason: str) -> BadFrame:
+        return tuple.__new__(cls, (offset, reason))
+
+    @property
+    def offset(self) -> int:
+        return self[0]
+
+    @property
+    def reason(self) -> str:
+        return self[1]
 
 
-class SegmentHeader(NamedTuple):
-    """A decoded segment header.
+class SegmentHeader(tuple[int, int, int]):
+    """A decoded segment header: (version, first_seq, crc).
 
     Attributes:
         version: the format version written in it.
@@ -71,9 +82,22 @@ class SegmentHeader(NamedTuple):
         crc: the header CRC (seed of the frame chain).
     """
 
-    version: int
-    first_seq: int
-    crc: int
+    __slots__ = ()
+
+    def __new__(cls, version: int, first_seq: int, crc: int) -> SegmentHeader:
+        return tuple.__new__(cls, (version, first_seq, crc))
+
+    @property
+    def version(self) -> int:
+        return self[0]
+
+    @property
+    def first_seq(self) -> int:
+        return self[1]
+
+    @property
+    def crc(self) -> int:
+        return self[2]
 
 
 Frame = tuple[int, int, int, int]
@@ -252,13 +276,32 @@ def encode_envelope(
     )
 
 
-class Envelope(NamedTuple):
-    """A decoded envelope; the event bytes are ``buf[event_start:end]``."""
+class Envelope(tuple[float, str, "int | None", int]):
+    """A decoded envelope: (wall_time, episode_id, covers_through, event_start); the event bytes are
+    ``buf[event_start:end]``."""
 
-    wall_time: float
-    episode_id: str
-    covers_through: int | None
-    event_start: int
+    __slots__ = ()
+
+    def __new__(
+        cls, wall_time: float, episode_id: str, covers_through: int | None, event_start: int
+    ) -> Envelope:
+        return tuple.__new__(cls, (wall_time, episode_id, covers_through, event_start))
+
+    @property
+    def wall_time(self) -> float:
+        return self[0]
+
+    @property
+    def episode_id(self) -> str:
+        return self[1]
+
+    @property
+    def covers_through(self) -> int | None:
+        return self[2]
+
+    @property
+    def event_start(self) -> int:
+        return self[3]
 
 
 def decode_envelope(buf: bytes | memoryview, start: int = 0, end: int | None = None) -> Envelope:

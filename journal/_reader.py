@@ -22,12 +22,8 @@ imported only when a sealed segment is read, and ``attrs`` (for :class:`~journal
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
-import re
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
 
 from ._framing import (
     ENVELOPE,
@@ -42,13 +38,28 @@ from ._framing import (
 )
 from .errors import JournalCorruptError, JournalDecodeError, JournalVersionError
 
+# Not ``typing.TYPE_CHECKING``: importing typing costs several ms at boot (mypy treats this name as True).
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from ._records import Codec, Replay
 
 LIVE_SUFFIX = ".jnl"
 SEALED_SUFFIX = ".jnl.zst"
 TMP_SUFFIX = ".tmp"
-_NAME = re.compile(r"^(\d{20})\.jnl(\.zst)?$")
+
+
+def parse_segment_name(name: str) -> tuple[int, bool] | None:
+    """(first_seq, sealed) for a segment file name, or None for any other name."""
+    digits, suffix = name[:20], name[20:]
+    if len(digits) != 20 or not (digits.isascii() and digits.isdigit()):
+        return None
+    if suffix == LIVE_SUFFIX:
+        return int(digits), False
+    if suffix == SEALED_SUFFIX:
+        return int(digits), True
+    return None
 
 
 def segment_name(first_seq: int, sealed: bool) -> str:
@@ -118,20 +129,21 @@ class Scan:
         return [r for r in self.records if r[0] > covers]
 
 
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
+class gc_paused:  # lower case: used like a function, ``with gc_paused():``
     """Pause the cyclic garbage collector while a replay allocates its records.
 
     Replay creates several objects per record and none of them form cycles; with the collector on, the
     growing record list is traversed again and again by generation-2 collections, which cost about a third
     of a 100k-record replay (``benchmarks/bench_journal.py``). Reference counting still frees everything.
+    A class rather than ``contextlib.contextmanager``, to keep contextlib off the boot path.
     """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
+
+    def __enter__(self) -> None:
+        self._enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._enabled:
             gc.enable()
 
 
@@ -158,9 +170,9 @@ def _list(directory: str) -> tuple[list[tuple[int, bool, str]], list[str], list[
     sealed: dict[int, str] = {}
     temps: list[str] = []
     for name in names:
-        m = _NAME.match(name)
-        if m:
-            (sealed if m.group(2) else live)[int(m.group(1))] = os.path.join(directory, name)
+        parsed = parse_segment_name(name)
+        if parsed is not None:
+            (sealed if parsed[1] else live)[parsed[0]] = os.path.join(directory, name)
         elif name.endswith(TMP_SUFFIX):
             temps.append(os.path.join(directory, name))
     shadowed = sorted(live.pop(seq) for seq in list(live) if seq in sealed)
