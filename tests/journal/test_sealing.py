@@ -251,3 +251,50 @@ async def test_failure_before_the_sealed_rename_changes_nothing(
         assert (await w.append("b", Opened("b"))).seq == 4  # the live segment goes on
     assert os.listdir(tmp_path) == [segment_name(1, False)]
     assert [r.seq for r in replay(tmp_path, CODEC).records] == [1, 2, 3, 4]
+
+
+async def test_c12_durability_order_of_a_seal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """File data fsynced -> renamed -> directory fsynced; a removal or creation -> directory fsynced."""
+    trace: list[tuple[str, str]] = []
+    real = {name: getattr(os, name) for name in ("fsync", "replace", "unlink", "open")}
+
+    def path_of(fd: int) -> str:
+        return os.readlink(f"/proc/self/fd/{fd}")
+
+    def fsync(fd: int) -> None:
+        trace.append(("fsync", path_of(fd)))
+        real["fsync"](fd)
+
+    def replace(src: str, dst: str) -> None:
+        trace.append(("replace", f"{src} -> {dst}"))
+        real["replace"](src, dst)
+
+    def unlink(path: str) -> None:
+        trace.append(("unlink", str(path)))
+        real["unlink"](path)
+
+    def open_(path: str, flags: int, *args: int) -> int:
+        if flags & os.O_CREAT:
+            trace.append(("create", str(path)))
+        return int(real["open"](path, flags, *args))
+
+    async with await JournalWriter.open(tmp_path, CODEC) as w:
+        await _episodes(w, ["a"], seal=False)
+        for name, fn in (("fsync", fsync), ("replace", replace), ("unlink", unlink), ("open", open_)):
+            monkeypatch.setattr(os, name, fn)
+        assert await w.seal(_closed_except())
+    d = str(tmp_path)
+    sealed = os.path.join(d, segment_name(1, True))
+    tmp = sealed + ".tmp"
+    live, new = os.path.join(d, segment_name(1, False)), os.path.join(d, segment_name(4, False))
+    assert trace == [
+        ("create", tmp),
+        ("fsync", tmp),
+        ("replace", f"{tmp} -> {sealed}"),
+        ("fsync", d),
+        ("unlink", live),
+        ("fsync", d),
+        ("create", new),
+        ("fsync", new),
+        ("fsync", d),
+    ]
