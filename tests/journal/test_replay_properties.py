@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -32,7 +33,8 @@ events = st.one_of(
     st.just(Closed()),
 )
 items = st.lists(st.tuples(st.sampled_from(["op-a", "op-b", "épisode"]), events), max_size=12)
-SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_CHECKS = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]  # each example gets its own subdir
+SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=_CHECKS)
 
 
 def _write(path: str, data: bytes) -> None:
@@ -42,8 +44,8 @@ def _write(path: str, data: bytes) -> None:
 
 @SETTINGS
 @given(items)
-def test_cut_at_every_offset_yields_whole_records_and_torn_iff_inside(items_: list) -> None:
-    with tempfile.TemporaryDirectory() as d:
+def test_cut_at_every_offset_yields_whole_records_and_torn_iff_inside(tmp_path: Path, items_: list) -> None:
+    with tempfile.TemporaryDirectory(dir=tmp_path) as d:
         records = build_journal(d, items_)
         seg = only_segment(d)
         with open(seg, "rb") as f:
@@ -93,8 +95,8 @@ def _check_flip(d: str, seg: str, data: bytes, records: list, pos: int, mask: in
 
 @SETTINGS
 @given(items.filter(lambda xs: sum(len(str(x)) for x in xs) < 1500), st.integers(1, 255))
-def test_every_single_byte_flip_small_journals(items_: list, mask: int) -> None:
-    with tempfile.TemporaryDirectory() as d:
+def test_every_single_byte_flip_small_journals(tmp_path: Path, items_: list, mask: int) -> None:
+    with tempfile.TemporaryDirectory(dir=tmp_path) as d:
         records = build_journal(d, items_)
         seg = only_segment(d)
         with open(seg, "rb") as f:
@@ -105,7 +107,7 @@ def test_every_single_byte_flip_small_journals(items_: list, mask: int) -> None:
             _check_flip(d, seg, data, records, pos, mask)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=_CHECKS)
 @given(
     st.lists(
         st.tuples(
@@ -121,8 +123,8 @@ def test_every_single_byte_flip_small_journals(items_: list, mask: int) -> None:
     ),
     st.data(),
 )
-def test_byte_flips_in_larger_journals(items_: list, data_: st.DataObject) -> None:
-    with tempfile.TemporaryDirectory() as d:
+def test_byte_flips_in_larger_journals(tmp_path: Path, items_: list, data_: st.DataObject) -> None:
+    with tempfile.TemporaryDirectory(dir=tmp_path) as d:
         records = build_journal(d, items_)
         seg = only_segment(d)
         with open(seg, "rb") as f:
@@ -136,8 +138,8 @@ def test_byte_flips_in_larger_journals(items_: list, data_: st.DataObject) -> No
 
 @SETTINGS
 @given(items, st.integers(1, 64))
-def test_zero_filled_tail_is_torn_not_corrupt(items_: list, words: int) -> None:
-    with tempfile.TemporaryDirectory() as d:
+def test_zero_filled_tail_is_torn_not_corrupt(tmp_path: Path, items_: list, words: int) -> None:
+    with tempfile.TemporaryDirectory(dir=tmp_path) as d:
         records = build_journal(d, items_)
         seg = only_segment(d)
         size = os.path.getsize(seg)
