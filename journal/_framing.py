@@ -194,11 +194,11 @@ def decode_frames(
             length <= MAX_PAYLOAD
             and nxt <= n
             and fseq == seq
-            and crc32(buf[offset:end], chain) == unpack_u32(buf, end)[0]
+            and (computed := crc32(buf[offset:end], chain)) == unpack_u32(buf, end)[0]
             and (nxt - end == 4 or buf[end + 4 : nxt] == _ZERO_PAD[nxt - end - 4])
         ):
             append((offset, fseq, offset + FRAME_HEADER_SIZE, end))
-            chain = unpack_u32(buf, end)[0]
+            chain = computed
             seq += 1
             offset = nxt
             continue
