@@ -152,10 +152,18 @@ def _read(path: str) -> bytes:
         return f.read()
 
 
+MAX_SEALED_BYTES = 1 << 30
+"""Largest decompressed sealed segment accepted (bytes): a damaged zstd header must not make replay
+allocate whatever size it claims."""
+
+
 def _decompress(path: str, data: bytes) -> bytes:
     import zstandard  # lazily: only sealed history needs it
 
     try:
+        size = zstandard.frame_content_size(data)
+        if size < 0 or size > MAX_SEALED_BYTES:
+            raise JournalCorruptError(path, 0, f"sealed segment declares an invalid content size {size}")
         return zstandard.ZstdDecompressor().decompress(data)
     except zstandard.ZstdError as exc:
         raise JournalCorruptError(path, 0, f"sealed segment is not a complete zstd frame: {exc}") from None

@@ -197,3 +197,24 @@ async def test_writer_creates_directory_0700(tmp_path: Path) -> None:
         await w.append("op", Closed())
     assert (d.stat().st_mode & 0o777) == 0o700
     assert [r.seq for r in replay(d, CODEC).records] == [1]
+
+
+def test_intact_frame_with_a_bad_envelope_is_a_decode_error(tmp_path: Path) -> None:
+    from journal._framing import encode_frame
+
+    header = encode_segment_header(1)
+    frame, _ = encode_frame(1, b"\x07not an envelope", int.from_bytes(header[28:32], "little"))
+    seg = tmp_path / segment_name(1, sealed=False)
+    seg.write_bytes(header + frame)
+    with pytest.raises(JournalDecodeError, match="unknown record kind 7") as info:
+        replay(tmp_path, CODEC)
+    assert (info.value.path, info.value.offset) == (str(seg), 32)
+
+
+async def test_scan_gives_the_raw_records_replay_decodes(tmp_path: Path) -> None:
+    from journal import scan
+
+    records = await write_journal(str(tmp_path), ITEMS)
+    raw = scan(tmp_path)
+    assert [(r[0], r[1], CODEC.decode(r[4])) for r in raw.visible()] == visible(records)
+    assert raw.torn is None and raw.next_seq == len(ITEMS) + 1

@@ -298,3 +298,16 @@ async def test_c12_durability_order_of_a_seal(tmp_path: Path, monkeypatch: pytes
         ("fsync", new),
         ("fsync", d),
     ]
+
+
+async def test_sealed_segment_claiming_a_huge_size_is_corruption(tmp_path: Path) -> None:
+    async with await JournalWriter.open(tmp_path, CODEC) as w:
+        await _episodes(w, ["a"])
+    sealed = tmp_path / segment_name(1, True)
+    content = zstandard.ZstdDecompressor().decompress(sealed.read_bytes())
+    # A stream without a content size in its frame header (as a damaged or foreign file might be).
+    no_size = zstandard.ZstdCompressor(write_content_size=False).compress(content)
+    sealed.write_bytes(no_size)
+    with pytest.raises(JournalCorruptError, match="content size") as info:
+        replay(tmp_path, CODEC)
+    assert (info.value.path, info.value.offset) == (str(sealed), 0)
