@@ -1,0 +1,127 @@
+"""Helpers shared by the benchmarks (SPEC 9): timing, result rows, child-process peak RSS, file-system type.
+
+Every benchmark measures our figure and its baseline in the same run on the same data and reports
+``ratio = our cost / baseline cost`` (lower is better).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+_MEMORY_FS = frozenset({"tmpfs", "ramfs", "devtmpfs"})
+
+
+def best_of(fn: Callable[[], object], repeat: int = 5) -> float:
+    """Seconds taken by the fastest of ``repeat`` calls of ``fn`` (``time.perf_counter``).
+
+    The minimum is the least noisy estimate of what the code costs; slower runs measure the machine.
+    """
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def fs_type(path: str | os.PathLike[str]) -> str:
+    """The file-system type of the mount holding ``path``, from ``/proc/self/mountinfo`` (proc(5)).
+
+    The mount with the longest mount point that is a prefix of the resolved path wins; "unknown" if none.
+    """
+    target = os.path.realpath(path)
+    best, kind = -1, "unknown"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8") as f:
+            lines = f.readlines()
+    except OSError:
+        return kind
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if len(fields) < 5 or not right:
+            continue
+        mount_point = fields[4].replace("\\040", " ")
+        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
+        if inside and len(mount_point) > best:
+            best, kind = len(mount_point), right.split()[0]
+    return kind
+
+
+def disk_dir(name: str) -> Path:
+    """A fresh directory on a real disk for a benchmark: ``.cache/bench/<name>`` under the repository,
+    else ``/var/tmp/upgrade-core-bench/<name>``; never a memory file system (fsync there proves nothing).
+
+    Raises:
+        RuntimeError: both candidates are on tmpfs/ramfs.
+    """
+    import shutil
+
+    for base in (REPO_ROOT / ".cache" / "bench", Path("/var/tmp/upgrade-core-bench")):
+        base.mkdir(parents=True, exist_ok=True)
+        if fs_type(base) not in _MEMORY_FS:
+            path = base / name
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir()
+            return path
+    raise RuntimeError(
+        "no disk-backed directory for journal benchmarks (.cache/bench and /var/tmp are tmpfs)"
+    )
+
+
+def row(
+    name: str,
+    value: float,
+    unit: str,
+    baseline: str,
+    baseline_value: float,
+    target: float,
+    **extras: Any,
+) -> dict[str, Any]:
+    """One result row: ``ratio = value / baseline_value``; ``met`` when ``ratio <= target``."""
+    ratio = value / baseline_value if baseline_value > 0 else float("inf")
+    return {
+        "name": name,
+        "value": value,
+        "unit": unit,
+        "baseline": baseline,
+        "baseline_value": baseline_value,
+        "ratio": round(ratio, 3),
+        "target": target,
+        "met": ratio <= target,
+        **extras,
+    }
+
+
+def run_in_child(name: str) -> dict[str, Any]:
+    """Run benchmark ``name`` in a child ``python -m benchmarks --child NAME`` and return its row.
+
+    ``peak_rss_mib`` is the child's peak resident set (``ru_maxrss`` from ``os.wait4``, KiB on Linux), set
+    unless the benchmark reported its own.
+
+    Raises:
+        RuntimeError: the child failed; its stderr is in the message.
+    """
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks", "--child", name],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    out, err = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"benchmark {name} failed (exit {proc.returncode}): {err.strip()}")
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    result.setdefault("peak_rss_mib", round(usage.ru_maxrss / 1024, 1))
+    return result

@@ -1,0 +1,328 @@
+"""Reading a journal directory without an event loop (SPEC 5): scan, classify, decode. Never writes.
+
+Directory layout (``state_dir/journal/``):
+
+- ``<first_seq:020d>.jnl``: a live segment (appendable, uncompressed); normally only the last one.
+- ``<first_seq:020d>.jnl.zst``: a sealed segment: the zstd frame of a former live segment's exact bytes.
+  When both names exist for one ``first_seq`` (a crash between sealing and removing the live file), the
+  sealed one is read and the live one is a leftover: replay never sees a record twice.
+- ``*.tmp``: unfinished temp files of sealing; ignored here, removed by the next writer.
+
+Classification (SPEC 5, cases C12, C13): a bad frame (or header) in the *last* segment, when it is live and
+no frame valid on its own follows at an 8-aligned offset, is a torn tail: reported, and the records before
+it are the replay. Anything else bad raises :class:`JournalCorruptError` naming the file and offset. A
+zero-length or header-less last segment is a torn write at offset 0 (evidence of a crash, not a valid empty
+log); the same in an earlier segment is corruption. Gaps in the sequence are corruption unless a snapshot
+record covers them (compaction dropped those segments).
+
+This module imports only the standard library and ``journal._framing`` at import time; ``zstandard`` is
+imported only when a sealed segment is read, and ``attrs`` (for :class:`~journal.Record`) only by
+:func:`replay`, so a boot-time recovery that finds nothing to do starts fast.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+from ._framing import (
+    ENVELOPE,
+    FORMAT_VERSION,
+    KIND_EVENT,
+    SEGMENT_HEADER_SIZE,
+    BadFrame,
+    decode_envelope,
+    decode_frames,
+    decode_segment_header,
+    valid_frame_after,
+)
+from .errors import JournalCorruptError, JournalDecodeError, JournalVersionError
+
+# Not ``typing.TYPE_CHECKING``: importing typing costs several ms at boot (mypy treats this name as True).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from ._records import Codec, Replay
+
+LIVE_SUFFIX = ".jnl"
+SEALED_SUFFIX = ".jnl.zst"
+TMP_SUFFIX = ".tmp"
+
+
+def parse_segment_name(name: str) -> tuple[int, bool] | None:
+    """(first_seq, sealed) for a segment file name, or None for any other name."""
+    digits, suffix = name[:20], name[20:]
+    if len(digits) != 20 or not (digits.isascii() and digits.isdigit()):
+        return None
+    if suffix == LIVE_SUFFIX:
+        return int(digits), False
+    if suffix == SEALED_SUFFIX:
+        return int(digits), True
+    return None
+
+
+def segment_name(first_seq: int, sealed: bool) -> str:
+    """File name of the segment whose first record is ``first_seq``."""
+    return f"{first_seq:020d}{SEALED_SUFFIX if sealed else LIVE_SUFFIX}"
+
+
+RawRecord = tuple[int, str, float, "int | None", bytes, str, int]
+"""A validated, not yet decoded record: (seq, episode_id, wall_time, covers_through, event bytes, segment
+path, frame offset). A plain tuple: replay makes one per record."""
+
+
+class Segment:
+    """What a scan learned about one segment file.
+
+    Attributes:
+        path: absolute path.
+        first_seq: sequence number its first record carries (from the name, checked against the header).
+        sealed: True for a ``.jnl.zst`` segment.
+        last_seq: sequence number of its last valid record (``first_seq - 1`` when it holds none).
+        end: bytes of its valid prefix (live segments: where the next frame goes).
+        chain: chain CRC of its last valid frame (the header CRC when none).
+        episodes: episode ids of its records (``"-"`` for snapshots).
+    """
+
+    __slots__ = ("chain", "end", "episodes", "first_seq", "last_seq", "path", "sealed")
+
+    def __init__(self, path: str, first_seq: int, sealed: bool) -> None:
+        self.path = path
+        self.first_seq = first_seq
+        self.sealed = sealed
+        self.last_seq = first_seq - 1
+        self.end = 0
+        self.chain = 0
+        self.episodes: set[str] = set()
+
+
+class Scan:
+    """The result of :func:`scan`: every segment, leftover and record of a journal directory.
+
+    Attributes:
+        directory: absolute path of the journal directory.
+        segments: the segments replay reads, in sequence order.
+        shadowed: live files whose sealed twin exists (leftovers of an interrupted seal).
+        temps: ``*.tmp`` leftovers.
+        records: every valid record in sequence order, including ones hidden by a snapshot.
+        covers_through: the highest ``covers_through`` of any snapshot record (0 when none).
+        torn: (path, offset) of the torn tail of the last segment, or None.
+        next_seq: the sequence number the next appended record gets.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.segments: list[Segment] = []
+        self.shadowed: list[str] = []
+        self.temps: list[str] = []
+        self.records: list[RawRecord] = []
+        self.covers_through = 0
+        self.torn: tuple[str, int] | None = None
+        self.next_seq = 1
+
+    def visible(self) -> list[RawRecord]:
+        """The records replay returns: those not summarised by a snapshot."""
+        covers = self.covers_through
+        if covers == 0:
+            return self.records
+        return [r for r in self.records if r[0] > covers]
+
+
+class gc_paused:  # lower case: used like a function, ``with gc_paused():``
+    """Pause the cyclic garbage collector while a replay allocates its records.
+
+    Replay creates several objects per record and none of them form cycles; with the collector on, the
+    growing record list is traversed again and again by generation-2 collections, which cost about a third
+    of a 100k-record replay (``benchmarks/bench_journal.py``). Reference counting still frees everything.
+    A class rather than ``contextlib.contextmanager``, to keep contextlib off the boot path.
+    """
+
+    def __enter__(self) -> None:
+        self._enabled = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._enabled:
+            gc.enable()
+
+
+def _read(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+MAX_SEALED_BYTES = 1 << 30
+"""Largest decompressed sealed segment accepted (bytes): a damaged zstd header must not make replay
+allocate whatever size it claims."""
+
+
+def _decompress(path: str, data: bytes) -> bytes:
+    import zstandard  # lazily: only sealed history needs it
+
+    try:
+        size = zstandard.frame_content_size(data)
+        if size < 0 or size > MAX_SEALED_BYTES:
+            raise JournalCorruptError(path, 0, f"sealed segment declares an invalid content size {size}")
+        return zstandard.ZstdDecompressor().decompress(data)
+    except zstandard.ZstdError as exc:
+        raise JournalCorruptError(path, 0, f"sealed segment is not a complete zstd frame: {exc}") from None
+
+
+def _list(directory: str) -> tuple[list[tuple[int, bool, str]], list[str], list[str]]:
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return [], [], []
+    live: dict[int, str] = {}
+    sealed: dict[int, str] = {}
+    temps: list[str] = []
+    for name in names:
+        parsed = parse_segment_name(name)
+        if parsed is not None:
+            (sealed if parsed[1] else live)[parsed[0]] = os.path.join(directory, name)
+        elif name.endswith(TMP_SUFFIX):
+            temps.append(os.path.join(directory, name))
+    shadowed = sorted(live.pop(seq) for seq in list(live) if seq in sealed)
+    ordered = sorted([(s, False, p) for s, p in live.items()] + [(s, True, p) for s, p in sealed.items()])
+    return ordered, shadowed, sorted(temps)
+
+
+def scan(directory: str | os.PathLike[str]) -> Scan:
+    """Read and validate every segment of ``directory`` (sync; never writes or creates anything).
+
+    Args:
+        directory: the journal directory; a missing one is an empty journal.
+
+    Returns:
+        The :class:`Scan`.
+
+    Raises:
+        JournalCorruptError: a bad frame that is not a torn tail, a bad sealed segment, a sequence gap not
+            covered by a snapshot, or overlapping segments (file and offset named).
+        JournalVersionError: a segment header written by a newer format version.
+        JournalDecodeError: an intact frame whose envelope cannot be decoded.
+        OSError: the directory or a segment cannot be read (e.g. EACCES).
+    """
+    directory = os.path.abspath(os.fspath(directory))
+    result = Scan(directory)
+    ordered, result.shadowed, result.temps = _list(directory)
+    expected: int | None = None
+    gaps: list[tuple[str, int, int]] = []  # (path, first missing seq, last missing seq)
+    records = result.records
+    unpack_env = ENVELOPE.unpack_from
+    env_size = ENVELOPE.size
+    for index, (first_seq, sealed, path) in enumerate(ordered):
+        tolerant = not sealed and index == len(ordered) - 1
+        data = _read(path)
+        if sealed:
+            data = _decompress(path, data)
+        where = " (offset in the decompressed sealed segment)" if sealed else ""
+        seg = Segment(path, first_seq, sealed)
+        if expected is None:
+            if first_seq > 1:
+                gaps.append((path, 1, first_seq - 1))
+        elif first_seq > expected:
+            gaps.append((path, expected, first_seq - 1))
+        elif first_seq < expected:
+            raise JournalCorruptError(
+                path, 0, f"segment starts at seq {first_seq} but the previous one ends at {expected - 1}"
+            )
+        header = decode_segment_header(data)
+        if isinstance(header, BadFrame):
+            if tolerant and valid_frame_after(data, 0) is None:
+                result.torn = (path, 0)
+                result.segments.append(seg)
+                expected = first_seq
+                break
+            raise JournalCorruptError(path, 0, header.reason + where)
+        if header.version > FORMAT_VERSION:
+            raise JournalVersionError(path, header.version, FORMAT_VERSION)
+        if header.first_seq != first_seq:
+            raise JournalCorruptError(
+                path, 0, f"header says first seq {header.first_seq}, the file name says {first_seq}"
+            )
+        frames, end, chain, bad = decode_frames(data, SEGMENT_HEADER_SIZE, first_seq, header.crc)
+        if bad is not None:
+            after = valid_frame_after(data, bad.offset)
+            if not tolerant or after is not None:
+                detail = f"; a valid frame follows at offset {after}" if after is not None else ""
+                raise JournalCorruptError(path, bad.offset, bad.reason + detail + where)
+            result.torn = (path, bad.offset)
+        seg.end = end
+        seg.chain = chain
+        episodes = seg.episodes
+        append = records.append
+        for offset, seq, start, stop in frames:
+            # Fast path for the common case (an event record); snapshots and errors take decode_envelope.
+            pos = start + env_size
+            kind, wall_time, eid_len = unpack_env(data, start) if pos <= stop else (-1, 0.0, 0)
+            try:
+                if kind == KIND_EVENT and pos + eid_len <= stop:
+                    covers = None
+                    event_start = pos + eid_len
+                    episode_id = data[pos:event_start].decode()
+                else:
+                    wall_time, episode_id, covers, event_start = decode_envelope(data, start, stop)
+                    if covers is not None and covers > result.covers_through:
+                        result.covers_through = covers
+            except ValueError as exc:  # UnicodeDecodeError included
+                raise JournalDecodeError(path, offset, str(exc)) from None
+            episodes.add(episode_id)
+            append((seq, episode_id, wall_time, covers, data[event_start:stop], path, offset))
+        if frames:
+            seg.last_seq = frames[-1][1]
+        result.segments.append(seg)
+        expected = seg.last_seq + 1
+    for path, lo, hi in gaps:
+        if hi > result.covers_through:
+            raise JournalCorruptError(path, 0, f"records {lo}..{hi} are missing and no snapshot covers them")
+    result.next_seq = expected if expected is not None else 1
+    return result
+
+
+def decode_records(raw: list[RawRecord], codec: Codec[Any]) -> list[Any]:
+    """Decode raw records into :class:`~journal.Record` values with ``codec``.
+
+    Raises:
+        JournalDecodeError: ``codec.decode`` raised; names the segment and the frame offset.
+    """
+    from ._records import Record
+
+    decode = codec.decode
+    out: list[Any] = []
+    append = out.append
+    for seq, episode_id, wall_time, _covers, data, path, offset in raw:
+        try:
+            event = decode(data)
+        except Exception as exc:
+            raise JournalDecodeError(path, offset, f"{type(exc).__name__}: {exc}") from exc
+        append(Record(seq, episode_id, wall_time, event))
+    return out
+
+
+def replay(directory: str | os.PathLike[str], codec: Codec[Any]) -> Replay[Any]:
+    """Replay a journal directory: every visible record, decoded, plus any torn tail (SPEC 5).
+
+    Sync, needs no event loop, never writes or creates anything (usable by ``status``, ``history``,
+    ``journal verify`` and by recovery at boot).
+
+    Args:
+        directory: the journal directory; a missing directory is an empty journal.
+        codec: decodes the event bytes.
+
+    Returns:
+        ``Replay(records, torn_tail)``; records in sequence order, those summarised by a compaction
+        snapshot left out.
+
+    Raises:
+        JournalCorruptError: see :func:`scan`.
+        JournalVersionError: see :func:`scan`.
+        JournalDecodeError: an undecodable envelope, or ``codec.decode`` raised (unknown tag, bad shape).
+    """
+    from ._records import Replay, TornTail
+
+    with gc_paused():
+        result = scan(directory)
+        torn = TornTail(result.torn[0], result.torn[1]) if result.torn else None
+        return Replay(decode_records(result.visible(), codec), torn)

@@ -1,0 +1,543 @@
+"""The journal writer: durable appends with group commit, torn-tail repair, sealing and compaction.
+
+Only the host-lock holder creates a :class:`JournalWriter` (SPEC 4.6 rule 7); readers use
+:func:`journal.replay`. Every blocking step runs in a worker thread that is never abandoned, inside a
+cancel scope that is shielded: an append or a seal that has started finishes, and a cancellation is
+delivered after it (trio's rule that a cancelled operation either had no effect or completed is kept by
+making the write itself uncancellable).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Generic, TypeVar
+
+import anyio
+import attrs
+
+from . import _segment
+from ._framing import MAX_EPISODE_ID, MAX_PAYLOAD, SEGMENT_HEADER_SIZE, encode_envelope, encode_frame
+from ._reader import TMP_SUFFIX, Scan, decode_records, gc_paused, scan, segment_name
+from ._records import SNAPSHOT_EPISODE, Codec, Record, TornTail
+from .errors import JournalClosedError, JournalError, JournalFullError, JournalPoisonedError
+
+T = TypeVar("T")
+
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+@attrs.frozen
+class CompactStats:
+    """What :meth:`JournalWriter.compact` did.
+
+    Attributes:
+        sealed: the live segment was sealed first.
+        dropped_segments: sealed segment files removed.
+        dropped_records: records summarised by the snapshot and removed with them.
+        snapshot_seq: sequence number of the snapshot record, or None when nothing was dropped.
+    """
+
+    sealed: bool
+    dropped_segments: int
+    dropped_records: int
+    snapshot_seq: int | None
+
+
+class _Pending:
+    __slots__ = ("covers_through", "done", "episode_id", "error", "event", "payload", "record", "wall_time")
+
+    def __init__(
+        self, episode_id: str, wall_time: float, event: Any, payload: bytes, covers_through: int | None
+    ) -> None:
+        self.episode_id = episode_id
+        self.wall_time = wall_time
+        self.event = event
+        self.payload = payload
+        self.covers_through = covers_through
+        self.done = False
+        self.error: BaseException | None = None
+        self.record: Record[Any] | None = None
+
+
+class _Refused(Exception):
+    """A batch write failed and was cut off again; nothing of it is on disk."""
+
+
+class _Broken(Exception):
+    """An fsync failed, or a failed write could not be cut off: the writer is poisoned."""
+
+
+@attrs.define
+class _Live:
+    fd: int
+    path: str
+    offset: int
+    chain: int
+
+
+def _prepare(directory: str) -> tuple[Scan, TornTail | None, _Live]:
+    """Blocking part of :meth:`JournalWriter.open`: create, scan, clean leftovers, repair, open the live."""
+    _segment.mkdir_durable(directory)
+    with gc_paused():
+        result = scan(directory)
+    # Leftovers of an interrupted seal or compaction. Never the last segment.
+    covered = [s.path for s in result.segments[:-1] if s.last_seq <= result.covers_through]
+    _segment.remove_durable(result.temps + result.shadowed + covered)
+    result.segments = [s for s in result.segments if s.path not in covered]
+    repaired: TornTail | None = None
+    last = result.segments[-1] if result.segments else None
+    if result.torn is not None:
+        assert last is not None and last.path == result.torn[0]
+        path, offset = result.torn
+        if offset == 0:
+            last.chain = _segment.rewrite_header(path, last.first_seq)
+            last.end = len(_segment.encode_segment_header(last.first_seq))
+        else:
+            _segment.truncate_durable(path, offset)
+        repaired = TornTail(path, offset)
+    if last is not None and not last.sealed:
+        fd = os.open(last.path, os.O_WRONLY | os.O_CLOEXEC)
+        return result, repaired, _Live(fd, last.path, last.end, last.chain)
+    path = os.path.join(directory, segment_name(result.next_seq, sealed=False))
+    fd, chain = _segment.create_live(path, result.next_seq)
+    from ._reader import Segment
+
+    seg = Segment(path, result.next_seq, sealed=False)
+    seg.end, seg.chain = os.fstat(fd).st_size, chain
+    result.segments.append(seg)
+    return result, repaired, _Live(fd, path, seg.end, chain)
+
+
+def _decode(result: Scan, codec: Codec[T]) -> list[Record[T]]:
+    with gc_paused():
+        return decode_records(result.visible(), codec)
+
+
+class JournalWriter(Generic[T]):
+    """The append side of a journal directory (SPEC 5). Create with :meth:`open`.
+
+    Attributes:
+        directory: absolute path of the journal directory.
+        repaired: the torn tail that :meth:`open` truncated, or None.
+    """
+
+    def __init__(self, directory: str, codec: Codec[T], wall_clock: Callable[[], float]) -> None:
+        self.directory = directory
+        self.repaired: TornTail | None = None
+        self._codec = codec
+        self._clock = wall_clock
+        # Group commit without a lock: one task at a time is the committer (``_busy``); the others park on
+        # ``_idle`` and re-check whether their record was committed in the batch that just finished.
+        self._busy = False
+        self._idle: anyio.Event | None = None
+        self._pending: list[_Pending] = []
+        self._records: list[Record[T]] = []
+        self._scan: Scan
+        self._live: _Live
+        self._next_seq = 1
+        self._poisoned: JournalPoisonedError | None = None
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        directory: str | os.PathLike[str],
+        codec: Codec[T],
+        *,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> JournalWriter[T]:
+        """Open (creating if needed) a journal directory for appending.
+
+        Creates the directory (0700, parents too, each made durable), replays it, removes leftovers of an
+        interrupted seal or compaction, truncates a torn tail durably (exposed as :attr:`repaired`) and
+        makes sure a live segment exists. Cancellation: shielded; it completes, then the cancel is seen.
+
+        Args:
+            directory: the journal directory (``state_dir/journal``).
+            codec: encodes and decodes the caller's events.
+            wall_clock: Unix seconds for each record's informational ``wall_time``.
+
+        Raises:
+            JournalCorruptError: corruption that is not a torn tail (nothing is truncated or removed).
+            JournalVersionError: a segment of a newer format version.
+            JournalDecodeError: a record the codec cannot decode.
+            OSError: the directory cannot be created or read.
+        """
+        self = cls(os.path.abspath(os.fspath(directory)), codec, wall_clock)
+        with anyio.CancelScope(shield=True):
+            result, repaired, live = await anyio.to_thread.run_sync(_prepare, self.directory)
+            try:
+                self._records = await anyio.to_thread.run_sync(_decode, result, codec)
+            except BaseException:
+                os.close(live.fd)
+                raise
+        self._scan, self.repaired, self._live = result, repaired, live
+        self._next_seq = result.next_seq
+        return self
+
+    async def __aenter__(self) -> JournalWriter[T]:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def records(self) -> Sequence[Record[T]]:
+        """Every visible record, replayed and appended, in sequence order (a snapshot of the list)."""
+        return tuple(self._records)
+
+    @property
+    def next_seq(self) -> int:
+        """The sequence number the next appended record will get."""
+        return self._next_seq
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise JournalClosedError(f"journal {self.directory} is closed", self.directory)
+        if self._poisoned is not None:
+            raise self._poisoned
+
+    async def append(self, episode_id: str, event: T) -> Record[T]:
+        """Append one event; return only when it is on stable storage (written and fdatasynced).
+
+        Concurrent calls are group-committed: one write and one fdatasync per batch.
+
+        Args:
+            episode_id: the episode (operation id); non-empty, at most 65535 UTF-8 bytes, not ``"-"``.
+            event: the event; encoded with the codec before anything is written.
+
+        Returns:
+            The durable record with its sequence number.
+
+        Raises:
+            ValueError: a bad episode id, or an encoded record above 16 MiB (nothing written).
+            JournalFullError: ENOSPC/EDQUOT; the record is not in the journal, which stays readable and
+                usable once space is freed.
+            JournalPoisonedError: an fsync failed now or earlier; nothing more is accepted.
+            JournalClosedError: :meth:`aclose` was called.
+            Exception: whatever ``codec.encode`` raises (nothing written).
+
+        Cancellation: shielded. When the call returns the record is durable; a cancel that arrives while
+        it runs takes effect afterwards.
+        """
+        if episode_id == SNAPSHOT_EPISODE:
+            raise ValueError(f"episode id {SNAPSHOT_EPISODE!r} is reserved for compaction snapshots")
+        return await self._append(episode_id, event, None)
+
+    async def _append(self, episode_id: str, event: T, covers_through: int | None) -> Record[T]:
+        self._check_usable()
+        eid = episode_id.encode("utf-8")
+        if not eid or len(eid) > MAX_EPISODE_ID:
+            raise ValueError(f"episode id must be 1..{MAX_EPISODE_ID} UTF-8 bytes, got {len(eid)}")
+        wall_time = self._clock()
+        payload = encode_envelope(eid, wall_time, self._codec.encode(event), covers_through)
+        if len(payload) > MAX_PAYLOAD:
+            raise ValueError(f"journal record of {len(payload)} bytes exceeds {MAX_PAYLOAD} bytes")
+        pending = _Pending(episode_id, wall_time, event, payload, covers_through)
+        with anyio.CancelScope(shield=True):
+            self._pending.append(pending)
+            while not pending.done:
+                if self._busy:
+                    await self._wait_idle()
+                    continue
+                self._busy = True
+                try:
+                    # One pass of the event loop lets writers that woke with this one join the batch.
+                    await anyio.lowlevel.checkpoint()
+                    batch, self._pending = self._pending, []
+                    await self._commit(batch)
+                finally:
+                    self._release()
+        if pending.error is not None:
+            raise pending.error
+        assert pending.record is not None
+        return pending.record
+
+    async def _wait_idle(self) -> None:
+        if self._idle is None:
+            self._idle = anyio.Event()
+        await self._idle.wait()
+
+    async def _acquire(self) -> None:
+        """Become the only task touching the files (seal, compact, close); callers are shielded."""
+        while self._busy:
+            await self._wait_idle()
+        self._busy = True
+
+    def _release(self) -> None:
+        self._busy = False
+        idle, self._idle = self._idle, None
+        if idle is not None:
+            idle.set()
+
+    async def _commit(self, batch: list[_Pending]) -> None:
+        """Frame ``batch``, write it with one pwrite and one fdatasync; settle every entry. Caller is busy."""
+        try:
+            self._check_usable()
+        except JournalError as exc:
+            for p in batch:
+                p.error, p.done = exc, True
+            return
+        live = self._live
+        seq, chain = self._next_seq, live.chain
+        frames = []
+        for p in batch:
+            frame, chain = encode_frame(seq, p.payload, chain)
+            frames.append(frame)
+            seq += 1
+        data = b"".join(frames)
+        error: JournalError | None = None
+        try:
+            await anyio.to_thread.run_sync(self._write_sync, live.fd, data, live.offset)
+        except _Refused as exc:
+            cause = exc.__cause__
+            error = JournalFullError(f"journal {live.path}: no space left to append ({cause})", live.path)
+            error.__cause__ = cause
+        except _Broken as exc:
+            cause = exc.__cause__
+            self._poisoned = JournalPoisonedError(
+                f"journal {live.path}: {exc}; no further appends (fsync is never retried)", live.path
+            )
+            self._poisoned.__cause__ = cause
+            error = self._poisoned
+        if error is not None:
+            for p in batch:
+                p.error, p.done = error, True
+            return
+        live.offset += len(data)
+        live.chain = chain
+        seg = self._scan.segments[-1]
+        seq = self._next_seq
+        for p in batch:
+            record: Record[T] = Record(seq, p.episode_id, p.wall_time, p.event)
+            self._records.append(record)
+            seg.episodes.add(p.episode_id)
+            p.record, p.done = record, True
+            seq += 1
+        seg.last_seq = seq - 1
+        seg.end = live.offset
+        seg.chain = chain
+        self._next_seq = seq
+
+    @staticmethod
+    def _write_sync(fd: int, data: bytes, offset: int) -> None:
+        try:
+            _segment.pwrite_all(fd, data, offset)
+        except OSError as exc:
+            # Cut the partial batch off so that nothing half-written is on disk or accepted on replay.
+            try:
+                os.ftruncate(fd, offset)
+                os.fdatasync(fd)
+            except OSError as exc2:
+                raise _Broken(f"write failed ({exc}) and could not be cut off") from exc2
+            if exc.errno in _FULL_ERRNOS:
+                raise _Refused() from exc
+            raise _Broken(f"write failed and was cut off ({exc})") from exc
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            raise _Broken(f"fdatasync failed ({exc})") from exc
+
+    async def seal(self, is_closed: Callable[[str], bool]) -> bool:
+        """Seal the live segment into a zstd segment if all its records belong to closed episodes.
+
+        Crash-safe order: the compressed copy is written to a temp file, fsynced, checked, renamed to
+        ``<first>.jnl.zst`` and the directory fsynced (from here replay reads the sealed copy and ignores the
+        live file); then the live file is removed (directory fsync) and a new live segment created. At
+        no point does replay see a record twice or miss one.
+
+        Args:
+            is_closed: tells whether an episode id is closed (snapshot records count as closed).
+
+        Returns:
+            True if a segment was sealed; False if the live segment is empty or holds a record of an open
+            episode.
+
+        Raises:
+            JournalPoisonedError: a step after the sealed copy's rename failed (the writer is poisoned;
+                the next :meth:`open` finishes the seal), or the writer was poisoned before.
+            JournalClosedError: the writer is closed.
+            OSError: writing the sealed copy failed before its rename (nothing changed; appends go on).
+        """
+        self._check_usable()
+        sealed = False
+        with anyio.CancelScope(shield=True):
+            await self._acquire()
+            try:
+                self._check_usable()
+                sealed = await self._seal_locked(is_closed)
+            finally:
+                self._release()
+        return sealed
+
+    async def _seal_locked(self, is_closed: Callable[[str], bool]) -> bool:
+        seg = self._scan.segments[-1]
+        if seg.last_seq < seg.first_seq:
+            return False
+        if not all(e == SNAPSHOT_EPISODE or is_closed(e) for e in seg.episodes):
+            return False
+        live = self._live
+        sealed_path = os.path.join(self.directory, segment_name(seg.first_seq, sealed=True))
+        new_path = os.path.join(self.directory, segment_name(self._next_seq, sealed=False))
+        tmp_path = sealed_path + TMP_SUFFIX
+        # Until the rename, a failure changes nothing (the temp file is removed, appends go on).
+        await anyio.to_thread.run_sync(_write_sealed_tmp, live.path, live.offset, tmp_path)
+        try:
+            fd, chain = await anyio.to_thread.run_sync(
+                _publish_sealed, tmp_path, sealed_path, live.fd, live.path, new_path, self._next_seq
+            )
+        except OSError as exc:
+            # Past the rename, replay may read the sealed copy and ignore the live file: appending to it
+            # would lose records. Refuse everything; the next open() finishes the seal from the disk.
+            self._poisoned = JournalPoisonedError(
+                f"journal {live.path}: sealing failed after the sealed copy was made ({exc}); "
+                "reopen the journal to finish",
+                live.path,
+            )
+            raise self._poisoned from exc
+        from ._reader import Segment
+
+        seg.sealed, seg.path = True, sealed_path
+        new = Segment(new_path, self._next_seq, sealed=False)
+        new.end, new.chain = SEGMENT_HEADER_SIZE, chain
+        self._live = _Live(fd, new_path, SEGMENT_HEADER_SIZE, chain)
+        self._scan.segments.append(new)
+        return True
+
+    async def compact(
+        self,
+        keep_episodes: int,
+        is_closed: Callable[[str], bool],
+        summarize: Callable[[Sequence[Record[T]]], T],
+    ) -> CompactStats:
+        """Seal, then drop the oldest sealed segments that hold only old closed episodes (SPEC 5).
+
+        An episode is old when it is closed and not among the newest ``keep_episodes`` closed episodes
+        (ordered by their last record). Only a prefix of the sealed segments is dropped, and only segments
+        whose every record is of an old episode or an earlier snapshot. Before anything is removed, one
+        snapshot record whose event is ``summarize(records being dropped)`` is appended durably under the
+        episode id ``"-"``; it hides the records it covers from replay, so a crash at any point leaves each
+        record visible exactly once (leftover files are removed by the next :meth:`open`).
+
+        Args:
+            keep_episodes: closed episodes to keep in full (``journal.keep_episodes``), >= 0.
+            is_closed: tells whether an episode id is closed.
+            summarize: builds the snapshot event from the records being dropped (they may include an
+                earlier snapshot).
+
+        Returns:
+            :class:`CompactStats`.
+
+        Raises:
+            ValueError: ``keep_episodes`` < 0.
+            JournalFullError, JournalPoisonedError, JournalClosedError: as for :meth:`append` and
+                :meth:`seal`; nothing was removed.
+            OSError: removing the dropped segment files failed after the snapshot was durable; replay
+                already hides them and the next :meth:`open` removes them.
+        """
+        if keep_episodes < 0:
+            raise ValueError(f"keep_episodes must be >= 0, got {keep_episodes}")
+        sealed = await self.seal(is_closed)
+        stats = CompactStats(sealed, 0, 0, None)
+        with anyio.CancelScope(shield=True):
+            await self._acquire()
+            try:
+                self._check_usable()
+                stats = await self._compact_locked(sealed, keep_episodes, is_closed, summarize)
+            finally:
+                self._release()
+        return stats
+
+    async def _compact_locked(
+        self,
+        sealed: bool,
+        keep_episodes: int,
+        is_closed: Callable[[str], bool],
+        summarize: Callable[[Sequence[Record[T]]], T],
+    ) -> CompactStats:
+        last_of: dict[str, int] = {}
+        for r in self._records:
+            if r.episode_id != SNAPSHOT_EPISODE:
+                last_of[r.episode_id] = r.seq
+        closed = sorted((s, e) for e, s in last_of.items() if is_closed(e))
+        keep = {e for _, e in closed[len(closed) - keep_episodes :]} if keep_episodes else set()
+        old = {e for _, e in closed} - keep
+        old.add(SNAPSHOT_EPISODE)
+        drop = []
+        for seg in self._scan.segments[:-1]:
+            if not seg.sealed or not seg.episodes <= old:
+                break
+            drop.append(seg)
+        if not drop:
+            return CompactStats(sealed, 0, 0, None)
+        covers = drop[-1].last_seq
+        dropped = [r for r in self._records if r.seq <= covers]
+        summary = summarize(dropped)
+        eid = SNAPSHOT_EPISODE.encode()
+        wall_time = self._clock()
+        payload = encode_envelope(eid, wall_time, self._codec.encode(summary), covers)
+        pending = _Pending(SNAPSHOT_EPISODE, wall_time, summary, payload, covers)
+        await self._commit([pending])
+        if pending.error is not None:
+            raise pending.error
+        assert pending.record is not None
+        self._records = [r for r in self._records if r.seq > covers]
+        self._scan.segments = self._scan.segments[len(drop) :]
+        # Oldest first; a crash part-way leaves covered leftovers that replay hides.
+        await anyio.to_thread.run_sync(_segment.remove_durable, [s.path for s in drop])
+        return CompactStats(sealed, len(drop), len(dropped), pending.record.seq)
+
+    async def aclose(self) -> None:
+        """Wait for the commit in progress, then close the live segment; later calls raise Closed.
+
+        Idempotent. Cancellation: shielded.
+        """
+        with anyio.CancelScope(shield=True):
+            await self._acquire()
+            try:
+                if self._closed:
+                    return
+                self._closed = True
+                os.close(self._live.fd)
+            finally:
+                self._release()
+
+
+def _write_sealed_tmp(live_path: str, length: int, tmp_path: str) -> None:
+    """Compress the live segment's first ``length`` bytes into ``tmp_path`` and fsync it, checked by a
+    round trip; on failure the temp file is removed and nothing else has changed."""
+    import zstandard
+
+    with open(live_path, "rb") as f:
+        content = f.read(length)
+    if len(content) != length:
+        raise OSError(errno.EIO, f"live segment shorter than its {length} committed bytes", live_path)
+    compressed = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(content)
+    if zstandard.ZstdDecompressor().decompress(compressed) != content:
+        raise OSError(errno.EIO, "zstd round trip of the sealed segment differs", tmp_path)
+    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        _segment.pwrite_all(fd, compressed, 0)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_path)
+        raise
+    os.close(fd)
+
+
+def _publish_sealed(
+    tmp_path: str, sealed_path: str, old_fd: int, old_path: str, new_path: str, first_seq: int
+) -> tuple[int, int]:
+    """Rename the sealed copy into place (directory fsync), remove the now shadowed live file (directory
+    fsync) and create the next live segment. Returns its fd and chain seed."""
+    os.replace(tmp_path, sealed_path)
+    _segment.fsync_dir(os.path.dirname(sealed_path))
+    _segment.remove_durable([old_path])
+    created = _segment.create_live(new_path, first_seq)
+    os.close(old_fd)  # only on success: on failure the writer still owns it and aclose() closes it
+    return created

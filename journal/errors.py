@@ -1,0 +1,91 @@
+"""Typed errors of the journal (SPEC 5). Every message names the segment file and, where one applies, the
+byte offset; the CLI maps these to exit codes (SPEC 7), so this package imports nothing from upgrade_core.
+
+Split by cause, in the manner of trio's Closed/Broken pair:
+
+- :class:`JournalCorruptError`: the bytes on disk are bad where a torn write cannot explain it (a valid frame
+  after a bad one, or any bad frame in a sealed segment). Nothing is truncated.
+- :class:`JournalDecodeError`: a frame is intact but its payload is not a record this code can read (unknown
+  tag, bad envelope). Never dropped.
+- :class:`JournalVersionError`: the journal was written by a newer format version; it is refused, never
+  misread.
+- :class:`JournalPoisonedError`: an fsync/fdatasync failed ("Broken": external). Never retried, because a
+  later fsync may report success without having written the lost pages; the writer takes no more appends.
+- :class:`JournalFullError`: ENOSPC/EDQUOT while appending. The partial batch was cut off again; the
+  journal stays readable and holds nothing half-written.
+- :class:`JournalClosedError`: your code closed the writer ("Closed").
+"""
+
+from __future__ import annotations
+
+
+class JournalError(Exception):
+    """Base of every journal failure.
+
+    Attributes:
+        path: the file (segment or directory) involved, or None.
+    """
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class JournalCorruptError(JournalError):
+    """A segment holds a bad frame that is not a torn tail; recovery must not guess.
+
+    Attributes:
+        path: absolute path of the segment file.
+        offset: byte offset of the bad frame (in the decompressed content for a sealed ``.jnl.zst``
+            segment), or of the segment itself for a missing/misnamed segment.
+    """
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"journal corrupt: {path} at offset {offset}: {reason}", path)
+        self.offset = offset
+        self.reason = reason
+
+
+class JournalDecodeError(JournalError):
+    """An intact frame's payload could not be decoded (bad envelope, or the codec raised).
+
+    Attributes:
+        path: absolute path of the segment file.
+        offset: byte offset of the frame.
+    """
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"journal record undecodable: {path} at offset {offset}: {reason}", path)
+        self.offset = offset
+        self.reason = reason
+
+
+class JournalVersionError(JournalError):
+    """A segment was written by a newer journal format than this code supports.
+
+    Attributes:
+        path: absolute path of the segment file.
+        found: the format version in its header.
+        supported: the newest version this code reads.
+    """
+
+    def __init__(self, path: str, found: int, supported: int) -> None:
+        super().__init__(
+            f"journal format version {found} in {path} is newer than supported version {supported}; "
+            "upgrade this tool before reading it",
+            path,
+        )
+        self.found = found
+        self.supported = supported
+
+
+class JournalPoisonedError(JournalError):
+    """An fsync/fdatasync failed; the writer refuses every later append (no retry, see module doc)."""
+
+
+class JournalClosedError(JournalError):
+    """The writer was closed by its owner (``aclose``) before this call."""
+
+
+class JournalFullError(JournalError):
+    """ENOSPC or EDQUOT on append: the record was not accepted; the journal stays readable."""
