@@ -1,0 +1,88 @@
+"""The lean no-op path of ``recover`` (SPEC 9 ``recover.noop``: within 3x ``python -c pass``).
+
+At boot, ``recover-agent-upgrade`` almost always finds nothing to do. This module answers that case with
+the standard library only: the three paths from the TOML (:mod:`agent.config_fast`) and the tail of the
+journal's live segment (:mod:`journal._framing`, pure ``struct``/``zlib``). It returns an exit code only
+when it is *certain* that no episode is open:
+
+- no journal directory, or no segment at all;
+- the live segment is intact and empty (sealing only ever happens once every episode is closed, SPEC 5);
+- the live segment's last record is ``EpisodeClosed`` or a compaction snapshot.
+
+Anything else (an open episode, a torn tail to repair, a corrupt or newer journal, a bad config, an
+unusual file set) returns None and the full path (lock, repair, replay, fold, decide) takes over, which
+also produces every error message. It never writes and never creates a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+_CLOSED_TAGS = frozenset({"EpisodeClosed", "HistorySnapshot"})
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    for i, word in enumerate(argv):
+        if word == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith(name + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def _nothing_open(directory: str) -> bool:
+    from journal import _framing as fr
+    from journal._reader import _list
+
+    ordered, shadowed, temps = _list(directory)
+    if not ordered:
+        return True
+    if shadowed or temps:
+        return False
+    first_seq, sealed, path = ordered[-1]
+    if sealed:
+        return False
+    with open(path, "rb") as f:
+        data = f.read()
+    header = fr.decode_segment_header(data)
+    if isinstance(header, fr.BadFrame) or header.version != fr.FORMAT_VERSION or header.first_seq != first_seq:
+        return False
+    frames, end, _chain, bad = fr.decode_frames(data, fr.SEGMENT_HEADER_SIZE, first_seq, header.crc)
+    if bad is not None or end != len(data):
+        return False
+    if not frames:
+        return True
+    _offset, _seq, start, stop = frames[-1]
+    env = fr.decode_envelope(data, start, stop)
+    if env.covers_through is not None:
+        return True
+    tag = json.loads(data[env.event_start : stop]).get("_type")
+    return tag in _CLOSED_TAGS
+
+
+def recover_noop(argv: list[str]) -> int | None:
+    """Answer ``recover`` when nothing is open: print the noop result and return 0; else None.
+
+    Args:
+        argv: the whole command line after the program name (``recover`` somewhere in it).
+    """
+    if argv.count("recover") != 1 or any(a in ("-h", "--help") for a in argv):
+        return None
+    try:
+        from agent.config_fast import discover_config_path, read_paths_fast
+
+        _name, state_dir, _lock = read_paths_fast(discover_config_path(_option(argv, "--config")))
+        if not _nothing_open(os.path.join(state_dir, "journal")):
+            return None
+    except Exception:  # any doubt: the full path decides and reports
+        return None
+    if "--json" in argv:
+        result = {"operation": None, "result": "noop", "from_version": None, "to_version": None,
+                  "slot": None, "reason": None}
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        sys.stdout.write("nothing to recover: no open episode\n")
+    sys.stdout.flush()
+    return 0
