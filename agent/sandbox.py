@@ -403,7 +403,7 @@ class PrivateSystemd:
                 raise SandboxError("the host's cgroup membership changed during boot", self.console_log)
         except BaseException:
             with contextlib.suppress(SandboxError):
-                self._teardown(stop_timeout_s=3.0)
+                self._teardown(stop_timeout_s=1.0)
             raise
         self.boot_seconds = time.monotonic() - t0
         return self
@@ -432,7 +432,8 @@ class PrivateSystemd:
             except subprocess.TimeoutExpired:
                 break
             state = done.stdout.strip()
-            if state in ("running", "degraded", "maintenance", "stopping", "offline"):
+            # "offline" and "unknown" also mean "not reachable yet" (no private socket): keep polling
+            if state in ("running", "degraded", "maintenance", "stopping"):
                 break
             time.sleep(_POLL_S)
         if state == "running":
@@ -498,15 +499,19 @@ class PrivateSystemd:
             with contextlib.suppress(subprocess.TimeoutExpired, OSError):
                 subprocess.run(["nsenter", "-t", str(self.pid), "-m", "-p", "--", "systemctl", "--no-block",
                                 "exit", "0"], capture_output=True, timeout=stop_timeout_s, check=False)
+        # PID 1 never found (boot failed early): nothing graceful to wait for
+        graceful_s = stop_timeout_s if self.pid > 0 else 0.0
         try:
-            self._launcher.wait(timeout=stop_timeout_s)
+            self._launcher.wait(timeout=graceful_s)
         except subprocess.TimeoutExpired:
             if self._ours():
-                os.kill(self.pid, signal.SIGKILL)
+                os.kill(self.pid, signal.SIGKILL)  # the kernel then kills every process of the namespace
+            else:
+                self._launcher.kill()  # our own child; unshare --kill-child takes its PID 1 down with it
             try:
                 self._launcher.wait(timeout=5.0)
             except subprocess.TimeoutExpired:
-                self._launcher.kill()  # our own child: unshare --kill-child then kills PID 1
+                self._launcher.kill()
                 self._launcher.wait(timeout=5.0)
         self._console.join(timeout=5.0)
         with contextlib.suppress(OSError):

@@ -113,7 +113,7 @@ async def test_crash_loop_hits_the_start_limit_and_on_failure_runs_recovery(rig:
     await rig.manager.start()
     snap = await poll(rig, lambda s: s.active_state == "failed", timeout_s=9.0, what="the start limit")
     assert (snap.sub_state, snap.result, snap.n_restarts) == ("failed", "exit-code", 3)
-    wait_for(lambda: rig.recover_log.exists(), what="OnFailure= to run the recovery unit")
+    wait_for(lambda: _line_written(rig.recover_log), what="OnFailure= to run the recovery unit")
     assert rig.recover_log.read_text() == f"--config {rig.config} --trigger on-failure\n"
 
     assert await rig.manager.start() == "failed"  # refused: the limit holds
@@ -133,7 +133,8 @@ async def test_runs_inside_unit_true_only_inside_the_unit(rig: Rig, tmp_path: Pa
         "from agent.systemd import SystemdServiceManager\n"
         f"m = SystemdServiceManager({rig.unit!r}, unit_dir='/etc/systemd/system', recover_exe='/bin/true',"
         " config_path='/etc/x.toml')\n"
-        f"open({str(answer)!r}, 'w').write(str(m.runs_inside_unit()))\n"
+        f"open({str(answer)!r} + '.tmp', 'w').write(str(m.runs_inside_unit()))\n"
+        f"import os; os.rename({str(answer)!r} + '.tmp', {str(answer)!r})\n"
         "import time; time.sleep(3600)\n"
     )
     (rig.sandbox.unit_dir / rig.unit).write_text(
@@ -149,14 +150,14 @@ async def test_runs_inside_unit_true_only_inside_the_unit(rig: Rig, tmp_path: Pa
 async def test_hand_off_recovery_runs_the_command_after_the_unit(rig: Rig) -> None:
     await install(rig)
     transient = f"{rig.name}-handoff-1"
-    # the stub sleeps 0.5 s after writing, so the transient unit can be inspected while it runs
-    rig.recover_exe.write_text(rig.recover_exe.read_text().replace("${STUB_SLEEP:-0}", "0.5"))
+    # the stub sleeps 1.5 s after writing, so the transient unit can be inspected while it runs
+    rig.recover_exe.write_text(rig.recover_exe.read_text().replace("${STUB_SLEEP:-0}", "1.5"))
     await rig.manager.hand_off_recovery(transient, after_unit=True)
-    wait_for(rig.recover_log.exists, what="the recovery command to run")
+    wait_for(lambda: _line_written(rig.recover_log), what="the recovery command to run")
     assert rig.recover_log.read_text() == f"--config {rig.config} --trigger manual\n"
     props = rig.show(f"{transient}.service", "After", "ActiveState")
-    if props["ActiveState"] == "active":
-        assert rig.unit in props["After"].split()
+    assert props["ActiveState"] == "active"
+    assert rig.unit in props["After"].split()
     wait_for(lambda: rig.show(f"{transient}.service", "LoadState")["LoadState"] == "not-found",
              what="the hand-off unit to be collected")
 
@@ -224,6 +225,13 @@ async def test_a_hanging_systemctl_times_out_and_is_killed(tmp_path: Path) -> No
         await manager.snapshot()
     pid = int(pidfile.read_text())
     wait_for(lambda: not _alive(pid), timeout_s=3.0, what="the hanging child's group to be killed")
+
+
+def _line_written(path: Path) -> bool:
+    try:
+        return path.read_text().endswith("\n")
+    except FileNotFoundError:
+        return False
 
 
 def _alive(pid: int) -> bool:
