@@ -7,6 +7,8 @@ from typing import final
 
 import anyio
 
+from upgrade_core.ports import Clock
+
 __all__ = ["SystemClock"]
 
 
@@ -29,3 +31,8 @@ class SystemClock:
     async def sleep(self, seconds: float) -> None:
         """Sleep ``seconds`` of monotonic time (anyio). Cancellation: no effect."""
         await anyio.sleep(seconds)
+
+
+def _is_a_clock(clock: SystemClock) -> Clock:
+    """Static proof (mypy) that :class:`SystemClock` satisfies ``upgrade_core.ports.Clock``."""
+    return clock

@@ -157,3 +157,8 @@ def make_probe(http_probe: str, command_probe: Sequence[str], *, timeout_s: floa
     if command_probe:
         return CommandProbe(command_probe, timeout_s=timeout_s)
     return NullProbe()
+
+
+def _are_health_probes(null: NullProbe, http: HttpProbe, command: CommandProbe) -> tuple[HealthProbe, ...]:
+    """Static proof (mypy) that each probe satisfies ``upgrade_core.ports.HealthProbe``."""
+    return null, http, command

@@ -154,6 +154,33 @@ umount "$1"
 exit $status
 """
 
+# A sandbox whose owner was SIGKILLed dies with it (PR_SET_PDEATHSIG), but its empty cgroup stays. Before each
+# boot, remove such leftovers: named for an owner PID that no longer exists and holding no process. A live
+# sandbox's cgroups are never touched (its owner exists). Prints each name removed.
+_SWEEP_STALE: Final = """\
+set -u
+mount -t cgroup2 cgroup2 "$1" || exit 0
+for cg in "$1"/upgrade-core-sandbox-*; do
+    [ -d "$cg" ] || continue
+    owner=${cg##*/upgrade-core-sandbox-}
+    owner=${owner%%-*}
+    [ -e "/proc/$owner" ] && continue
+    [ -n "$(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null)" ] && continue
+    find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null
+    [ -d "$cg" ] || echo "${cg##*/}"
+done
+umount "$1"
+"""
+
+
+def _in_private_mount_ns(script: str, *args: str, workdir: Path) -> subprocess.CompletedProcess[str]:
+    """Run a cgroup2 maintenance ``script`` in a throw-away mount namespace (host mounts never change)."""
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, "cgroup-maint", *args],
+        capture_output=True, text=True, timeout=30.0, check=False,
+        env={**os.environ, "LIBMOUNT_UTAB": str(workdir / "utab")},
+    )
+
 
 def _stub(name: str, *lines: str) -> tuple[str, str]:
     body = "\n".join(("[Unit]", f"Description=sandbox stub {name}", "DefaultDependencies=no", *lines))
@@ -275,6 +302,7 @@ class PrivateSystemd:
         cgroup: name of its cgroup2 subtree, directly under the host's cgroup2 root.
         console_log: where PID 1's console (and journald's forwarded output) is written.
         boot_seconds: wall time :meth:`start` took, in seconds.
+        swept_cgroups: stale cgroups of dead sandboxes (owner killed) removed before this boot.
     """
 
     def __init__(
@@ -294,6 +322,7 @@ class PrivateSystemd:
         self.pid = 0
         self.pidns = ""
         self.boot_seconds = 0.0
+        self.swept_cgroups: list[str] = []
         self._launcher = launcher
         self._console = console
         self._console_fd = console_fd
@@ -373,6 +402,7 @@ class PrivateSystemd:
             # keep libmount's utab and lock files out of the host's /run (it would create /run/mount)
             "LIBMOUNT_UTAB": str(wd / "utab"),
         }
+        swept = _in_private_mount_ns(_SWEEP_STALE, str(wd / "cgmnt"), workdir=wd)
         host_cg_before = _host_cgroups()
         t0 = time.monotonic()
         # A pty becomes the sandbox's /dev/console; a thread copies it into console.log. (The reference
@@ -406,6 +436,7 @@ class PrivateSystemd:
                 self._teardown(stop_timeout_s=1.0)
             raise
         self.boot_seconds = time.monotonic() - t0
+        self.swept_cgroups = swept.stdout.split()
         return self
 
     def _await_boot(self, deadline: float) -> None:
@@ -517,12 +548,8 @@ class PrivateSystemd:
         with contextlib.suppress(OSError):
             os.close(self._console_fd)
         problems = []
-        cleanup = subprocess.run(
-            ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", _CGROUP_CLEANUP, "cleanup",
-             str(self.workdir / "cgmnt"), self.cgroup],
-            capture_output=True, text=True, timeout=30.0, check=False,
-            env={**os.environ, "LIBMOUNT_UTAB": str(self.workdir / "utab")},
-        )
+        cleanup = _in_private_mount_ns(_CGROUP_CLEANUP, str(self.workdir / "cgmnt"), self.cgroup,
+                                       workdir=self.workdir)
         if cleanup.returncode != 0:
             problems.append(f"cgroup {self.cgroup} left (status {cleanup.returncode}): "
                             f"{cleanup.stderr.strip()}")

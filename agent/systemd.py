@@ -22,12 +22,12 @@ import shlex
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Final, final
+from typing import TYPE_CHECKING, Final, final
 
 import anyio
 
 from upgrade_core.errors import ConfigError, ServiceError
-from upgrade_core.ports import UnitSnapshot
+from upgrade_core.ports import ServiceManager, UnitSnapshot
 
 from ._bounded_run import BoundedRunTimeout, Finished, run_bounded
 
@@ -727,3 +727,9 @@ def _check_transient(name: str) -> None:
 def _last_line(stderr: bytes) -> str:
     lines = [ln.strip() for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
     return lines[-1] if lines else "(no output)"
+
+
+if TYPE_CHECKING:  # mypy proves the class satisfies the port it implements
+
+    def _is_a_service_manager(manager: SystemdServiceManager) -> ServiceManager:
+        return manager

@@ -115,7 +115,8 @@ def rig(sandbox: PrivateSystemd, tmp_path: Path) -> Iterator[Rig]:
         mine = sorted(p.name for p in sandbox.unit_dir.iterdir() if p.name.startswith(name))
         for unit in mine:
             sandbox.run("systemctl", "stop", unit, check=False)
-        sandbox.run("systemctl", "disable", *mine, check=False) if mine else None
+        if mine:
+            sandbox.run("systemctl", "disable", *mine, check=False)
         for unit in mine:
             (sandbox.unit_dir / unit).unlink(missing_ok=True)
         sandbox.run("systemctl", "daemon-reload")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -118,3 +121,31 @@ def test_a_non_empty_workdir_is_refused(tmp_path: Path) -> None:
     with pytest.raises(SandboxError, match=f"work directory {tmp_path} is not empty"):
         PrivateSystemd.start(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["stale"]
+
+
+@pytest.mark.usefixtures("root_only")
+def test_a_killed_owner_takes_its_sandbox_down_and_the_next_boot_sweeps_its_cgroup(tmp_path: Path) -> None:
+    worktree = Path(__file__).resolve().parents[2]
+    code = (
+        "import sys, time\n"
+        "from agent.sandbox import PrivateSystemd\n"
+        "sd = PrivateSystemd.start(sys.argv[1], journald=False)\n"
+        "print(sd.pidns, sd.cgroup, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "doomed")], stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "PYTHONPATH": str(worktree)})
+    assert owner.stdout is not None
+    pidns, cgroup = owner.stdout.readline().split()
+    assert _pids_in(pidns)
+    owner.kill()  # no stop(): PR_SET_PDEATHSIG takes the launcher, hence PID 1, hence the namespace down
+    owner.wait()
+    deadline = time.monotonic() + 10
+    while _pids_in(pidns):
+        assert time.monotonic() < deadline, "sandbox processes outlived their killed owner"
+        time.sleep(0.02)
+    assert _cgroup_exists(cgroup, tmp_path / "cg")  # the one thing a SIGKILL leaves behind ...
+    with PrivateSystemd.start(tmp_path / "next", journald=False) as sd:
+        assert cgroup in sd.swept_cgroups  # ... is swept by the next boot
+    assert not _cgroup_exists(cgroup, tmp_path / "cg")
+    shutil.rmtree(tmp_path / "doomed")
