@@ -64,9 +64,21 @@ class SandboxError(HostError):
     """
 
     def __init__(self, message: str, console_log: Path | None = None) -> None:
-        where = f" (console log: {console_log})" if console_log is not None else ""
+        where = ""
+        if console_log is not None:
+            where = f" (console log: {console_log}{_console_tail(console_log)})"
         super().__init__(f"private systemd: {message}{where}")
         self.console_log = console_log
+
+
+def _console_tail(path: Path, lines: int = 8) -> str:
+    """The last non-empty console lines, joined on one line, so a CI log shows why a boot failed."""
+    try:
+        text = path.read_bytes()[-4096:].decode(errors="replace")
+    except OSError:
+        return ""
+    tail = [ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]
+    return "; last lines: " + " | ".join(tail) if tail else ""
 
 
 # Stage 1 runs as PID 1 of the new pid namespace, still in the host's cgroup namespace: it creates and joins
@@ -314,6 +326,7 @@ class PrivateSystemd:
         console_fd: int,
         cgroup: str,
         pidns_before: str,
+        comm: str,
     ) -> None:
         """Internal: use :meth:`start`."""
         self.workdir = workdir
@@ -328,6 +341,7 @@ class PrivateSystemd:
         self._console_fd = console_fd
         self._host_pidns = pidns_before
         self._stopped = False
+        self._comm = comm
 
     # ------------------------------------------------------------------ properties
     @property
@@ -343,7 +357,12 @@ class PrivateSystemd:
     # ------------------------------------------------------------------ start
     @classmethod
     def start(
-        cls, workdir: str | os.PathLike[str], *, journald: bool = True, boot_timeout_s: float = 30.0
+        cls,
+        workdir: str | os.PathLike[str],
+        *,
+        journald: bool = True,
+        boot_timeout_s: float = 30.0,
+        systemd: str | None = None,
     ) -> PrivateSystemd:
         """Boot a private systemd whose state lives in ``workdir`` and wait until it is ``running``.
 
@@ -356,6 +375,7 @@ class PrivateSystemd:
             journald: also run ``systemd-journald`` inside (volatile; unit output then reaches
                 ``console.log`` and ``journalctl`` inside works).
             boot_timeout_s: seconds to wait for ``systemctl is-system-running`` to say ``running``.
+            systemd: the manager binary to boot; default the host's ``/usr/lib/systemd/systemd``.
 
         Returns:
             The running sandbox.
@@ -368,7 +388,7 @@ class PrivateSystemd:
         """
         if os.geteuid() != 0:
             raise SandboxError("needs root (it mounts, unshares namespaces and creates a cgroup)")
-        systemd = _first_executable(_SYSTEMD_CANDIDATES)
+        systemd = systemd or _first_executable(_SYSTEMD_CANDIDATES)
         if systemd is None:
             raise SandboxError(f"no systemd binary at {' or '.join(_SYSTEMD_CANDIDATES)}; install systemd")
         journald_bin = _first_executable(_JOURNALD_CANDIDATES) if journald else None
@@ -426,7 +446,7 @@ class PrivateSystemd:
         )
         console.start()
         self = cls(workdir=wd, launcher=launcher, console=console, console_fd=master, cgroup=cgroup,
-                   pidns_before=_ns_inode(os.getpid(), "pid") or "")
+                   pidns_before=_ns_inode(os.getpid(), "pid") or "", comm=Path(systemd).name[:15])
         try:
             self._await_boot(t0 + boot_timeout_s)
             if _host_cgroups() != host_cg_before:
@@ -447,7 +467,7 @@ class PrivateSystemd:
                 raise SandboxError(f"the launcher exited early (status {self._launcher.returncode})",
                                    self.console_log)
             kids = _children(launcher_pid)
-            if kids and _comm(kids[0]) == "systemd":
+            if kids and _comm(kids[0]) == self._comm:
                 pidns = _ns_inode(kids[0], "pid")
                 if pidns is not None and pidns != self._host_pidns:
                     self.pid, self.pidns = kids[0], pidns

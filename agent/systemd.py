@@ -597,8 +597,9 @@ class SystemdServiceManager:
             timeout_s: seconds to wait for the start job to finish.
 
         Returns:
-            The settled ``ActiveState`` (``active``, ``failed``, ``inactive`` for a oneshot that ran, ...);
-            judging it is the caller's business (SPEC 4.3 step 7: "restart returning 0 proves nothing").
+            The settled ``ActiveState``: ``active``, ``failed``, ``inactive`` (a oneshot that ran), or
+            ``activating`` when the process already died and ``Restart=`` is pending (SubState
+            ``auto-restart``). Judging it is the caller's business (SPEC 4.3 step 7, case C16).
 
         Raises:
             ServiceError: the unit cannot be started (not found, bad unit file), or it did not settle
@@ -632,7 +633,11 @@ class SystemdServiceManager:
         with anyio.move_on_after(timeout_s):
             while True:
                 props = await self.show(unit, "ActiveState", "SubState", "Job")
-                if not props.get("Job") and props.get("ActiveState") not in _TRANSITIONAL:
+                if not props.get("Job") and (
+                    props.get("ActiveState") not in _TRANSITIONAL
+                    # a failed start waiting for Restart=: the job is over; do not wait out a crash loop
+                    or props.get("SubState") == "auto-restart"
+                ):
                     return props.get("ActiveState", "")
                 await anyio.sleep(self.poll_interval_s)
         raise ServiceError(

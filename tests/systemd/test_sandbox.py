@@ -149,3 +149,18 @@ def test_a_killed_owner_takes_its_sandbox_down_and_the_next_boot_sweeps_its_cgro
         assert cgroup in sd.swept_cgroups  # ... is swept by the next boot
     assert not _cgroup_exists(cgroup, tmp_path / "cg")
     shutil.rmtree(tmp_path / "doomed")
+
+
+@pytest.mark.usefixtures("root_only")
+def test_a_manager_that_dies_at_boot_is_an_error_with_its_console_output(tmp_path: Path) -> None:
+    fake = tmp_path / "systemd"
+    fake.write_text("#!/bin/sh\necho 'fake manager: refusing to boot' >&2\nexit 7\n")
+    fake.chmod(0o755)
+    workdir = tmp_path / "sd"
+    with pytest.raises(SandboxError) as caught:
+        PrivateSystemd.start(workdir, journald=False, systemd=str(fake))
+    message = str(caught.value)
+    assert message.startswith("private systemd: the launcher exited early")
+    assert "fake manager: refusing to boot" in message  # the console tail, for the CI log
+    assert caught.value.console_log == workdir / "console.log"
+    assert _host_mounts_under(workdir) == []
