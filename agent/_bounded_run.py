@@ -54,6 +54,9 @@ class BoundedRunTimeout(TimeoutError):
 
 
 def _killpg(pgid: int) -> None:
+    # pgid is the leader's PID. Linux keeps a PID reserved while it names a live process group, so while
+    # any member survives this reaches exactly that group; with none left it is ESRCH. (Only a new process
+    # given the same PID *and* making itself a group leader in between could be hit: negligible.)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
 
@@ -127,4 +130,5 @@ async def run_bounded(
             await proc.aclose()
     if not exited:
         raise BoundedRunTimeout(argv, timeout_s)
-    return Finished(tuple(argv), int(proc.returncode or 0), bytes(out), bytes(err))
+    assert proc.returncode is not None  # reaped above
+    return Finished(tuple(argv), proc.returncode, bytes(out), bytes(err))

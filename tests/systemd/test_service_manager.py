@@ -9,6 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from agent.clock import SystemClock
 from agent.systemd import exec_line
 from upgrade_core.errors import ServiceError
 
@@ -54,6 +55,7 @@ async def test_script_agent_runs_and_restarts_through_a_transient_unit(rig: Rig)
     assert first.n_restarts == 0 and first.main_start_monotonic_s > 0
 
     transient = f"{rig.name}-restart-0123abcd-1-ab12"
+    requested = SystemClock().monotonic()
     await rig.manager.restart(transient)
     wait_for(lambda: rig.show(f"{transient}.service", "ActiveState")["ActiveState"] == "active",
              what="the transient restart unit to be running")
@@ -61,6 +63,8 @@ async def test_script_agent_runs_and_restarts_through_a_transient_unit(rig: Rig)
                        and s.sub_state == "running", what="a new invocation")
     assert after.main_pid not in (0, first.main_pid)
     assert after.main_start_monotonic_s > first.main_start_monotonic_s
+    # systemd's ...Monotonic and our Clock share CLOCK_MONOTONIC: "started after the restart request"
+    assert requested < after.main_start_monotonic_s < SystemClock().monotonic()
     assert after.n_restarts == 0  # a requested restart is not an automatic one
     # --collect: the transient unit is gone once its systemctl returned, so the name can be reused
     wait_for(lambda: rig.show(f"{transient}.service", "LoadState")["LoadState"] == "not-found",
