@@ -143,6 +143,13 @@ def render_agent_unit(
 ) -> str:
     """Render the agent unit (SPEC 6): runs the ``current`` link, restarts on failure, recovers on failure.
 
+    ``Type=exec`` (systemd >= 240), not ``simple``: the unit turns ``active`` only once ``execve`` of the
+    ``current`` link succeeded. With ``simple`` it is ``active`` right after ``fork``, when
+    ``/proc/<MainPID>/exe`` still names the systemd binary, and a health check that fails at once on an exe
+    mismatch (SPEC 4.3 step 7) could reject a good candidate; a missing or non-executable slot also fails
+    the start job itself instead of passing as "started". Even then, for a few microseconds after exec the
+    kernel may show an empty ``cmdline``: read that as "not known yet", never as a mismatch.
+
     ``StartLimitBurst=max_attempts+2`` within ``StartLimitIntervalSec=60``: a candidate that crash-loops
     (case C16c) exhausts the limit, the unit ends ``failed`` with ``Result=start-limit-hit``, and
     ``OnFailure=NAME-recover.service`` runs ``recover-agent-upgrade --trigger on-failure`` (SPEC 4.4).
@@ -172,7 +179,7 @@ def render_agent_unit(
         + "StartLimitIntervalSec=60\n"
         + f"StartLimitBurst={max_attempts + 2}\n"
         + "\n[Service]\n"
-        + "Type=simple\n"
+        + "Type=exec\n"
         + f"ExecStart={exec_line(current_link, exec_args)}\n"
         + "Restart=on-failure\n"
         + "RestartSec=1\n"

@@ -87,7 +87,12 @@ async def test_garbage_from_systemctl_show_is_a_service_error(tmp_path: Path) ->
 async def test_snapshot_without_prefix_reads_proc_directly(tmp_path: Path) -> None:
     proc = subprocess.Popen(["sleep", "30"])
     try:
-        exe, cmdline = await _manager(tmp_path, [])._read_proc(proc.pid)
+        # Popen returns once execve passed its point of no return, possibly before the kernel set up the
+        # new argv: a fresh process can briefly read as an empty cmdline. Poll, with a deadline.
+        with anyio.fail_after(5):
+            while not (found := await _manager(tmp_path, [])._read_proc(proc.pid))[1]:
+                await anyio.sleep(0.01)
+        exe, cmdline = found
         assert exe == os.path.realpath(shutil.which("sleep") or "")
         assert cmdline == ("sleep", "30")
         assert await _manager(tmp_path, [])._read_proc(2**22 + 7) == (None, ())  # beyond pid_max: no process

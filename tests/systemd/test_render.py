@@ -24,7 +24,7 @@ StartLimitIntervalSec=60
 StartLimitBurst=5
 
 [Service]
-Type=simple
+Type=exec
 ExecStart=/opt/upgrade-agent/lib/demo-agent/demo-agent-current --listen 127.0.0.1:8080 \
 --motd "it's 100%% \\"free\\"" $$HOME ""
 Restart=on-failure

@@ -47,7 +47,7 @@ async def test_script_agent_runs_and_restarts_through_a_transient_unit(rig: Rig)
     assert (rig.sandbox.unit_dir / "multi-user.target.wants" / rig.unit).is_symlink()
     assert await rig.manager.start() == "active"
 
-    first = await rig.manager.snapshot()
+    first = await poll(rig, lambda s: s.cmdline != (), what="the process's argv")  # see render_agent_unit
     assert (first.active_state, first.sub_state, first.result) == ("active", "running", "success")
     assert first.main_pid > 0 and len(first.invocation_id) == 32
     assert first.exe == os.path.realpath("/bin/sh")  # an interpreted agent's exe is its interpreter
@@ -79,9 +79,18 @@ async def test_elf_agent_exe_is_the_slot_file(rig: Rig) -> None:
     shutil.copy2("/bin/sleep", rig.blue)
     await install(rig, exec_args=("3600",))
     assert await rig.manager.start() == "active"
-    snap = await rig.manager.snapshot()
+    snap = await poll(rig, lambda s: s.cmdline != (), what="the process's argv")
     assert snap.exe == str(rig.blue)  # the kernel resolved the current link to the slot
     assert snap.cmdline == (str(rig.current), "3600")
+
+
+async def test_a_slot_that_cannot_be_executed_never_reads_as_active(rig: Rig) -> None:
+    rig.blue.chmod(0o644)  # Type=exec: the start job itself fails (203/EXEC), nothing "started"
+    await install(rig)
+    assert await rig.manager.start() in ("failed", "activating")
+    snap = await rig.manager.snapshot()
+    assert snap.active_state != "active" and snap.main_pid == 0 and snap.result == "exit-code"
+    assert rig.show(rig.unit, "ExecMainStatus")["ExecMainStatus"] == "203"
 
 
 async def test_restart_on_failure_counts_n_restarts(rig: Rig) -> None:
