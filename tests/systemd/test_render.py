@@ -7,6 +7,8 @@ import secrets
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agent.sandbox import PrivateSystemd
 from agent.systemd import exec_line, quote_exec_word, render_agent_unit, render_units
@@ -123,6 +125,18 @@ def test_bad_inputs_are_config_errors_naming_the_key() -> None:
                      recover_exe="/r", config_path="agent.toml")
 
 
+def _argv_dumper(directory: Path) -> tuple[Path, Path]:
+    """An executable ``directory/dump`` that writes its argv as JSON to ``directory/argv.json`` atomically."""
+    dump, out = directory / "dump", directory / "argv.json"
+    dump.write_text(
+        f"#!{PYTHON}\nimport json, os, sys\n"
+        f"open({str(out)!r} + '.tmp', 'w').write(json.dumps(sys.argv))\n"
+        f"os.rename({str(out)!r} + '.tmp', {str(out)!r})\n"
+    )
+    dump.chmod(0o755)
+    return dump, out
+
+
 ROUND_TRIP_ARGS = [word for word, _, _ in QUOTE_CASES] + ["%%", "$$", "\\;", "-", "@x", "'", '"', "\\"]
 
 
@@ -132,10 +146,7 @@ def test_exec_line_round_trips_through_systemd(sandbox: PrivateSystemd, tmp_path
     """systemd itself parses the rendered line and hands the process exactly the words we meant."""
     bindir = tmp_path / dirname
     bindir.mkdir()
-    dump = bindir / "dump"
-    out = tmp_path / "argv.json"
-    dump.write_text(f"#!{PYTHON}\nimport json, sys\nopen({str(out)!r}, 'w').write(json.dumps(sys.argv))\n")
-    dump.chmod(0o755)
+    dump, out = _argv_dumper(bindir)
     unit = f"roundtrip-{secrets.token_hex(4)}.service"
     line = exec_line(str(dump), ROUND_TRIP_ARGS)
     (sandbox.unit_dir / unit).write_text(f"[Service]\nType=oneshot\nExecStart={line}\n")
@@ -147,3 +158,26 @@ def test_exec_line_round_trips_through_systemd(sandbox: PrivateSystemd, tmp_path
     finally:
         (sandbox.unit_dir / unit).unlink()
         sandbox.run("systemctl", "daemon-reload")
+
+
+@pytest.mark.systemd
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(args=st.lists(st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\0"), max_size=12),
+                     max_size=6))
+def test_any_argv_round_trips_through_systemd(
+    sandbox: PrivateSystemd, tmp_path_factory: pytest.TempPathFactory, args: list[str]
+) -> None:
+    """Generated argument lists (every character but NUL and surrogates) reach the process unchanged."""
+    work = tmp_path_factory.mktemp("argv")
+    dump, out = _argv_dumper(work)
+    unit = f"argv-{secrets.token_hex(4)}.service"
+    (sandbox.unit_dir / unit).write_text(
+        f"[Service]\nType=oneshot\nExecStart={exec_line(str(dump), args)}\n", encoding="utf-8"
+    )
+    try:
+        sandbox.run("systemctl", "daemon-reload")
+        sandbox.run("systemctl", "start", unit)
+        wait_for(out.exists, what="the dump script's output")
+        assert json.loads(out.read_text()) == [str(dump), *args]
+    finally:
+        (sandbox.unit_dir / unit).unlink()
