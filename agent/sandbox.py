@@ -607,3 +607,34 @@ def _copy_console(fd: int, path: Path) -> None:
             if not chunk:
                 return
             out.write(chunk)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m agent.sandbox [--no-journald] [--workdir DIR] -- CMD...``: boot, run CMD inside, stop.
+
+    CMD runs on the host's terminal through the sandbox's ``nsenter`` prefix (e.g. ``systemctl status``);
+    its exit status is returned. Without CMD an interactive ``sh`` is started inside.
+    """
+    import argparse
+    import sys
+    import tempfile
+
+    parser = argparse.ArgumentParser(prog="python -m agent.sandbox", description=main.__doc__)
+    parser.add_argument("--no-journald", action="store_true", help="do not run systemd-journald inside")
+    parser.add_argument("--workdir", help="an absent or empty directory (default: a fresh temp dir)")
+    parser.add_argument("command", nargs="*", help="the command to run inside (default: sh)")
+    args = parser.parse_args(argv)
+    workdir = args.workdir or tempfile.mkdtemp(prefix="upgrade-core-sandbox-")
+    try:
+        sd = PrivateSystemd.start(workdir, journald=not args.no_journald)
+    except SandboxError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    with sd:
+        print(f"private systemd up in {sd.boot_seconds:.3f} s: host pid {sd.pid}, unit dir {sd.unit_dir}",
+              file=sys.stderr)
+        return subprocess.run([*sd.prefix, *(args.command or ["sh"])], check=False).returncode
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

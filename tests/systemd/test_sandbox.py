@@ -166,3 +166,16 @@ def test_a_manager_that_dies_at_boot_is_an_error_with_its_console_output(tmp_pat
     assert "fake manager: refusing to boot" in message  # the console tail, for the CI log
     assert caught.value.console_log == workdir / "console.log"
     assert _host_mounts_under(workdir) == []
+
+
+@pytest.mark.usefixtures("root_only")
+def test_module_cli_runs_a_command_inside_and_returns_its_status(tmp_path: Path) -> None:
+    worktree = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-m", "agent.sandbox", "--no-journald", "--workdir", str(tmp_path / "sd"), "--",
+         "sh", "-c", "cat /proc/1/comm; exit 3"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(worktree)},
+    )
+    assert (done.returncode, done.stdout) == (3, "systemd\n")
+    assert "private systemd up in" in done.stderr
+    assert not (tmp_path / "sd").exists()
