@@ -539,7 +539,9 @@ class SystemdServiceManager:
                 f"--description=recover {self._unit} upgrade (upgrade-agent)"]
         if after_unit:
             argv += ["-p", f"After={self._unit}"]
-        argv += [self.recover_exe, "--config", self.config_path, "--trigger", "manual"]
+        # systemd substitutes $VAR in a transient unit's arguments too (systemd-run has no way to turn that
+        # off before v254's --expand-environment=no); "$$" passes one literal "$". % is not expanded here.
+        argv += [self.recover_exe, "--config", self.config_path.replace("$", "$$"), "--trigger", "manual"]
         await self._run(argv)
 
     # ------------------------------------------------------------------ unit lifecycle

@@ -102,7 +102,7 @@ def rig(sandbox: PrivateSystemd, tmp_path: Path) -> Iterator[Rig]:
     recover_log = tmp_path / "recover.log"
     recover_exe = write_script(tmp_path / "recover-agent-upgrade",
                                f'printf "%s\\n" "$*" >> {recover_log}\nsleep "${{STUB_SLEEP:-0}}"\n')
-    config = tmp_path / "etc" / "agent.toml"
+    config = tmp_path / "etc $HOME 100%" / "agent.toml"  # both kinds of expansion must be escaped
     manager = SystemdServiceManager(
         f"{name}.service", unit_dir=sandbox.unit_dir, recover_exe=str(recover_exe), config_path=str(config),
         prefix=sandbox.prefix, command_timeout_s=10.0, poll_interval_s=0.05,
