@@ -73,6 +73,12 @@ async def test_http_closed_port_is_a_reason() -> None:
     assert "\n" not in reason
 
 
+async def test_https_probe_reaches_the_connect_stage_with_its_tls_context() -> None:
+    url = f"https://127.0.0.1:{_closed_port()}/healthz"
+    reason = await HttpProbe(url, timeout_s=1.0).check()
+    assert reason is not None and reason.startswith(f"http probe {url}: ConnectError")
+
+
 async def test_http_reasons_never_carry_secrets(server: str) -> None:
     port = server.rsplit(":", 1)[1]
     reason = await HttpProbe(f"http://user:SECRET@127.0.0.1:{port}/fail?sig=TOKEN#FRAG").check()
