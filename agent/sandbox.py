@@ -515,7 +515,8 @@ class PrivateSystemd:
         if self._stopped or _ns_inode(self.pid, "pid") != self.pidns:
             raise SandboxError(f"not running; cannot run {' '.join(argv)}", self.console_log)
         done = subprocess.run(
-            [*self.prefix, *argv], capture_output=True, text=True, timeout=timeout_s, check=False,
+            [*self.prefix, *argv], capture_output=True, text=True, errors="replace", timeout=timeout_s,
+            check=False,
             input=input_text, stdin=None if input_text is not None else subprocess.DEVNULL,
         )
         if check and done.returncode != 0:
