@@ -64,12 +64,15 @@ def from_dict(data: dict[str, Any]) -> Event:
     if cls is None:
         raise EventDecodeError(f"unknown event tag {tag!r}")
     if not isinstance(version, int) or version > cls.VERSION:
-        raise EventDecodeError(f"event {tag} has payload version {version!r}; this code reads <= {cls.VERSION}")
+        raise EventDecodeError(
+            f"event {tag} has payload version {version!r}; this code reads <= {cls.VERSION}"
+        )
     while version < cls.VERSION:
         data = UPCASTERS[(tag, version)](data)
         version += 1
     try:
-        return _STRUCTURE[tag](data, cls)  # type: ignore[no-any-return]
+        event: Event = _STRUCTURE[tag](data, cls)
+        return event
     except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
         raise EventDecodeError(f"event {tag} does not fit its class: {exc}") from None
 
