@@ -55,7 +55,8 @@ ATTENTION = "last-good blue failed its own health check: MainPID changed"
 INSTALL_OPENED = ev.EpisodeOpened("op1", "install", "file:///a", None, None, None, None, 3, 1.0, 3.0)
 INSTALL_SWITCHED: list[Event] = [
     INSTALL_OPENED, ev.ArchiveFetched(1, "a" * 64), ev.CandidateStaged("blue", CAND_SHA, 1, "/s"),
-    ev.CandidateVerified("2.0.0"), ev.CandidateInstalled("blue", CAND_SHA), ev.SwitchIntended("blue", None, None),
+    ev.CandidateVerified("2.0.0"), ev.CandidateInstalled("blue", CAND_SHA),
+    ev.SwitchIntended("blue", None, None),
     ev.SwitchCommitted("blue"), ev.LastGoodRepointed("blue"),
 ]
 OUT_REASON = "candidate unhealthy after 3 attempt(s): "
@@ -98,11 +99,13 @@ RECOVERY_CASES: list[tuple[str, list[Event], HostFacts, Plan]] = [
      [*INSTALL_SWITCHED, *attempt(1, "a"), *attempt(2, "b"), *attempt(3, "c")],
      HostFacts(LinkState("blue", "blue")), Abort(OUT_REASON + "c")),
     # -- upgrade committed, result not published -> publish and close; never roll back
-    ("committed", COMMITTED, ON_GREEN, PublishAndClose(COMMITTED_RESULT)),
+    ("committed", COMMITTED, ON_GREEN,
+     PublishAndClose(COMMITTED_RESULT)),
     ("committed, host shows the old slot: still no rollback", COMMITTED, ON_BLUE,
      PublishAndClose(COMMITTED_RESULT)),
-    ("committed, recovery crashed twice", [*COMMITTED, ev.RecoveryStarted("boot"), ev.RecoveryStarted("manual")],
-     ON_GREEN, PublishAndClose(COMMITTED_RESULT)),
+    ("committed, recovery crashed twice",
+     [*COMMITTED, ev.RecoveryStarted("boot"), ev.RecoveryStarted("manual")], ON_GREEN,
+     PublishAndClose(COMMITTED_RESULT)),
     # -- rollback started, not rolled back -> finish idempotently
     ("rollback started", ROLLING_BACK, ON_GREEN, FinishRollback("blue", 3)),
     ("rollback started, link already flipped", ROLLING_BACK, ON_BLUE, FinishRollback("blue", 3)),
@@ -116,12 +119,15 @@ RECOVERY_CASES: list[tuple[str, list[Event], HostFacts, Plan]] = [
     # -- published, not closed -> close only
     ("published, not closed", [*COMMITTED, ev.ResultPublished(COMMITTED_RESULT)], ON_GREEN,
      CloseOnly(COMMITTED_RESULT)),
-    ("aborted and published", [*PRE_SWITCH[:4], ev.Aborted("verify failed"), ev.ResultPublished(ABORTED_RESULT)],
-     ON_BLUE, CloseOnly(ABORTED_RESULT)),
+    ("aborted and published",
+     [*PRE_SWITCH[:4], ev.Aborted("verify failed"), ev.ResultPublished(ABORTED_RESULT)], ON_BLUE,
+     CloseOnly(ABORTED_RESULT)),
 ]
 
 
-@pytest.mark.parametrize(("name", "events", "facts", "plan"), RECOVERY_CASES, ids=[c[0] for c in RECOVERY_CASES])
+@pytest.mark.parametrize(
+    ("name", "events", "facts", "plan"), RECOVERY_CASES, ids=[c[0] for c in RECOVERY_CASES]
+)
 def test_recovery_decision(name: str, events: list[Event], facts: HostFacts, plan: Plan) -> None:
     view = fold(records(events))
     assert decide(view, facts) == plan
@@ -140,4 +146,5 @@ def test_no_row_after_a_commit_ever_rolls_back() -> None:
     for name, events, _facts, _plan in RECOVERY_CASES:
         if any(isinstance(e, ev.UpgradeCommitted) for e in events):
             for facts in (ON_BLUE, ON_GREEN, ON_GREEN_OTHER_BYTES):
-                assert not isinstance(decide(fold(records(events)), facts), Rollback | FinishRollback | Abort), name
+                plan = decide(fold(records(events)), facts)
+                assert not isinstance(plan, Rollback | FinishRollback | Abort), name
