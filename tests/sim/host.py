@@ -121,6 +121,7 @@ class World:
         self.archives: dict[str, Candidate] = {}
         self.by_sha: dict[str, Candidate] = {}
         self.verified_digests: set[str] = set()
+        self.base_digests: set[str] = set()
         # the agent unit
         self.unit_sha: str | None = None
         self.unit_slot: Slot | None = None
@@ -137,6 +138,8 @@ class World:
         self.trace: list[tuple[str, When]] = []
         self.fired: tuple[str, When, FaultKind] | None = None
         self.fsync_skip: Callable[[Event], bool] = lambda event: False
+        self.on_call: Callable[[str, When], None] | None = None
+        self.stall_stage = False
 
     # -- catalogue ---------------------------------------------------------------------------------------
     def add_archive(self, source: str, cand: Candidate) -> None:
@@ -149,6 +152,7 @@ class World:
         self.files[self.slot_path("blue")] = cand.sha256
         self.current = self.last_good = "blue"
         self.verified_digests.add(cand.sha256)
+        self.base_digests.add(cand.sha256)
         self.start_unit()
 
     # -- paths -------------------------------------------------------------------------------------------
@@ -229,6 +233,8 @@ class World:
         if when == "before":
             self.calls += 1
         self.trace.append((name, when))
+        if self.on_call is not None:
+            self.on_call(name, when)
         plan = self.plan
         if plan is not None and plan.call_index == self.calls and plan.when == when:
             self.fired = (name, when, plan.kind)
@@ -297,7 +303,11 @@ class SimJournal:
             w.handoffs.clear()
             from upgrade_core import recover
 
-            await recover(w.ports(crashable=False), w.policy, "manual")
+            inside, w.inside_unit = w.inside_unit, False  # the transient unit runs outside the agent's cgroup
+            try:
+                await recover(w.ports(crashable=False), w.policy, "manual")
+            finally:
+                w.inside_unit = inside
         return list(w.records)
 
 
@@ -385,6 +395,8 @@ class SimSource:
         StagedCandidate
     ):
         await anyio.lowlevel.checkpoint()
+        if self.w.stall_stage:
+            await anyio.sleep_forever()
         cand = self.w.archives.get(source)
         if cand is None:
             raise ArchiveRejectedError(f"sim: {source}: no such archive")
