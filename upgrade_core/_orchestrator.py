@@ -444,6 +444,7 @@ class _Run:
             folder.apply_all(records)
             result = folder.view().result_of(op)
             if result is not None:
+                self.folder = folder  # the transient unit appended: continue from what is on disk
                 return result
             if p.clock.monotonic() > deadline:
                 raise ServiceError(f"handed-off recovery unit {name} did not close episode {op} in time")

@@ -101,7 +101,8 @@ class Journal(Protocol):
         """Read every durable record again from stable storage, including other processes' appends.
 
         Used by a caller that handed an episode to a transient recovery unit and waits for it to close
-        (SPEC 4.3 step 6). Never writes, never repairs a torn tail.
+        (SPEC 4.3 step 6). Never writes, never repairs a torn tail. Afterwards ``records()`` and the next
+        ``append`` continue from what was read (the next ``seq`` follows the last record read).
 
         Raises:
             upgrade_core.errors.HistoryError: a corrupt record in the middle (names file and offset).

@@ -137,7 +137,7 @@ async def test_same_operation_again_returns_the_recorded_result_and_does_nothing
 
 async def test_an_open_episode_of_another_operation_is_recovered_first() -> None:
     w = world()
-    w.plan = CrashPlan(12, "after", "crash")
+    w.arm(CrashPlan(12, "after", "crash"))
     with pytest.raises(SimCrash):
         await run_upgrade(w.ports(), SIM_POLICY, request("op1"))
     w.crash("crash")
@@ -195,7 +195,7 @@ async def test_inside_the_agent_unit_hands_off_and_waits_for_the_close() -> None
 
 async def test_boot_recovery_never_waits_journals_the_spent_attempt_and_hands_off() -> None:
     w = world()
-    w.plan = CrashPlan(await call_index_of_append(GOOD, "HealthAttemptStarted"), "after", "power")
+    w.arm(CrashPlan(await call_index_of_append(GOOD, "HealthAttemptStarted"), "after", "power"))
     with pytest.raises(SimCrash):
         await run_upgrade(w.ports(), SIM_POLICY, request())
     w.crash("power")

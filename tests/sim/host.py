@@ -89,11 +89,19 @@ def make_candidate(label: str, behavior: Behavior) -> Candidate:
 
 @attrs.frozen
 class CrashPlan:
-    """Crash before/after the ``call_index``-th wrapped port call (1-based) with ``kind``."""
+    """Crash with ``kind`` before/after a wrapped port call.
+
+    Attributes:
+        call_index: 1-based index over every wrapped call; or, with ``method``, over that method's calls.
+        when: ``before`` or ``after`` the call.
+        kind: ``crash`` (process dies) or ``power`` (power cut: unsynced journal records are lost).
+        method: e.g. ``host.point_current``; None counts every call.
+    """
 
     call_index: int
     when: When
     kind: FaultKind
+    method: str | None = None
 
 
 START_BURST = 5  # StartLimitBurst = max_attempts + 2 with the sim policy's 3 attempts (SPEC 6)
@@ -135,6 +143,7 @@ class World:
         # crash injection
         self.plan: CrashPlan | None = None
         self.calls = 0
+        self.per_method: dict[str, int] = {}
         self.trace: list[tuple[str, When]] = []
         self.fired: tuple[str, When, FaultKind] | None = None
         self.fsync_skip: Callable[[Event], bool] = lambda event: False
@@ -206,6 +215,13 @@ class World:
         return None
 
     # -- faults ------------------------------------------------------------------------------------------
+    def arm(self, plan: CrashPlan | None) -> None:
+        """Arm a crash plan for the next process (counts restart from zero)."""
+        self.plan = plan
+        self.calls = 0
+        self.per_method = {}
+        self.fired = None
+
     def crash(self, kind: FaultKind) -> None:
         """Apply a fault: a process crash keeps the disk; a power cut drops unsynced records and reboots."""
         self.plan = None
@@ -232,16 +248,28 @@ class World:
     def check_call(self, name: str, when: When) -> None:
         if when == "before":
             self.calls += 1
+            self.per_method[name] = self.per_method.get(name, 0) + 1
         self.trace.append((name, when))
         if self.on_call is not None:
             self.on_call(name, when)
         plan = self.plan
-        if plan is not None and plan.call_index == self.calls and plan.when == when:
+        if plan is None or plan.when != when:
+            return
+        count = self.calls if plan.method is None else self.per_method.get(name, 0)
+        if (plan.method is None or plan.method == name) and plan.call_index == count:
             self.fired = (name, when, plan.kind)
             raise SimCrash(f"{plan.kind} {when} {name} (call {self.calls})")
 
 
 # Calls that are pure reads of the process itself (no I/O) are not crash points.
+CRASH_METHODS: tuple[str, ...] = (
+    "journal.append", "journal.reread", "host.links", "host.slot_sha256", "host.sweep_staging",
+    "host.prepare_staging", "host.discard_staging", "host.install_staged", "host.point_current",
+    "host.point_last_good", "host.sync_mirrors", "source.stage", "verifier.verify", "service.snapshot",
+    "service.restart", "service.hand_off_recovery", "probe.check", "sink.publish",
+)
+"""Every port call a crash can be injected around (SPEC 8)."""
+
 _NOT_CRASH_POINTS = frozenset({
     "clock.monotonic", "clock.wall", "clock.sleep", "host.slot_path", "host.current_link_path",
     "ids.token_hex", "journal.records", "service.unit", "service.runs_inside_unit",
