@@ -71,3 +71,25 @@ async def test_cut_after_every_prefix_then_recover(kind: str, fault: FaultKind) 
             assert published.result == "committed" and w.current == "green", (k, cut[-1])
         else:
             assert published.result == "rolled_back" and w.current == "blue", (k, cut[-1])
+
+
+@pytest.mark.parametrize("kind", ["good", "exit"])
+async def test_fault_around_every_port_call_then_recover(kind: str) -> None:
+    """Not only after appends: a crash or power cut before/after every port call of the whole flow."""
+    from upgrade_core import UpgradeRequest
+
+    dry = fresh(kind)
+    await run_upgrade(dry.ports(), SIM_POLICY, UpgradeRequest("op1", "a", "a"))
+    for index in range(1, dry.calls + 1):
+        for when in ("before", "after"):
+            for fault in ("crash", "power"):
+                w = fresh(kind)
+                w.arm(CrashPlan(index, when, fault))  # type: ignore[arg-type]
+                with pytest.raises(SimCrash):
+                    await run_upgrade(w.ports(), SIM_POLICY, UpgradeRequest("op1", "a", "a"))
+                w.crash(fault)  # type: ignore[arg-type]
+                check_always(w)
+                trigger = "boot" if fault == "power" else "manual"
+                if await recover(w.ports(), SIM_POLICY, trigger) is None:
+                    await recover(w.ports(), SIM_POLICY, "manual")
+                check_settled(w)
