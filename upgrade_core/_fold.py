@@ -46,7 +46,7 @@ class EpisodeView:
         switch_intended / switch_landed: ``SwitchIntended`` / ``SwitchCommitted`` were journaled.
         switch_previous_slot / switch_last_good: what ``SwitchIntended`` recorded.
         last_good_slot: the slot ``last-good`` names per this episode's events (None if never recorded).
-        mirrors: mirror paths synced.
+        mirrors_synced / mirrors: ``MirrorsSynced`` was journaled, and the mirror paths it names.
         restart_unit / restart_requested_monotonic: the latest restart request (CLOCK_MONOTONIC s).
         observed_pid / observed_invocation: the latest ``RestartObserved``.
         attempts_started / attempts_failed: candidate health attempts begun / failed.
@@ -85,6 +85,7 @@ class EpisodeView:
     switch_previous_slot: Slot | None = None
     switch_last_good: Slot | None = None
     last_good_slot: Slot | None = None
+    mirrors_synced: bool = False
     mirrors: tuple[str, ...] = ()
     restart_unit: str | None = None
     restart_requested_monotonic: float | None = None
@@ -377,6 +378,7 @@ class Folder:
         ep.fields["switch_landed"] = True
 
     def _h_mirrors(self, ep: _Ep, e: ev.MirrorsSynced, seq: int) -> None:
+        ep.fields["mirrors_synced"] = True
         ep.fields["mirrors"] = e.paths
 
     def _h_restart(self, ep: _Ep, e: ev.RestartRequested, seq: int) -> None:

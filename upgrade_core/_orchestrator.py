@@ -308,7 +308,7 @@ class _Run:
     # -- steps 6-9 ---------------------------------------------------------------------------------------
     async def after_switch(self, op: str, *, close_open_attempt: bool = False) -> UpgradeResult:
         ep = self.ep(op)
-        if ep.state is _S.SWITCHED and not ep.mirrors and ep.attempts_started == 0:
+        if not ep.mirrors_synced and ep.attempts_started == 0:
             failure = await self.sync_mirrors(op)
             if failure is not None:
                 return await self.out_of_attempts(op, failure)
