@@ -208,7 +208,7 @@ def _decide_open(ep: EpisodeView, facts: HostFacts) -> Plan:
         assert ep.rollback_slot is not None
         open_attempt = ep.rollback_attempts_started > ep.rollback_attempts_failed
         return FinishRollback(ep.rollback_slot, ep.rollback_attempts_left, open_attempt)
-    if state in (_S.COMMITTED, _S.ABORTED, _S.ROLLED_BACK, _S.NEEDS_ATTENTION):
+    if state in (_S.COMMITTED, _S.UNCHANGED, _S.ABORTED, _S.ROLLED_BACK, _S.NEEDS_ATTENTION):
         result = ep.terminal_result
         assert result is not None
         return PublishAndClose(result)

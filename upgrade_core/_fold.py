@@ -53,6 +53,7 @@ class EpisodeView:
         rollback_attempts_started / rollback_attempts_failed: the same, for the last-good's check.
         health_failure: the latest candidate ``HealthFailed`` reason.
         committed_version: version recorded by ``UpgradeCommitted``.
+        unchanged_version: version recorded by ``CandidateUnchanged`` (a ``noop`` episode).
         rollback_reason / rollback_slot: from ``RollbackStarted``.
         abort_reason / attention_reason: from ``Aborted`` / ``AttentionNeeded``.
         published: the result published (``ResultPublished``), if any.
@@ -97,6 +98,7 @@ class EpisodeView:
     rollback_attempts_failed: int = 0
     health_failure: str | None = None
     committed_version: str | None = None
+    unchanged_version: str | None = None
     rollback_reason: str | None = None
     rollback_slot: Slot | None = None
     abort_reason: str | None = None
@@ -156,6 +158,10 @@ class EpisodeView:
             return UpgradeResult(
                 self.episode_id, "committed", self.from_version, self.committed_version or
                 self.candidate_version, self.candidate_slot, None,
+            )
+        if state is _S.UNCHANGED:
+            return UpgradeResult(
+                self.episode_id, "noop", self.from_version, self.unchanged_version, self.from_slot, None
             )
         if state is _S.ROLLED_BACK:
             return UpgradeResult(
@@ -429,9 +435,14 @@ class Folder:
             raise HistoryError(f"journal seq {seq}: Aborted after the switch of a {kind} episode")
         ep.fields["abort_reason"] = e.reason
 
+    def _h_unchanged(self, ep: _Ep, e: ev.CandidateUnchanged, seq: int) -> None:
+        ep.fields["unchanged_version"] = e.version
+        ep.fields["staging_path"] = None
+
     def _h_published(self, ep: _Ep, e: ev.ResultPublished, seq: int) -> None:
-        if ep.state in (_S.STAGED, _S.VERIFIED) and e.result.result != "noop":
-            raise HistoryError(f"journal seq {seq}: {e.result.result} published before a verdict")
+        expected = "noop" if ep.state is _S.UNCHANGED else None
+        if expected is not None and e.result.result != expected:
+            raise HistoryError(f"journal seq {seq}: {e.result.result} published for an unchanged candidate")
         ep.fields["published"] = e.result
 
     def _h_closed(self, ep: _Ep, e: ev.EpisodeClosed, seq: int) -> None:
@@ -459,6 +470,7 @@ _HANDLERS: Final[dict[type[ev.Event], Callable[[Folder, _Ep, Any, int], None]]] 
     ev.ArchiveFetched: Folder._h_fetched,
     ev.CandidateStaged: Folder._h_staged,
     ev.CandidateVerified: Folder._h_verified,
+    ev.CandidateUnchanged: Folder._h_unchanged,
     ev.CandidateInstalled: Folder._h_installed,
     ev.LastGoodRepointed: Folder._h_last_good,
     ev.SwitchIntended: Folder._h_switch_intended,

@@ -237,15 +237,11 @@ class _Run:
         await self.emit(op, ev.ArchiveFetched(staged.archive_size, staged.archive_sha256))
         await self.emit(op, ev.CandidateStaged(staged.slot, staged.sha256, staged.size, staged.staging_path))
         if current is not None and staged.sha256 == await host.slot_sha256(current):
-            await host.discard_staging(staged.staging_path)
-            version = self.folder.view().slot_versions.get(current)
-            ep = self.ep(op)
-            result = UpgradeResult(op, "noop", ep.from_version, version, current, None)
-            self.check(op, ev.ResultPublished)
             with anyio.CancelScope(shield=True):
-                await self.p.sink.publish(result)
-                await self.emit(op, ev.ResultPublished(result))
-                await self.emit(op, ev.EpisodeClosed("noop"))
+                await host.discard_staging(staged.staging_path)
+                version = self.folder.view().slot_versions.get(current)
+                await self.emit(op, ev.CandidateUnchanged(current, version))
+                await self.publish_close(op)
             return False
         self.check(op, ev.CandidateVerified)
         version = await self.p.verifier.verify(staged.staging_path, req.expected_version)

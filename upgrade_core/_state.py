@@ -42,6 +42,7 @@ class EpisodeState(enum.Enum):
     RESTARTED = "restarted"
     HEALTHY = "healthy"
     COMMITTED = "committed"
+    UNCHANGED = "unchanged"
     ABORTED = "aborted"
     ROLLING_BACK = "rolling_back"
     ROLLED_BACK = "rolled_back"
@@ -69,9 +70,8 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     (S.FETCHED, ev.Aborted.TAG): S.ABORTED,
     (S.STAGED, ev.Aborted.TAG): S.ABORTED,
     (S.VERIFIED, ev.Aborted.TAG): S.ABORTED,
-    # noop: the candidate's digest equals current's slot (SPEC 4.3 step 4); fold checks the value.
-    (S.STAGED, ev.ResultPublished.TAG): S.PUBLISHED,
-    (S.VERIFIED, ev.ResultPublished.TAG): S.PUBLISHED,
+    # noop: the candidate's digest equals current's slot (SPEC 4.3 step 4); a fact, durable before publishing.
+    (S.STAGED, ev.CandidateUnchanged.TAG): S.UNCHANGED,
     # -- the switch: intent, then completion; a switch that never landed is aborted ---------------------
     (S.VERIFIED, ev.SwitchIntended.TAG): S.SWITCHING,
     (S.SWITCHING, ev.SwitchCommitted.TAG): S.SWITCHED,
@@ -108,6 +108,7 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     # -- terminal results: published first, closed after (SPEC 4.6 inv. 5) ------------------------------
     (S.COMMITTED, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.ABORTED, ev.ResultPublished.TAG): S.PUBLISHED,
+    (S.UNCHANGED, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.ROLLED_BACK, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.NEEDS_ATTENTION, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.PUBLISHED, ev.EpisodeClosed.TAG): S.CLOSED,
@@ -119,7 +120,7 @@ for _s in _OPEN_STATES:
 TRANSITIONS: Final[dict[tuple[EpisodeState, str], EpisodeState]] = _T
 """The lifecycle: ``(state, event TAG) -> next state``. Anything absent is illegal."""
 
-TERMINAL_STATES: Final = frozenset({S.COMMITTED, S.ABORTED, S.ROLLED_BACK, S.NEEDS_ATTENTION})
+TERMINAL_STATES: Final = frozenset({S.COMMITTED, S.UNCHANGED, S.ABORTED, S.ROLLED_BACK, S.NEEDS_ATTENTION})
 """States holding a terminal result that still has to be published."""
 
 

@@ -116,6 +116,8 @@ RECOVERY_CASES: list[tuple[str, list[Event], HostFacts, Plan]] = [
      PublishAndClose(UpgradeResult("op1", "needs_attention", "1.0.0", "2.0.0", "blue", ATTENTION))),
     ("aborted, not published", [*PRE_SWITCH[:4], ev.Aborted("verify failed")], ON_BLUE,
      PublishAndClose(UpgradeResult("op1", "aborted", "1.0.0", "2.0.0", "blue", "verify failed"))),
+    ("unchanged candidate (noop), not published", [*PRE_SWITCH[:3], ev.CandidateUnchanged("blue", "1.0.0")],
+     ON_BLUE, PublishAndClose(UpgradeResult("op1", "noop", "1.0.0", "1.0.0", "blue", None))),
     # -- published, not closed -> close only
     ("published, not closed", [*COMMITTED, ev.ResultPublished(COMMITTED_RESULT)], ON_GREEN,
      CloseOnly(COMMITTED_RESULT)),

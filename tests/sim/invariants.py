@@ -8,6 +8,8 @@ from upgrade_core.ports import LinkState
 
 from .host import World
 
+INTERRUPTED = "attempt interrupted before its verdict"
+
 
 def events_by_episode(world: World) -> dict[str, list[ev.Event]]:
     out: dict[str, list[ev.Event]] = {}
@@ -66,7 +68,13 @@ def check_settled(world: World) -> JournalView:
         ep = view.episodes[op]
         if ep.candidate_sha256 is not None and published[0].result.result == "committed":
             assert world.by_sha[ep.candidate_sha256].behavior.kind == "good", f"{op}: bad candidate committed"
-        assert published[0].result.result != "needs_attention", f"{op}: good last-good judged unhealthy"
+        # A good last-good is only given up on when crashes spent every one of its attempts.
+        if published[0].result.result == "needs_attention":
+            last_good_failures = [e.reason for e in events
+                                  if isinstance(e, ev.HealthFailed) and e.target == "last_good"]
+            kind = world.by_sha[world.slot_sha(ep.rollback_slot) or ""].behavior.kind
+            assert kind != "good" or all(r == INTERRUPTED for r in last_good_failures), (
+                f"{op}: good last-good judged unhealthy: {last_good_failures}")
     # 1. No spurious downgrade / the last episode's verdict is what the links show.
     last = _last_episode(view)
     if last is not None and last.published is not None:
