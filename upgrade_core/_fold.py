@@ -19,7 +19,7 @@ import attrs
 
 from . import _events as ev
 from ._events import EpisodeKind, HealthTarget, Slot, UpgradeResult
-from ._state import TERMINAL_STATES, EpisodeState, advance
+from ._state import _NEXT, TERMINAL_STATES, EpisodeState, advance
 from .errors import HistoryError
 
 _S = EpisodeState
@@ -275,7 +275,9 @@ class Folder:
             self._open = episode_id
             self._last_seq = seq
             return
-        new_state = advance(ep.state, event.TAG, seq)
+        new_state = _NEXT.get((ep.state, event.TAG))
+        if new_state is None:
+            new_state = advance(ep.state, event.TAG, seq)  # raises IllegalTransitionError
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(self, ep, event, seq)
