@@ -136,6 +136,20 @@ class CandidateVerified(Event):
 
 
 @attrs.frozen
+class CandidateUnchanged(Event):
+    """The staged candidate's sha256 equals the slot ``current`` names: nothing to do (result ``noop``).
+
+    Attributes:
+        slot: the slot ``current`` names (it stays untouched).
+        version: the version the journal knows for that slot, if any.
+    """
+
+    TAG: ClassVar[str] = "CandidateUnchanged"
+    slot: Slot
+    version: str | None
+
+
+@attrs.frozen
 class CandidateInstalled(Event):
     """The staging file was renamed onto ``slot`` and the slot directory fsynced."""
 
@@ -337,6 +351,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     ArchiveFetched,
     CandidateStaged,
     CandidateVerified,
+    CandidateUnchanged,
     CandidateInstalled,
     LastGoodRepointed,
     SwitchIntended,

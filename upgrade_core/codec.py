@@ -57,19 +57,26 @@ def from_dict(data: dict[str, Any]) -> Event:
     Raises:
         EventDecodeError: unknown tag, a newer payload version, or fields that do not fit.
     """
-    data = dict(data)
+    return _from_owned_dict(dict(data))
+
+
+def _from_owned_dict(data: dict[str, Any]) -> Event:
+    """:func:`from_dict` on a dict the caller gives up (``decode``'s fresh JSON object): no copy."""
     tag = data.pop(_TAG, None)
     version = data.pop(_VER, 1)
     cls = _BY_TAG.get(tag) if isinstance(tag, str) else None
     if cls is None:
         raise EventDecodeError(f"unknown event tag {tag!r}")
     if not isinstance(version, int) or version > cls.VERSION:
-        raise EventDecodeError(f"event {tag} has payload version {version!r}; this code reads <= {cls.VERSION}")
+        raise EventDecodeError(
+            f"event {tag} has payload version {version!r}; this code reads <= {cls.VERSION}"
+        )
     while version < cls.VERSION:
         data = UPCASTERS[(tag, version)](data)
         version += 1
     try:
-        return _STRUCTURE[tag](data, cls)  # type: ignore[no-any-return]
+        event: Event = _STRUCTURE[tag](data, cls)
+        return event
     except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
         raise EventDecodeError(f"event {tag} does not fit its class: {exc}") from None
 
@@ -93,7 +100,7 @@ class EventCodec:
             raise EventDecodeError(f"event payload is not JSON: {exc}") from None
         if not isinstance(obj, dict):
             raise EventDecodeError("event payload is not a JSON object")
-        return from_dict(obj)
+        return _from_owned_dict(obj)
 
 
 EVENT_CODEC = EventCodec()

@@ -97,6 +97,28 @@ class Journal(Protocol):
         """
         ...
 
+    async def reread(self) -> Sequence[Recorded]:
+        """Read every durable record again from stable storage, including other processes' appends.
+
+        Used by a caller that handed an episode to a transient recovery unit and waits for it to close
+        (SPEC 4.3 step 6). Never writes, never repairs a torn tail. Afterwards ``records()`` and the next
+        ``append`` continue from what was read (the next ``seq`` follows the last record read).
+
+        Raises:
+            upgrade_core.errors.HistoryError: a corrupt record in the middle (names file and offset).
+
+        Cancellation: no effect.
+        """
+        ...
+
+
+class IdSource(Protocol):
+    """Randomness for unique names (transient units), kept behind a port so the core stays pure."""
+
+    def token_hex(self, nbytes: int) -> str:
+        """``2 * nbytes`` lowercase hex characters from a CSPRNG (e.g. ``secrets.token_hex``)."""
+        ...
+
 
 class Clock(Protocol):
     """Time. Windows and timeouts use ``monotonic`` only (case C19); ``wall`` is informational."""

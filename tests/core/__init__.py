@@ -1,0 +1,1 @@
+"""Tests of upgrade_core: lifecycle, fold, decide, health, orchestrator, crash injection."""

@@ -1,0 +1,41 @@
+"""Codec round trip for every event the flows write, and the pinned stable tags."""
+
+from __future__ import annotations
+
+import pytest
+
+from upgrade_core import ALL_EVENTS, EVENT_CODEC, EventDecodeError
+from upgrade_core import _events as ev
+
+from .journals import FULL_COMMIT, FULL_ROLLBACK
+
+PINNED_TAGS = {
+    "EpisodeOpened", "ArchiveFetched", "CandidateStaged", "CandidateVerified", "CandidateUnchanged",
+    "CandidateInstalled", "LastGoodRepointed", "SwitchIntended", "SwitchCommitted", "MirrorsSynced",
+    "RestartRequested", "RestartObserved", "HealthAttemptStarted", "HealthPassed", "HealthFailed",
+    "UpgradeCommitted", "RollbackStarted", "RolledBack", "AttentionNeeded", "Aborted", "ResultPublished",
+    "EpisodeClosed", "RecoveryStarted", "HistorySnapshot",
+}
+
+
+def test_tags_are_pinned() -> None:
+    assert {cls.TAG for cls in ALL_EVENTS} == PINNED_TAGS
+    assert all(cls.__name__ == cls.TAG for cls in ALL_EVENTS)
+
+
+@pytest.mark.parametrize("event", [*FULL_COMMIT, *FULL_ROLLBACK, ev.CandidateUnchanged("blue", None)],
+                         ids=lambda e: e.TAG)
+def test_round_trip(event: ev.Event) -> None:
+    assert EVENT_CODEC.decode(EVENT_CODEC.encode(event)) == event
+
+
+@pytest.mark.parametrize(("payload", "message"), [
+    (b'{"_type":"Nope"}', "unknown event tag 'Nope'"),
+    (b'{"_type":"Aborted","_v":2,"reason":"x"}', "payload version 2"),
+    (b'{"_type":"Aborted","reason":"x","extra":1}', "does not fit"),
+    (b'[1]', "not a JSON object"),
+    (b'{', "not JSON"),
+])
+def test_bad_payloads_raise_one_clear_error(payload: bytes, message: str) -> None:
+    with pytest.raises(EventDecodeError, match=message):
+        EVENT_CODEC.decode(payload)

@@ -1,0 +1,116 @@
+"""HealthJudge (SPEC 4.3 step 7; C16 exits and crash loops, C19 wall-clock jumps)."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+
+from upgrade_core import Expectation, Failed, HealthJudge, Passed, Pending
+from upgrade_core.ports import UnitSnapshot
+
+SLOT = "/R/lib/agent/agent-green"
+LINK = "/R/lib/agent/agent-current"
+T0 = 500.0
+EXPECT = Expectation(SLOT, LINK, T0, baseline_pid=10, baseline_invocation="a" * 32, stability_s=1.0,
+                     timeout_s=5.0)
+GOOD = UnitSnapshot("active", "running", "success", 20, "b" * 32, 0, T0 + 0.1, SLOT, (SLOT,))
+OLD = attrs.evolve(GOOD, main_pid=10, invocation_id="a" * 32, exe="/R/lib/agent/agent-blue")
+
+
+def run(samples: list[tuple[float, UnitSnapshot, str | None]], expect: Expectation = EXPECT) -> object:
+    judge = HealthJudge(expect, T0)
+    verdict: object = Pending()
+    for now, snap, probe in samples:
+        verdict = judge.observe(snap, probe, now)
+    return verdict
+
+
+def steady(snap: UnitSnapshot, start: float, end: float, probe: str | None = None) -> list[
+    tuple[float, UnitSnapshot, str | None]
+]:
+    n = round((end - start) / 0.25)
+    return [(start + 0.25 * i, snap, probe) for i in range(n + 1)]
+
+
+def test_passes_after_the_stability_window() -> None:
+    judge = HealthJudge(EXPECT, T0)
+    assert isinstance(judge.observe(GOOD, None, T0 + 0.25), Pending)
+    assert isinstance(judge.observe(GOOD, None, T0 + 1.0), Pending)
+    assert judge.observe(GOOD, None, T0 + 1.25) == Passed()
+    assert judge.observed == (20, "b" * 32)
+    # The verdict sticks.
+    assert judge.observe(attrs.evolve(GOOD, active_state="failed"), None, T0 + 2) == Passed()
+
+
+def test_old_process_still_running_is_not_a_pass() -> None:
+    verdict = run(steady(OLD, T0, T0 + 5.0))
+    assert isinstance(verdict, Failed)
+    assert "within 5 s" in verdict.reason and "restart not observed" in verdict.reason
+
+
+@pytest.mark.parametrize(
+    ("later", "reason"),
+    [
+        (attrs.evolve(GOOD, main_pid=21, invocation_id="c" * 32), "MainPID changed from 20 to 21"),
+        (attrs.evolve(GOOD, invocation_id="c" * 32), "InvocationID changed"),
+        (attrs.evolve(GOOD, n_restarts=1), "NRestarts rose from 0 to 1"),
+        (attrs.evolve(GOOD, active_state="failed", sub_state="failed", result="exit-code"), "unit failed"),
+        (attrs.evolve(GOOD, active_state="inactive", sub_state="dead"), "unit inactive"),
+        (attrs.evolve(GOOD, result="start-limit-hit", active_state="failed"), "start-limit-hit"),
+        (attrs.evolve(GOOD, main_pid=0, invocation_id="", active_state="activating",
+                      sub_state="auto-restart"),
+         "MainPID changed from 20 to 0"),
+    ],
+)
+def test_fails_at_once(later: UnitSnapshot, reason: str) -> None:
+    judge = HealthJudge(EXPECT, T0)
+    assert isinstance(judge.observe(GOOD, None, T0 + 0.25), Pending)
+    verdict = judge.observe(later, None, T0 + 0.5)
+    assert isinstance(verdict, Failed) and reason in verdict.reason
+
+
+def test_exe_mismatch_fails_at_once() -> None:
+    snap = attrs.evolve(GOOD, exe="/R/lib/agent/agent-blue", cmdline=("/R/lib/agent/agent-blue",))
+    verdict = HealthJudge(EXPECT, T0).observe(snap, None, T0 + 0.25)
+    assert verdict == Failed(f"exe mismatch: main process runs /R/lib/agent/agent-blue, expected {SLOT}")
+
+
+def test_interpreted_agent_passes_by_start_time_and_cmdline() -> None:
+    snap = attrs.evolve(GOOD, exe="/usr/bin/python3.11", cmdline=("/usr/bin/python3.11", LINK, "serve"))
+    assert run(steady(snap, T0 + 0.25, T0 + 1.5)) == Passed()
+
+
+def test_interpreted_agent_started_before_the_restart_is_a_mismatch() -> None:
+    snap = attrs.evolve(GOOD, exe="/usr/bin/python3.11", cmdline=("/usr/bin/python3.11", LINK),
+                        main_start_monotonic_s=T0 - 1)
+    verdict = run(steady(snap, T0 + 0.25, T0 + 1.5))
+    assert isinstance(verdict, Failed) and "exe mismatch" in verdict.reason
+
+
+def test_failing_probe_restarts_the_window() -> None:
+    judge = HealthJudge(EXPECT, T0)
+    for t in (0.25, 0.5, 0.75):
+        assert isinstance(judge.observe(GOOD, None, T0 + t), Pending)
+    assert judge.observe(GOOD, "HTTP 503", T0 + 1.0) == Pending("probe: HTTP 503")
+    # Without the probe failure this sample would have passed (window from 0.25); now it restarts at 1.25.
+    for t in (1.25, 1.5, 1.75, 2.0):
+        assert isinstance(judge.observe(GOOD, None, T0 + t), Pending)
+    assert judge.observe(GOOD, None, T0 + 2.25) == Passed()
+
+
+def test_probe_failing_throughout_times_out() -> None:
+    verdict = run(steady(GOOD, T0 + 0.25, T0 + 5.0, probe="connection refused"))
+    assert verdict == Failed("not healthy for 1 s within 5 s: probe: connection refused")
+
+
+def test_without_baseline_a_process_older_than_the_restart_is_not_new() -> None:
+    expect = attrs.evolve(EXPECT, baseline_pid=None, baseline_invocation=None)
+    old = attrs.evolve(GOOD, main_start_monotonic_s=T0 - 10)
+    assert isinstance(run(steady(old, T0 + 0.25, T0 + 2.0), expect), Pending)
+    assert run(steady(GOOD, T0 + 0.25, T0 + 2.0), expect) == Passed()
+
+
+def test_only_the_monotonic_clock_counts() -> None:
+    """C19: the judge never sees wall time; the samples' monotonic times alone make the window."""
+    assert run([(T0 + 0.25, GOOD, None), (T0 + 1.2, GOOD, None)]) == Pending("")
+    assert run([(T0 + 0.25, GOOD, None), (T0 + 1.25, GOOD, None)]) == Passed()

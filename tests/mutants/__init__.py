@@ -1,0 +1,1 @@
+"""Deliberately broken variants of upgrade_core; run with ``python -m tests.mutants``."""

@@ -1,0 +1,1 @@
+"""A simulated host for the orchestrator crash-injection tests (SPEC 8)."""

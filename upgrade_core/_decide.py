@@ -1,0 +1,231 @@
+"""``decide(view, facts) -> Plan``: the recovery decision of SPEC 4.5, pure and exhaustive.
+
+The fold *raises* on an illegal history; the decider *chooses* (python-tuf's split between the trusted set
+and the updater). The decision never trusts a stored flag: it combines what the journal's durable prefix
+says (:class:`~upgrade_core._fold.JournalView`) with what the host shows (:class:`HostFacts`). Every row of
+the SPEC 4.5 table maps to one branch below and to a row of ``tests/core/test_decide.py::RECOVERY_CASES``.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from ._events import Slot, UpgradeResult
+from ._fold import EpisodeView, JournalView
+from ._state import EpisodeState
+from .ports import LinkState
+
+_S = EpisodeState
+
+
+@attrs.frozen
+class HostFacts:
+    """What the host shows right now, as far as recovery needs it.
+
+    Attributes:
+        links: what ``current`` and ``last-good`` resolve to.
+        candidate_slot_sha256: sha256 (64 hex) of the open episode's candidate slot, or None when unknown,
+            missing or zero-length (C12). Only consulted for an intended but unconfirmed switch.
+    """
+
+    links: LinkState
+    candidate_slot_sha256: str | None = None
+
+
+@attrs.frozen
+class UnreadableJournal:
+    """The journal could not be read past some point: a corrupt record in the middle (SPEC 4.5, C13).
+
+    Attributes:
+        path: the journal file.
+        offset: byte offset of the bad record.
+        reason: one line.
+    """
+
+    path: str
+    offset: int
+    reason: str
+
+
+# -- plans (frozen values; the orchestrator executes them) ------------------------------------------
+@attrs.frozen
+class NoOp:
+    """Nothing is open; the result is ``noop`` with no operation."""
+
+
+@attrs.frozen
+class Abort:
+    """Stop before (or instead of) the switch: discard staging leftovers, never touch links, publish.
+
+    Attributes:
+        reason: one line for the result.
+    """
+
+    reason: str
+
+
+@attrs.frozen
+class ResumeHealth:
+    """The candidate is (or, with ``confirm_switch``, turns out to be) active: spend its remaining attempts.
+
+    Attributes:
+        attempts_left: health attempts still allowed, >= 1.
+        confirm_switch: ``SwitchIntended`` has no completion but ``current`` names the candidate: journal
+            ``SwitchCommitted`` first ("treat as switched").
+        close_open_attempt: an attempt was begun and never judged (crash or reboot inside it): journal it
+            as failed first, so it stays spent.
+    """
+
+    attempts_left: int
+    confirm_switch: bool = False
+    close_open_attempt: bool = False
+
+
+@attrs.frozen
+class Commit:
+    """A health attempt passed durably but ``UpgradeCommitted`` is missing: commit, publish, close."""
+
+
+@attrs.frozen
+class Rollback:
+    """The active candidate is out of attempts (or failed): roll back to ``to_slot``.
+
+    Attributes:
+        reason: one line for ``RollbackStarted`` and the result.
+        to_slot: the slot ``last-good`` named when the switch was intended.
+        close_open_attempt: as in :class:`ResumeHealth`.
+    """
+
+    reason: str
+    to_slot: Slot
+    close_open_attempt: bool = False
+
+
+@attrs.frozen
+class FinishRollback:
+    """``RollbackStarted`` has no completion: point ``current`` at ``to_slot`` again (idempotent), check it.
+
+    Attributes:
+        to_slot: the rollback's target slot.
+        attempts_left: health attempts left for the last-good.
+        close_open_attempt: a last-good attempt was begun and never judged.
+    """
+
+    to_slot: Slot
+    attempts_left: int
+    close_open_attempt: bool = False
+
+
+@attrs.frozen
+class PublishAndClose:
+    """A terminal result is durable but unpublished: publish it, append ``ResultPublished``, close.
+
+    Attributes:
+        result: the result to publish.
+    """
+
+    result: UpgradeResult
+
+
+@attrs.frozen
+class CloseOnly:
+    """The result is published; only ``EpisodeClosed`` is missing."""
+
+    result: UpgradeResult
+
+
+@attrs.frozen
+class NeedsAttention:
+    """Do not guess: leave links as they are, report, exit 3.
+
+    Attributes:
+        reason: one line naming the file and offset when known.
+        path: the journal file, when the journal is unreadable.
+        offset: byte offset of the bad record.
+    """
+
+    reason: str
+    path: str | None = None
+    offset: int | None = None
+
+
+Plan = (
+    NoOp | Abort | ResumeHealth | Commit | Rollback | FinishRollback | PublishAndClose | CloseOnly
+    | NeedsAttention
+)
+
+
+def decide(view: JournalView | UnreadableJournal, facts: HostFacts) -> Plan:
+    """Choose what recovery does, from the journal's durable prefix and the host (SPEC 4.5).
+
+    Args:
+        view: the folded journal, or :class:`UnreadableJournal` when a record in the middle is corrupt.
+        facts: what the host shows.
+
+    Returns:
+        One plan. The rules, in SPEC 4.5's order:
+
+        - unreadable journal -> :class:`NeedsAttention` (links untouched);
+        - no open episode -> :class:`NoOp`;
+        - opened, never reached ``SwitchIntended`` -> :class:`Abort`;
+        - ``SwitchIntended`` without ``SwitchCommitted``: ``current`` names the candidate slot and that
+          slot holds the candidate -> treat as switched (:class:`ResumeHealth` with ``confirm_switch``, or
+          :class:`Rollback` when no attempt is left); otherwise :class:`Abort` (never downgrade);
+        - switched, not committed: a passed attempt -> :class:`Commit`; attempts left ->
+          :class:`ResumeHealth`; none -> :class:`Rollback` (an install, with nothing to roll back to,
+          -> :class:`Abort`);
+        - a terminal state not published -> :class:`PublishAndClose` (after ``UpgradeCommitted``: never
+          a rollback);
+        - ``RollbackStarted`` without ``RolledBack`` -> :class:`FinishRollback`;
+        - published, not closed -> :class:`CloseOnly`.
+    """
+    if isinstance(view, UnreadableJournal):
+        return NeedsAttention(
+            f"journal unreadable at {view.path} offset {view.offset}: {view.reason}", view.path, view.offset
+        )
+    ep = view.open_episode
+    if ep is None:
+        return NoOp()
+    return _decide_open(ep, facts)
+
+
+def _decide_open(ep: EpisodeView, facts: HostFacts) -> Plan:
+    state = ep.state
+    if state in (_S.OPENED, _S.FETCHED, _S.STAGED, _S.VERIFIED):
+        return Abort("interrupted before the switch")
+    if state is _S.SWITCHING:
+        landed = facts.links.current == ep.candidate_slot and (
+            facts.candidate_slot_sha256 is None or facts.candidate_slot_sha256 == ep.candidate_sha256
+        )
+        if not landed:
+            return Abort("interrupted before the switch took effect")
+        return _active_candidate(ep, confirm_switch=True)
+    if state in (_S.SWITCHED, _S.RESTARTED):
+        return _active_candidate(ep, confirm_switch=False)
+    if state is _S.HEALTHY:
+        return Commit()
+    if state is _S.ROLLING_BACK:
+        assert ep.rollback_slot is not None
+        open_attempt = ep.rollback_attempts_started > ep.rollback_attempts_failed
+        return FinishRollback(ep.rollback_slot, ep.rollback_attempts_left, open_attempt)
+    if state in (_S.COMMITTED, _S.UNCHANGED, _S.ABORTED, _S.ROLLED_BACK, _S.NEEDS_ATTENTION):
+        result = ep.terminal_result
+        assert result is not None
+        return PublishAndClose(result)
+    if state is _S.PUBLISHED:
+        assert ep.published is not None
+        return CloseOnly(ep.published)
+    # NEW and CLOSED are never the state of an open episode.
+    raise AssertionError(f"decide: open episode {ep.episode_id} in state {state.value}")
+
+
+def _active_candidate(ep: EpisodeView, *, confirm_switch: bool) -> Plan:
+    open_attempt = ep.health_attempt_open
+    if ep.health_attempts_left > 0:
+        return ResumeHealth(ep.health_attempts_left, confirm_switch, open_attempt)
+    reason = ep.health_failure or "out of health attempts"
+    reason = f"candidate unhealthy after {ep.max_health_attempts} attempt(s): {reason}"
+    to_slot = ep.switch_last_good
+    if ep.kind == "install" or to_slot is None:
+        return Abort(reason)
+    return Rollback(reason, to_slot, open_attempt)

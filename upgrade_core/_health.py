@@ -1,0 +1,185 @@
+"""Judging one health attempt from unit samples (SPEC 4.3 step 7, cases C16, C19). Pure, no I/O.
+
+The orchestrator polls ``ServiceManager.snapshot()`` and the probe every ``poll_interval_s`` (0.25 s)
+on the :class:`~upgrade_core.ports.Clock` port's monotonic clock, and feeds each sample to
+:meth:`HealthJudge.observe`. The judge answers :class:`Pending`, :class:`Passed` or :class:`Failed`.
+
+Passes when every condition holds continuously for ``stability_s`` within ``timeout_s``:
+
+- a MainPID and InvocationID different from the baseline taken before the restart (or, without a
+  baseline, a main process started after the restart was requested);
+- ``ActiveState=active`` and ``SubState=running``;
+- ``/proc/<MainPID>/exe`` is the expected slot path; or, for an interpreted agent whose exe is its
+  interpreter, the main process started after the restart request (``ExecMainStartTimestampMonotonic``)
+  and its command line names the current link or the slot path;
+- ``NRestarts`` not above its first value after the restart;
+- the probe (if any) healthy.
+
+Fails at once on: a change of MainPID or InvocationID after the first new one was seen, ``failed`` or
+``inactive``, ``Result=start-limit-hit``, ``NRestarts`` rising, an exe that is neither the slot nor an
+interpreter naming it. A failing probe, or a unit still ``activating``, only restarts the window. Time is
+monotonic only, so wall-clock jumps (C19) cannot shorten or stretch the window.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from .ports import UnitSnapshot
+
+
+@attrs.frozen
+class Pending:
+    """No verdict yet. ``why`` says which condition does not hold (for logs), or "" inside the window."""
+
+    why: str = ""
+
+
+@attrs.frozen
+class Passed:
+    """Every condition held for the whole stability window."""
+
+
+@attrs.frozen
+class Failed:
+    """The attempt failed; ``reason`` is one line for ``HealthFailed``."""
+
+    reason: str
+
+
+Verdict = Pending | Passed | Failed
+
+
+@attrs.frozen
+class Expectation:
+    """What the new main process must look like.
+
+    Attributes:
+        slot_path: absolute path of the slot that must run (candidate, or last-good during a rollback).
+        current_link_path: absolute path of ``NAME-current`` (ExecStart runs it).
+        restart_requested_monotonic: CLOCK_MONOTONIC seconds just before the restart was requested.
+        baseline_pid / baseline_invocation: MainPID and InvocationID before the restart; None when
+            unknown (a recovery or a resume that did not restart the unit itself).
+        stability_s: seconds every condition must hold.
+        timeout_s: seconds the attempt may last.
+    """
+
+    slot_path: str
+    current_link_path: str
+    restart_requested_monotonic: float
+    baseline_pid: int | None
+    baseline_invocation: str | None
+    stability_s: float
+    timeout_s: float
+
+
+class HealthJudge:
+    """Judges one attempt, sample by sample. Create one per attempt.
+
+    Args:
+        expect: what the new process must look like.
+        started_monotonic: CLOCK_MONOTONIC seconds when the attempt began (its timeout counts from here).
+    """
+
+    def __init__(self, expect: Expectation, started_monotonic: float) -> None:
+        self.expect = expect
+        self.started = started_monotonic
+        self.first_pid: int | None = None
+        self.first_invocation: str | None = None
+        self.first_n_restarts: int | None = None
+        self.window_start: float | None = None
+        self.verdict: Verdict = Pending("no sample yet")
+
+    @property
+    def observed(self) -> tuple[int, str] | None:
+        """The new (MainPID, InvocationID) once seen, else None."""
+        if self.first_pid is None or self.first_invocation is None:
+            return None
+        return (self.first_pid, self.first_invocation)
+
+    def observe(self, snap: UnitSnapshot, probe_failure: str | None, now: float) -> Verdict:
+        """Judge one sample taken at monotonic time ``now`` (seconds).
+
+        Args:
+            snap: the unit and its main process.
+            probe_failure: None when the probe passed (or there is none), else its one-line reason.
+            now: CLOCK_MONOTONIC seconds of the sample.
+
+        Returns:
+            The verdict; once :class:`Passed` or :class:`Failed`, later calls return the same value.
+        """
+        if isinstance(self.verdict, Passed | Failed):
+            return self.verdict
+        self.verdict = self._judge(snap, probe_failure, now)
+        return self.verdict
+
+    def _judge(self, snap: UnitSnapshot, probe_failure: str | None, now: float) -> Verdict:
+        e = self.expect
+        if snap.result == "start-limit-hit":
+            return Failed("start-limit-hit")
+        if snap.active_state in ("failed", "inactive"):
+            return Failed(f"unit {snap.active_state} ({snap.sub_state}, result {snap.result})")
+        why = self._identity(snap)
+        if isinstance(why, Failed):
+            return why
+        if why is None:
+            why = self._exe(snap)
+            if isinstance(why, Failed):
+                return why
+        if why is None and (snap.active_state, snap.sub_state) != ("active", "running"):
+            why = f"unit {snap.active_state}/{snap.sub_state}"
+        if why is None and probe_failure is not None:
+            why = f"probe: {probe_failure}"
+        if why is not None:
+            self.window_start = None
+            return self._timeout(now, why)
+        if self.window_start is None:
+            self.window_start = now
+        if now - self.window_start >= e.stability_s:
+            return Passed()
+        return self._timeout(now, "")
+
+    def _timeout(self, now: float, why: str) -> Verdict:
+        if now - self.started >= self.expect.timeout_s:
+            detail = f": {why}" if why else ""
+            return Failed(f"not healthy for {self.expect.stability_s:g} s within {self.expect.timeout_s:g} s"
+                          f"{detail}")
+        return Pending(why)
+
+    def _identity(self, snap: UnitSnapshot) -> str | Failed | None:
+        """MainPID / InvocationID / NRestarts rules; a string is a reason to wait."""
+        e = self.expect
+        if self.first_pid is not None:
+            if snap.main_pid != self.first_pid:
+                return Failed(f"MainPID changed from {self.first_pid} to {snap.main_pid}")
+            if snap.invocation_id != self.first_invocation:
+                return Failed("InvocationID changed")
+            assert self.first_n_restarts is not None
+            if snap.n_restarts > self.first_n_restarts:
+                return Failed(f"NRestarts rose from {self.first_n_restarts} to {snap.n_restarts}")
+            return None
+        if snap.main_pid <= 0 or not snap.invocation_id:
+            return "no main process yet"
+        if e.baseline_pid is not None and (
+            snap.main_pid == e.baseline_pid or snap.invocation_id == e.baseline_invocation
+        ):
+            return "restart not observed yet"
+        if e.baseline_pid is None and snap.main_start_monotonic_s < e.restart_requested_monotonic:
+            return "main process predates the restart"
+        self.first_pid = snap.main_pid
+        self.first_invocation = snap.invocation_id
+        self.first_n_restarts = snap.n_restarts
+        return None
+
+    def _exe(self, snap: UnitSnapshot) -> str | Failed | None:
+        e = self.expect
+        if snap.exe is None:
+            return "exe unreadable"
+        if snap.exe == e.slot_path:
+            return None
+        # An interpreted agent: exe is the interpreter; its command line must name the link or the slot,
+        # and the process must have started after our restart request.
+        names_us = any(arg in (e.current_link_path, e.slot_path) for arg in snap.cmdline)
+        if names_us and snap.main_start_monotonic_s >= e.restart_requested_monotonic:
+            return None
+        return Failed(f"exe mismatch: main process runs {snap.exe}, expected {e.slot_path}")
