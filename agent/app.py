@@ -12,6 +12,7 @@ episode closes.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import sys
@@ -219,11 +220,12 @@ async def _episode(
     config_path: str,
     json_mode: bool,
     run: Callable[[Any], Awaitable[UpgradeResult]],
+    lock: Any,
     *,
     label: str = "download",
     source_override: object | None = None,
 ) -> UpgradeResult:
-    """Open the journal and ports (lock held by the caller), run ``run(wired)``, then seal best effort."""
+    """Open the journal and ports (``lock`` held by the caller), run ``run(wired)``, then seal best effort."""
     from agent.wiring import wire
 
     with _Progress(label) as progress:
@@ -233,6 +235,7 @@ async def _episode(
             progress=progress,
             on_event=_event_logger(True),
             source_override=source_override,
+            lock=lock,
         )
         try:
             switch_seen = _switch_probe(wired)
@@ -268,6 +271,8 @@ async def _seal(wired: Any) -> None:
     """Best effort after a close: seal the live segment and keep ``journal.keep_episodes`` (SPEC 5)."""
     from upgrade_core import fold, summarize_history
 
+    if wired.journal.relinquished:  # a handed-off recovery unit owns the journal now
+        return
     view = fold(wired.journal.records())
 
     def is_closed(episode_id: str) -> bool:
@@ -301,10 +306,10 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
         return _preflight(cfg, host, request)
     if not host.is_installed():
         raise NotInstalledError(f"{host.current_link_path()}: not installed; run `upgrade-agent install` first")
-    with HostLock(cfg.host.lock_path):
+    with HostLock(cfg.host.lock_path) as lock:
         _log(f"upgrade {request.operation}: {request.source_redacted}")
         result = anyio.run(
-            _episode, cfg, config_path, args.json, lambda w: run_upgrade(w.ports, w.policy, request)
+            _episode, cfg, config_path, args.json, lambda w: run_upgrade(w.ports, w.policy, request), lock
         )
     return _result_outcome(result)
 
@@ -357,9 +362,9 @@ def cmd_recover(args: argparse.Namespace) -> Outcome:
     from upgrade_core import recover
 
     cfg, config_path = _load(args)
-    with HostLock(cfg.host.lock_path):
+    with HostLock(cfg.host.lock_path) as lock:
         result = anyio.run(
-            _episode, cfg, config_path, args.json, lambda w: _recover(w, recover, args.trigger)
+            _episode, cfg, config_path, args.json, lambda w: _recover(w, recover, args.trigger), lock
         )
     if result.operation is not None and result.reason == "handed off":
         payload = _result_payload(result)
@@ -401,7 +406,7 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
     else:
         source, source_override = args.archive, None
     request = UpgradeRequest(op, source, redact_url(source), sha, args.expect_version)
-    with HostLock(cfg.host.lock_path):
+    with HostLock(cfg.host.lock_path) as lock:
         if args.archive is None and found.kind == "legacy_layout":
             host.adopt()
             return anyio.run(_install_units_only, cfg, config_path, host)
@@ -409,12 +414,15 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
             return anyio.run(_install_again, cfg, config_path, host, request)
         created = host.create_layout_dirs()
         result = anyio.run(
-            _episode,
-            cfg,
-            config_path,
-            args.json,
-            lambda w: _install_flow(w, cfg, config_path, request),
-            source_override=source_override,
+            functools.partial(
+                _episode,
+                cfg,
+                config_path,
+                args.json,
+                lambda w: _install_flow(w, cfg, config_path, request),
+                lock,
+                source_override=source_override,
+            )
         )
         if result.result not in ("committed", "noop"):
             anyio.run(_undo_install, cfg, config_path, host, created)

@@ -15,7 +15,6 @@ Everything runs the real CLI (``upgrade-agent``) as a subprocess, as an operator
 
 from __future__ import annotations
 
-import functools
 import http.server
 import os
 import shutil
@@ -26,6 +25,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from agent.config_fast import machine_arch
 from examples.releases import build_release, sha256_file
@@ -44,9 +44,10 @@ def _free_port() -> int:
 
 
 def _serve(directory: Path) -> http.server.ThreadingHTTPServer:
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(directory))
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, directory=str(directory), **kwargs)
 
-    class Quiet(handler):  # type: ignore[misc, valid-type]
         def log_message(self, format: str, *args: object) -> None:
             return
 

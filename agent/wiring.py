@@ -19,13 +19,15 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 
+import anyio
 import attrs
 
 from agent.config import AgentConfig
 from agent.host import AgentHost
+from agent.lock import HostLock
 from journal import JournalFullError, JournalPoisonedError, JournalWriter
 from upgrade_core import EVENT_CODEC, Event, Policy, Ports, Recorded
-from upgrade_core.errors import JournalDurabilityError
+from upgrade_core.errors import HistoryError, JournalDurabilityError
 
 KILL_HOOK_ENV = "UPGRADE_AGENT_TEST_KILL_AFTER"
 
@@ -58,9 +60,16 @@ class JournalPort:
         on_event: called after each durable append (progress lines on stderr).
     """
 
-    def __init__(self, writer: JournalWriter[Event], on_event: Callable[[Recorded], None] | None = None) -> None:
+    def __init__(
+        self,
+        writer: JournalWriter[Event],
+        on_event: Callable[[Recorded], None] | None = None,
+        lock: HostLock | None = None,
+    ) -> None:
         self._writer = writer
         self._on_event = on_event
+        self._lock = lock
+        self._reread: Sequence[Recorded] | None = None
         self._kill = _parse_kill_hook(os.environ.get(KILL_HOOK_ENV))
         self._seen: dict[str, int] = {}
 
@@ -70,8 +79,33 @@ class JournalPort:
         return self._writer
 
     def records(self) -> Sequence[Recorded]:
-        """Every durable record in sequence order."""
+        """Every durable record in sequence order (as last re-read, after :meth:`relinquish`)."""
+        if self._reread is not None:
+            return self._reread
         return self._writer.records()
+
+    @property
+    def relinquished(self) -> bool:
+        """True after :meth:`relinquish`: this process no longer owns the journal."""
+        return self._reread is not None
+
+    async def relinquish(self) -> None:
+        """Close the writer and release the host lock (a handed-off recovery unit takes both over)."""
+        await self._writer.aclose()
+        if self._lock is not None:
+            self._lock.release()
+        self._reread = self._writer.records()
+
+    async def reread(self) -> Sequence[Recorded]:
+        """Replay the journal from disk, read-only (other processes' appends included)."""
+        from journal import JournalCorruptError, replay
+
+        try:
+            rep = await anyio.to_thread.run_sync(replay, self._writer.directory, EVENT_CODEC)
+        except JournalCorruptError as exc:
+            raise HistoryError(str(exc)) from None
+        self._reread = rep.records
+        return rep.records
 
     async def append(self, episode_id: str, event: Event) -> Recorded:
         """Append durably; see :meth:`upgrade_core.ports.Journal.append`.
@@ -157,6 +191,7 @@ async def wire(
     progress: Callable[[int, int | None], None] | None = None,
     on_event: Callable[[Recorded], None] | None = None,
     source_override: object | None = None,
+    lock: HostLock | None = None,
 ) -> Wired:
     """Open the journal (the caller holds the host lock) and build every port.
 
@@ -167,6 +202,7 @@ async def wire(
         on_event: called after each durable journal append.
         source_override: an :class:`~upgrade_core.ports.ArchiveSource` to use instead of the fetcher
             (adoption of a plain binary).
+        lock: the host lock the caller holds; released by :meth:`JournalPort.relinquish` on a hand-off.
 
     Raises:
         journal.JournalCorruptError, journal.JournalVersionError: the journal cannot be trusted.
@@ -181,7 +217,7 @@ async def wire(
 
     host = AgentHost.from_config(cfg)
     writer: JournalWriter[Event] = await JournalWriter.open(journal_dir(cfg), EVENT_CODEC)
-    journal = JournalPort(writer, on_event)
+    journal = JournalPort(writer, on_event, lock)
     source = source_override or ArchiveSourceImpl(
         download=FetchPolicy(
             allow_http=cfg.download.allow_http,

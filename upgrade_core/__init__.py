@@ -23,6 +23,7 @@ from ._events import *  # noqa: F403
 from ._events import ALL_EVENTS, SLOTS, Event, Recorded, Slot, UpgradeResult, other_slot
 from ._fold import EpisodeView, Folder, JournalView, fold
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, Verdict
+from ._history import summarize_history
 from ._orchestrator import (
     Policy,
     Ports,
@@ -86,4 +87,5 @@ __all__ = [
     "run_install",
     "run_upgrade",
     "self_upgrade_prepare",
+    "summarize_history",
 ]

@@ -250,7 +250,9 @@ class Folder:
                 (:class:`~upgrade_core.errors.IllegalTransitionError`, naming the ``seq``).
         """
         seq = record.seq
-        if seq != self._last_seq + 1:
+        # The first record may start past 1: compaction drops old records once a snapshot summarises them,
+        # and the journal itself refuses any gap a snapshot does not cover (SPEC 5).
+        if seq != self._last_seq + 1 and self._last_seq != 0:
             raise HistoryError(f"journal sequence gap: record {seq} follows {self._last_seq}")
         event = record.event
         episode_id = record.episode_id

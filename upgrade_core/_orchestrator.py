@@ -431,6 +431,7 @@ class _Run:
         """Hand steps 6-9 to a transient ``recover --trigger manual`` unit; poll until the episode closes."""
         p = self.p
         name = f"{self.policy.agent}-recover-{op[:8]}-{p.ids.token_hex(2)}"
+        await p.journal.relinquish()
         await p.service.hand_off_recovery(name, after_unit=False)
         ep = self.ep(op)
         deadline = p.clock.monotonic() + 2 * ep.max_health_attempts * (ep.health_timeout_s + 5.0) + 60.0

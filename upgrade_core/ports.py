@@ -97,6 +97,17 @@ class Journal(Protocol):
         """
         ...
 
+    async def relinquish(self) -> None:
+        """Stop writing and release the host lock, so that a handed-off recovery unit can own the episode.
+
+        Called just before :meth:`ServiceManager.hand_off_recovery` (SPEC 4.3 step 6, case C15): the
+        transient unit takes the lock non-blocking, so the caller must let it go first. Afterwards only
+        :meth:`reread` is allowed (SPEC 4.6 inv. 7: only the lock holder appends).
+
+        Cancellation: no effect beyond the release.
+        """
+        ...
+
     async def reread(self) -> Sequence[Recorded]:
         """Read every durable record again from stable storage, including other processes' appends.
 

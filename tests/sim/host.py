@@ -324,6 +324,10 @@ class SimJournal:
         await anyio.lowlevel.checkpoint()
         return record
 
+    async def relinquish(self) -> None:
+        # One process per world: the lock is implicit; a handed-off recovery simply runs in reread().
+        await anyio.lowlevel.checkpoint()
+
     async def reread(self) -> Sequence[SimRecord]:
         # The handed-off transient unit runs as another process; simulate it running to completion now.
         w = self.w

@@ -1,0 +1,45 @@
+"""What compaction keeps of dropped episodes: :func:`summarize_history` (SPEC 5 retention).
+
+The journal drops old sealed segments only after a snapshot record summarising them is durable; this is
+the summariser it is given. A summary keeps what later decisions and ``history`` need: the operation id
+and its published result (operation-id idempotency, SPEC 4.3 step 1), the times, and the candidate's
+digest (a rolled-back candidate is never selected again, SPEC 4.6 inv. 6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from . import _events as ev
+from ._fold import Folder
+
+
+def summarize_history(records: Sequence[ev.Recorded]) -> ev.HistorySnapshot:
+    """One :class:`~upgrade_core.HistorySnapshot` for ``records``, the oldest records being dropped.
+
+    Args:
+        records: a contiguous run of records, oldest first; it may begin with (or contain) an older
+            snapshot, whose summaries are carried over first. Only closed episodes are summarised (the
+            journal drops nothing else).
+
+    Raises:
+        HistoryError: the records are not a legal history (see :class:`~upgrade_core.Folder`).
+    """
+    folder = Folder()
+    folder.apply_all(records)
+    view = folder.view()
+    summaries = list(view.history)
+    for ep in view.episodes.values():
+        result = ep.published
+        if ep.is_open or result is None:
+            continue
+        summaries.append(
+            ev.EpisodeSummary(
+                operation=ep.episode_id,
+                result=result,
+                opened_at=ep.opened_at,
+                closed_at=ep.closed_at if ep.closed_at is not None else ep.opened_at,
+                candidate_sha256=ep.candidate_sha256,
+            )
+        )
+    return ev.HistorySnapshot(tuple(summaries))
