@@ -26,7 +26,7 @@ import attrs
 
 from agent.config import AgentConfig, discover_config_path, load_config
 from agent.host import AgentHost
-from upgrade_core import EVENT_CODEC, UpgradeResult
+from upgrade_core import EVENT_CODEC, UpgradeResult, other_slot
 from upgrade_core.errors import (
     AlreadyInstalledError,
     Interrupted,
@@ -96,7 +96,7 @@ def _result_payload(result: UpgradeResult) -> dict[str, Any]:
 
 
 def _result_outcome(result: UpgradeResult) -> Outcome:
-    words = [result.result]
+    words: list[str] = [result.result]
     if result.from_version or result.to_version:
         words.append(f"{result.from_version or '?'} -> {result.to_version or '?'}")
     if result.slot:
@@ -119,7 +119,8 @@ def _event_logger(verbose: bool) -> Callable[[Any], None]:
             return
         event = record.event
         fields = attrs.asdict(event, recurse=False) if attrs.has(type(event)) else {}
-        detail = " ".join(f"{k}={v}" for k, v in fields.items() if k not in ("result",) and v not in (None, ()))
+        shown = {k: v for k, v in fields.items() if k != "result" and v not in (None, ())}
+        detail = " ".join(f"{k}={v}" for k, v in shown.items())
         _log(f"[{record.episode_id[:8]}] {type(event).TAG} {detail}".rstrip())
 
     return log
@@ -194,7 +195,7 @@ async def _run_with_signals(
                         sys.stdout.flush()
                     os._exit(130)
                 if switch_started():
-                    _log(f"{name}: the switch has started; carrying on to a terminal state (again to stop now)")
+                    _log(f"{name}: the switch has started; carrying on to a terminal state (again: stop now)")
                 else:
                     _log(f"{name}: aborting before the switch")
                     scope.cancel()
@@ -305,7 +306,7 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
     if args.preflight:
         return _preflight(cfg, host, request)
     if not host.is_installed():
-        raise NotInstalledError(f"{host.current_link_path()}: not installed; run `upgrade-agent install` first")
+        raise NotInstalledError(f"{host.current_link_path()}: not installed; run `upgrade-agent install`")
     with HostLock(cfg.host.lock_path) as lock:
         _log(f"upgrade {request.operation}: {request.source_redacted}")
         result = anyio.run(
@@ -322,7 +323,7 @@ def _preflight(cfg: AgentConfig, host: AgentHost, request: Any) -> Outcome:
     from upgrade_core import fold
 
     if not host.is_installed():
-        raise NotInstalledError(f"{host.current_link_path()}: not installed; run `upgrade-agent install` first")
+        raise NotInstalledError(f"{host.current_link_path()}: not installed; run `upgrade-agent install`")
     links = host.links()
     assert links.current is not None
     inactive = "green" if links.current == "blue" else "blue"
@@ -339,7 +340,8 @@ def _preflight(cfg: AgentConfig, host: AgentHost, request: Any) -> Outcome:
         plan += [
             f"fetch {request.source_redacted}" + (" and check its sha256" if request.expected_sha256 else ""),
             f"extract {cfg.agent.member} into a staging file for the inactive slot {inactive}",
-            "run its version command" + (f", expect {request.expected_version}" if request.expected_version else ""),
+            "run its version command"
+            + (f", expect {request.expected_version}" if request.expected_version else ""),
             f"switch current from {links.current} to {inactive} (last-good stays {links.current})",
             f"restart {cfg.agent.unit} through a transient unit and health-check it "
             f"({cfg.health.max_attempts} attempts, {cfg.health.stability_s} s stable)",
@@ -380,7 +382,8 @@ async def _recover(wired: Any, recover: Any, trigger: str) -> UpgradeResult:
 
         ep = fold(wired.journal.records()).open_episode
         return UpgradeResult(ep.episode_id if ep else None, "noop", reason="handed off")
-    return result  # type: ignore[no-any-return]
+    assert isinstance(result, UpgradeResult)
+    return result
 
 
 def cmd_install(args: argparse.Namespace) -> Outcome:
@@ -407,7 +410,7 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
         source, source_override = args.archive, None
     request = UpgradeRequest(op, source, redact_url(source), sha, args.expect_version)
     with HostLock(cfg.host.lock_path) as lock:
-        if args.archive is None and found.kind == "legacy_layout":
+        if found is not None and found.kind == "legacy_layout":
             host.adopt()
             return anyio.run(_install_units_only, cfg, config_path, host)
         if host.is_installed():
@@ -452,7 +455,7 @@ async def _install_again(cfg: AgentConfig, config_path: str, host: AgentHost, re
     try:
         current = host.links().current
         assert current is not None
-        inactive = "green" if current == "blue" else "blue"
+        inactive = other_slot(current)
         path = await host.prepare_staging(inactive)
         try:
             staged = await wired.ports.source.stage(request.source, request.expected_sha256, path, inactive)
@@ -474,7 +477,8 @@ async def _install_units_only(cfg: AgentConfig, config_path: str, host: AgentHos
     await service.daemon_reload()
     await service.enable(cfg.agent.unit, recover_boot_unit_name(cfg.agent.name))
     await service.start()
-    return _result_outcome(UpgradeResult(None, "noop", slot=host.links().current, reason="adopted legacy layout"))
+    current = host.links().current
+    return _result_outcome(UpgradeResult(None, "noop", slot=current, reason="adopted legacy layout"))
 
 
 async def _undo_install(cfg: AgentConfig, config_path: str, host: AgentHost, created: list[str]) -> None:
@@ -577,7 +581,7 @@ def cmd_status(args: argparse.Namespace) -> Outcome:
     except UpgradeError as exc:
         _log(f"service state unavailable: {exc}")
     ep = view.open_episode
-    payload = {
+    payload: dict[str, Any] = {
         "agent": cfg.agent.name,
         "current": slot_info(links.current),
         "last_good": slot_info(links.last_good),
@@ -586,10 +590,9 @@ def cmd_status(args: argparse.Namespace) -> Outcome:
     }
     lines = [f"agent: {cfg.agent.name}"]
     for key in ("current", "last_good"):
-        info = payload[key]
-        lines.append(
-            f"{key}: " + ("none" if info is None else f"{info['slot']} {info['version'] or '?'} {info['sha256']}")
-        )
+        info: dict[str, Any] | None = payload[key]
+        described = "none" if info is None else f"{info['slot']} {info['version'] or '?'} {info['sha256']}"
+        lines.append(f"{key}: {described}")
     lines.append(f"service: {service['active_state']}/{service['sub_state']} pid {service['main_pid']}")
     lines.append("episode: " + ("none" if ep is None else f"{ep.episode_id} ({ep.state.value})"))
     return Outcome(payload, "\n".join(lines))
@@ -649,7 +652,7 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
         try:
             rep = replay(directory, EVENT_CODEC)
         except JournalCorruptError as exc:
-            payload = {
+            payload: dict[str, Any] = {
                 "ok": False,
                 "records": None,
                 "torn_tail": None,
@@ -665,7 +668,7 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
     rep = replay(directory, EVENT_CODEC)
     from upgrade_core.codec import to_dict
 
-    records = [
+    records: list[dict[str, Any]] = [
         {
             "seq": r.seq,
             "episode": r.episode_id,

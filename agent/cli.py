@@ -29,7 +29,7 @@ RESULT_EXIT = {"committed": 0, "noop": 0, "rolled_back": 1, "aborted": 1, "needs
 class _ArgumentParser(argparse.ArgumentParser):
     """argparse that reports usage errors as one line and exit 2 through our own error path."""
 
-    def error(self, message: str) -> Any:  # type: ignore[override]
+    def error(self, message: str) -> Any:
         raise _UsageExit(f"{self.prog}: {message}")
 
 
@@ -100,7 +100,9 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], human: str | None) 
     sys.stdout.flush()
 
 
-def _fail(args: argparse.Namespace | None, message: str, code: int, extra: dict[str, Any] | None = None) -> int:
+def _fail(
+    args: argparse.Namespace | None, message: str, code: int, extra: dict[str, Any] | None = None
+) -> int:
     sys.stderr.write(f"{PROG}: {message}\n")
     sys.stderr.flush()
     if args is not None and getattr(args, "json", False):
@@ -117,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     wants_json = "--json" in argv
     # Lean path first: a `recover` with nothing open must not pay for the heavy imports.
     if argv and "recover" in argv:
-        from agent import fastpath
+        import agent.fastpath as fastpath
 
         quick = fastpath.recover_noop(argv)
         if quick is not None:
@@ -130,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         build_parser().print_usage(sys.stderr)
         return _fail(args, "a command is required (see --help)", EXIT_USAGE)
-    from agent import app
+    import agent.app as app
 
     try:
         outcome = app.run_command(args)

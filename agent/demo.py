@@ -83,7 +83,7 @@ def run() -> int:
 
         _say("Building releases 1.0.0, 1.1.0, a bad 1.2.0 (dies 0.3 s after start) and 1.3.0; serving them")
         releases = work / "releases"
-        arch = machine_arch()
+        arch = machine_arch() or "amd64"
         files = {
             v: build_release(releases, v, behaviour, name=NAME, arch=arch)
             for v, behaviour in (
@@ -95,7 +95,7 @@ def run() -> int:
         }
         server = _serve(releases)
         base = f"http://127.0.0.1:{server.server_address[1]}"
-        for v, f in files.items():
+        for f in files.values():
             print(f"{base}/{f.name}  sha256 {sha256_file(f)}")
 
         port = _free_port()
@@ -137,7 +137,7 @@ http_probe = "http://127.0.0.1:{port}/healthz"
 
         step("Installing 1.0.0 into the blue slot; the agent unit starts and must stay healthy",
              ["install", *archive("1.0.0"), "--expect-version", "1.0.0"], 0)
-        step("Upgrading to 1.1.0: staged into green, verified, switched, restarted, health-checked, committed",
+        step("Upgrading to 1.1.0: staged in green, verified, switched, restarted, health-checked, committed",
              ["upgrade", *archive("1.1.0"), "--operation", "to-1.1.0"], 0)
         step("Upgrading to the bad 1.2.0: it passes its version check, dies after start, and is rolled back",
              ["upgrade", *archive("1.2.0"), "--operation", "to-1.2.0"], 1)
@@ -164,8 +164,8 @@ http_probe = "http://127.0.0.1:{port}/healthz"
     elapsed = time.monotonic() - started
     if failures:
         print(f"\ndemo finished in {elapsed:.1f} s with {len(failures)} unexpected outcome(s):")
-        for f in failures:
-            print(f"- {f}")
+        for failure in failures:
+            print(f"- {failure}")
         return 1
     print(f"\ndemo finished in {elapsed:.1f} s: committed, rolled back, recovered, all as announced")
     return 0

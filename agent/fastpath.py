@@ -47,7 +47,9 @@ def _nothing_open(directory: str) -> bool:
     with open(path, "rb") as f:
         data = f.read()
     header = fr.decode_segment_header(data)
-    if isinstance(header, fr.BadFrame) or header.version != fr.FORMAT_VERSION or header.first_seq != first_seq:
+    if isinstance(header, fr.BadFrame):
+        return False
+    if header.version != fr.FORMAT_VERSION or header.first_seq != first_seq:
         return False
     frames, end, _chain, bad = fr.decode_frames(data, fr.SEGMENT_HEADER_SIZE, first_seq, header.crc)
     if bad is not None or end != len(data):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import ssl
 from collections.abc import Sequence
 from typing import Final, final
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -17,29 +17,11 @@ from upgrade_core.errors import ConfigError
 from upgrade_core.ports import HealthProbe
 
 from ._bounded_run import BoundedRunTimeout, run_bounded
+from .redact import redact_url
 
-__all__ = ["CommandProbe", "HttpProbe", "NullProbe", "make_probe", "redact_url"]
+__all__ = ["CommandProbe", "HttpProbe", "NullProbe", "make_probe"]
 
 _REDACTED: Final = "REDACTED"
-
-
-def redact_url(url: str) -> str:
-    """``url`` without its secrets: userinfo, query and fragment become ``REDACTED`` (SPEC 6, case C08).
-
-    ``https://user:pw@host:8443/healthz?token=x`` -> ``https://REDACTED@host:8443/healthz?REDACTED``.
-    Text that does not parse as a URL is replaced whole.
-    """
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port
-    except ValueError:
-        return _REDACTED
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = (f"{_REDACTED}@" if "@" in parts.netloc else "") + host + (f":{port}" if port else "")
-    return urlunsplit((parts.scheme, netloc, parts.path, _REDACTED if parts.query else "",
-                       _REDACTED if parts.fragment else ""))
 
 
 def _one_line(text: str, limit: int = 300) -> str:

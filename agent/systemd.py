@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import secrets
 import shlex
 import subprocess
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,6 +28,7 @@ import anyio
 from upgrade_core.errors import ConfigError, ServiceError
 from upgrade_core.ports import ServiceManager, UnitSnapshot
 
+from . import durable
 from ._bounded_run import BoundedRunTimeout, Finished, run_bounded
 
 __all__ = [
@@ -307,48 +307,6 @@ def _own_cgroup_paths() -> list[str]:
     return paths
 
 
-def _durable_write(directory: Path, name: str, text: str) -> bool:
-    """Write ``directory/name`` as temp + fsync + rename; True when it changed. No directory fsync here."""
-    target = directory / name
-    data = text.encode()
-    with contextlib.suppress(OSError):
-        if target.is_file() and not target.is_symlink() and target.read_bytes() == data:
-            return False
-    tmp = directory / f".{name}.tmp-{secrets.token_hex(4)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return True
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _lexists(path: Path) -> bool:
-    # lstat decides, never unlink's errno: on a read-only mount unlink of a missing path says EROFS (C14).
-    try:
-        path.lstat()
-    except FileNotFoundError:
-        return False
-    return True
-
-
 # ----------------------------------------------------------------------------------------------- manager
 @final
 class SystemdServiceManager:
@@ -571,7 +529,7 @@ class SystemdServiceManager:
         """
         for unit in units:
             _check_unit(unit, "unit")
-        present = [u for u in units if _lexists(self.unit_dir / u)]
+        present = [u for u in units if os.path.lexists(self.unit_dir / u)]
         if present:
             await self._systemctl("disable", "--quiet", *present)
 
@@ -677,13 +635,12 @@ class SystemdServiceManager:
         def write() -> list[str]:
             changed = []
             for name, text in units.items():
+                path = str(self.unit_dir / name)
                 try:
-                    if _durable_write(self.unit_dir, name, text):
-                        changed.append(str(self.unit_dir / name))
+                    if durable.atomic_write_bytes(path, text.encode(), 0o644):
+                        changed.append(path)
                 except OSError as exc:
-                    raise ServiceError(f"cannot write unit file {self.unit_dir / name}: {exc}") from exc
-            if changed:
-                _fsync_dir(self.unit_dir)
+                    raise ServiceError(f"cannot write unit file {path}: {exc}") from exc
             return changed
 
         with anyio.CancelScope(shield=True):
@@ -715,17 +672,14 @@ class SystemdServiceManager:
                     if sub.is_dir() and sub.name.endswith((".wants", ".requires")):
                         candidates += [sub / n for n in wanted]
             for path in candidates:
-                if not _lexists(path):
-                    continue
                 try:
-                    path.unlink()
+                    if durable.remove_if_present(str(path), sync_dir=False):
+                        removed.append(str(path))
+                        dirs.add(path.parent)
                 except OSError as exc:
                     raise ServiceError(f"cannot remove unit file {path}: {exc}") from exc
-                removed.append(str(path))
-                dirs.add(path.parent)
-            if removed:
-                for d in dirs:
-                    _fsync_dir(d)
+            for d in dirs if removed else ():
+                durable.fsync_dir(str(d))
             return removed
 
         with anyio.CancelScope(shield=True):

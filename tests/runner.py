@@ -13,15 +13,19 @@ import pytest
 
 
 class _SystemdCounter:
-    """Counts passed, failed and skipped tests that carry the ``systemd`` marker."""
+    """Counts passed, failed and skipped tests that carry the ``systemd`` marker (not the directory name)."""
 
     def __init__(self) -> None:
+        self.marked: set[str] = set()
         self.passed = 0
         self.failed = 0
         self.skipped = 0
 
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.marked = {item.nodeid for item in items if item.get_closest_marker("systemd") is not None}
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if "systemd" not in report.keywords:
+        if report.nodeid not in self.marked:
             return
         if report.when == "call" and report.passed:
             self.passed += 1

@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from agent.clock import SystemClock
-from agent.probes import CommandProbe, HttpProbe, NullProbe, make_probe, redact_url
+from agent.probes import CommandProbe, HttpProbe, NullProbe, make_probe
 from upgrade_core.errors import ConfigError
 
 pytestmark = pytest.mark.anyio
@@ -82,28 +82,17 @@ async def test_https_probe_reaches_the_connect_stage_with_its_tls_context() -> N
 async def test_http_reasons_never_carry_secrets(server: str) -> None:
     port = server.rsplit(":", 1)[1]
     reason = await HttpProbe(f"http://user:SECRET@127.0.0.1:{port}/fail?sig=TOKEN#FRAG").check()
-    assert reason == f"http probe http://REDACTED@127.0.0.1:{port}/fail?REDACTED#REDACTED answered 500 " \
-        "Internal Server Error"
+    assert reason == f"http probe http://127.0.0.1:{port}/fail answered 500 Internal Server Error"
     closed = f"http://user:SECRET@127.0.0.1:{_closed_port()}/x?sig=TOKEN"
     reason = await HttpProbe(closed, timeout_s=1.0).check()
     assert reason is not None
     assert "SECRET" not in reason and "TOKEN" not in reason and "user" not in reason
 
 
-@pytest.mark.parametrize(("url", "shown"), [
-    ("https://u:p@h.example:8443/a?x=1#f", "https://REDACTED@h.example:8443/a?REDACTED#REDACTED"),
-    ("http://[::1]:8080/healthz", "http://[::1]:8080/healthz"),
-    ("http://h/plain", "http://h/plain"),
-    ("http://h:99999/", "REDACTED"),
-])
-def test_redact_url(url: str, shown: str) -> None:
-    assert redact_url(url) == shown
-
-
 def test_bad_probe_config_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match=r"health\.http_probe: 'ftp://h/x'"):
         HttpProbe("ftp://h/x")
-    with pytest.raises(ConfigError, match=r"health\.http_probe: 'http://REDACTED@:80/'"):
+    with pytest.raises(ConfigError, match=r"health\.http_probe: 'http://:80/'"):
         HttpProbe("http://u:SECRET@:80/")
     with pytest.raises(ConfigError, match=r"health\.command_probe"):
         CommandProbe([])
