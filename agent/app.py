@@ -371,8 +371,8 @@ def cmd_recover(args: argparse.Namespace) -> Outcome:
     if result.operation is not None and result.reason == "handed off":
         payload = _result_payload(result)
         return Outcome(payload, f"{result.operation}: health check handed to a transient unit", 0)
-    outcome = _result_outcome(result)
-    return attrs.evolve(outcome, exit_code=0 if result.result != "needs_attention" else 3)
+    # SPEC 7: recover exits 0 whenever it leaves no open episode, whatever the result it published.
+    return attrs.evolve(_result_outcome(result), exit_code=0)
 
 
 async def _recover(wired: Any, recover: Any, trigger: str) -> UpgradeResult:
