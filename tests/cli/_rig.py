@@ -125,20 +125,25 @@ class Rig:
         self.write_config()
 
     # -- configuration ---------------------------------------------------------------------------------
-    def config_text(self, extra: str = "", systemctl_prefix: Sequence[str] = ("/bin/false",)) -> str:
-        """A config with every path under ``base``; ``extra`` is TOML appended (whole sections)."""
+    def config_text(
+        self, extra: str = "", systemctl_prefix: Sequence[str] = ("/bin/false",), agent_extra: str = ""
+    ) -> str:
+        """A config with every path under ``base``; ``extra`` is TOML appended (whole sections),
+        ``agent_extra`` lines added to ``[agent]``."""
         prefix = ", ".join(json.dumps(p) for p in systemctl_prefix)
         return (
-            f'[agent]\nname = "{self.name}"\nexec_args = ["serve"]\n\n'
+            f'[agent]\nname = "{self.name}"\nexec_args = ["serve"]\n{agent_extra}\n'
             f'[host]\nroot = "{self.root}"\nstate_dir = "{self.state_dir}"\nlock_path = "{self.lock_path}"\n'
             f'unit_dir = "{self.unit_dir}"\nsystemctl_prefix = [{prefix}]\n\n'
             f"[health]\nstability_s = 0.5\ntimeout_s = 2.0\nmax_attempts = 2\n\n{extra}"
         )
 
-    def write_config(self, extra: str = "", systemctl_prefix: Sequence[str] = ("/bin/false",)) -> Path:
-        """(Re)write the config file; returns its path."""
+    def write_config(
+        self, extra: str = "", systemctl_prefix: Sequence[str] = ("/bin/false",), agent_extra: str = ""
+    ) -> Path:
+        """(Re)write the config file (see :meth:`config_text`); returns its path."""
         self.config.parent.mkdir(parents=True, exist_ok=True)
-        self.config.write_text(self.config_text(extra, systemctl_prefix))
+        self.config.write_text(self.config_text(extra, systemctl_prefix, agent_extra))
         return self.config
 
     # -- running ---------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from agent import cli
+from agent.config_fast import machine_arch
 from agent.lock import HostLock
 
 from ._journals import T0, aborted_episode, committed_episode, write_journal
@@ -116,6 +117,17 @@ def test_config_option_wins_over_the_environment_variable(rig: Rig, tmp_path: Pa
     assert run.payload() == {"host_root": str(rig.root)}
 
 
+@pytest.mark.skipif(os.path.exists("/etc/upgrade-agent"), reason="this machine has a real /etc/upgrade-agent")
+@pytest.mark.parametrize("command", [["host-root"], ["recover"]])
+def test_no_config_anywhere_exits_2(command: list[str]) -> None:
+    """No --config, no $UPGRADE_AGENT_CONFIG and no /etc/upgrade-agent (read, never written, here): exit 2.
+    The "several configs" case needs files in /etc/upgrade-agent, which tests never write; it is covered at
+    the unit level by agent.config_fast.discover_config_path(config_dir=...)."""
+    run = run_cli(["--json", *command])
+    err = run.error_payload(2)
+    assert "/etc/upgrade-agent" in err["error"] and "UPGRADE_AGENT_CONFIG" in err["error"], err
+
+
 @pytest.mark.parametrize("via", ["option", "env"])
 @pytest.mark.parametrize(
     "command", [["host-root"], ["status"], ["recover"], ["upgrade", "--archive", "/x.tar.gz"]]
@@ -161,8 +173,18 @@ CONFIG_COMMANDS = {
 }
 
 
-@pytest.mark.parametrize("command", list(CONFIG_COMMANDS.values()), ids=list(CONFIG_COMMANDS))
-@pytest.mark.parametrize("case", list(BAD_CONFIGS.values()), ids=list(BAD_CONFIGS))
+# Every bad config against two commands that load it on different paths, every command against one.
+BAD_CONFIG_MATRIX = sorted(
+    {(case, command) for case in BAD_CONFIGS for command in ("status", "upgrade", "recover")}
+    | {("unknown-key", command) for command in CONFIG_COMMANDS}
+)
+
+
+@pytest.mark.parametrize(
+    ("case", "command"),
+    [(BAD_CONFIGS[c], CONFIG_COMMANDS[cmd]) for c, cmd in BAD_CONFIG_MATRIX],
+    ids=[f"{c}-{cmd}" for c, cmd in BAD_CONFIG_MATRIX],
+)
 def test_bad_config_exits_2_naming_file_and_key(
     rig: Rig, case: tuple[str, str], command: list[str], request: pytest.FixtureRequest
 ) -> None:
@@ -265,6 +287,17 @@ def test_upgrade_while_the_lock_is_held_exits_75(rig: Rig, tmp_path: Path) -> No
     assert after == before
 
 
+def test_recover_of_an_open_episode_while_the_lock_is_held_exits_75(rig: Rig) -> None:
+    rig.install_by_hand()
+    write_journal(_journal_dir(rig), [("op-open", aborted_episode("op-open")[:1])])
+    with HostLock(str(rig.lock_path)):
+        before = snapshot(rig.base)
+        run = rig.cli("recover", "--trigger", "boot")
+        assert snapshot(rig.base) == before
+    err = run.error_payload(75)
+    assert str(rig.lock_path) in err["error"]
+
+
 def test_journal_compact_while_the_lock_is_held_exits_75(rig: Rig) -> None:
     _closed_journal(rig)
     with HostLock(str(rig.lock_path)):
@@ -287,6 +320,37 @@ def test_preflight_reports_a_busy_lock_with_75_and_creates_nothing(rig: Rig) -> 
         busy = rig.cli("upgrade", "--archive", "/srv/none.tar.gz", "--preflight")
     assert busy.code == 75, busy
     assert busy.payload()["lock"] == "busy"
+
+
+# -- install on an installed host (SPEC 7: same digest -> noop, else exit 2) ---------------------------
+def test_install_over_an_installed_host(rig: Rig, tmp_path: Path) -> None:
+    import gzip
+    import io
+    import tarfile
+
+    rig.install_by_hand()
+    facts = rig.host_facts()
+
+    def archive_of(data: bytes, path: Path) -> Path:
+        raw = io.BytesIO()
+        with tarfile.open(fileobj=raw, mode="w") as tar:
+            info = tarfile.TarInfo(f"{rig.name}-linux-{machine_arch()}")
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+        path.write_bytes(gzip.compress(raw.getvalue()))
+        return path
+
+    same = rig.cli(
+        "install", "--archive", str(archive_of(rig.slot("blue").read_bytes(), tmp_path / "same.tar.gz"))
+    )
+    assert same.code == 0, same
+    assert same.payload()["result"] == "noop"
+    other = rig.cli(
+        "install", "--archive", str(archive_of(b"#!/bin/sh\necho 5.0.0\n", tmp_path / "new.tar.gz"))
+    )
+    err = other.error_payload(2)
+    assert "already installed" in err["error"] and "upgrade" in err["error"]
+    assert rig.host_facts() == facts and rig.staging_leftovers() == []
 
 
 # -- recover with nothing open ------------------------------------------------------------------------
