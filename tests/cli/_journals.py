@@ -105,7 +105,10 @@ def _clock(start: float, step: float) -> Iterator[float]:
 def write_journal(
     directory: Path, episodes: Sequence[tuple[str, Sequence[Event]]], start: float = T0, step: float = 60.0
 ) -> Written:
-    """Append every event of ``episodes`` (``(operation, events)``) in order; each record ``step`` s later."""
+    """Append every event of ``episodes`` (``(operation, events)``) in order; each record ``step`` s later.
+
+    Appends to an existing journal too; the offsets returned are those in its live segment.
+    """
     ticks = _clock(start, step)
     times: list[float] = []
 
@@ -115,8 +118,8 @@ def write_journal(
 
     async def write() -> Written:
         writer = await JournalWriter.open(directory, EVENT_CODEC, wall_clock=wall)
-        segments = sorted(directory.iterdir())
-        assert len(segments) == 1, segments
+        # The live segment is the newest plain ``.jnl`` (sealed ones are compressed, SPEC 5).
+        segments = sorted(p for p in directory.iterdir() if p.name.endswith(".jnl"))[-1:]
         header_end = os.path.getsize(segments[0])
         ends = []
         try:

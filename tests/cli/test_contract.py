@@ -396,6 +396,25 @@ def test_recover_with_an_open_episode_is_not_answered_by_the_fast_path(rig: Rig)
     assert again.payload() == NOOP
 
 
+def test_after_compaction_history_survives_and_recover_stays_on_the_fast_path(rig: Rig) -> None:
+    rig.write_config("[journal]\nkeep_episodes = 1\n")
+    write_journal(_journal_dir(rig), [("op-commit", committed_episode("op-commit", rig.name))])
+    assert rig.cli("journal", "compact").code == 0  # seals the segment holding op-commit
+    write_journal(_journal_dir(rig), [("op-abort", aborted_episode("op-abort"))], start=T0 + 3600)
+    history = rig.cli("history").payload()
+    assert [e["operation"] for e in history["episodes"]] == ["op-abort", "op-commit"]
+    compact = rig.cli("journal", "compact")  # op-commit is now old: its segment goes, a summary stays
+    assert compact.code == 0, compact
+    assert rig.cli("history").payload() == history
+    verify = rig.cli("journal", "verify").payload()
+    assert verify["ok"] is True and verify["records"] < 20, verify
+    os.unlink(rig.lock_path)  # left by compact (a writer); the fast path must not bring it back
+    before = snapshot(rig.base)
+    run = rig.cli("recover", "--trigger", "boot")
+    assert run.code == 0 and run.payload() == NOOP, run
+    assert snapshot(rig.base) == before and not rig.lock_path.exists()
+
+
 # -- journal verify / dump ----------------------------------------------------------------------------
 def test_journal_verify_on_a_good_journal(rig: Rig) -> None:
     written = _closed_journal(rig)
