@@ -64,13 +64,46 @@ def _nothing_open(directory: str) -> bool:
     return tag in _CLOSED_TAGS
 
 
+_TRIGGERS = frozenset({"boot", "on-failure", "manual"})
+
+
+def _plain_recover(argv: list[str]) -> bool:
+    """True when ``argv`` is exactly ``recover`` plus well-formed ``--config``, ``--json``, ``--trigger``.
+
+    Anything else (an unknown option, a bad trigger, a second command word) goes to argparse on the full
+    path, so that a usage error exits 2 there instead of being answered with a noop here (SPEC 7).
+    """
+    i, commands = 0, 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "recover":
+            commands += 1
+        elif word == "--json":
+            pass
+        elif word in ("--config", "--trigger"):
+            if i + 1 >= len(argv):
+                return False
+            if word == "--trigger" and argv[i + 1] not in _TRIGGERS:
+                return False
+            i += 1
+        elif word.startswith("--config="):
+            pass
+        elif word.startswith("--trigger="):
+            if word.split("=", 1)[1] not in _TRIGGERS:
+                return False
+        else:
+            return False
+        i += 1
+    return commands == 1
+
+
 def recover_noop(argv: list[str]) -> int | None:
     """Answer ``recover`` when nothing is open: print the noop result and return 0; else None.
 
     Args:
         argv: the whole command line after the program name (``recover`` somewhere in it).
     """
-    if argv.count("recover") != 1 or any(a in ("-h", "--help") for a in argv):
+    if not _plain_recover(argv):
         return None
     try:
         from agent.config_fast import discover_config_path, read_paths_fast
