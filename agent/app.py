@@ -407,7 +407,7 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
             )
         source, source_override = found.source, _PlainFileSource()
     else:
-        source, source_override = args.archive, None
+        found, source, source_override = None, args.archive, None
     request = UpgradeRequest(op, source, redact_url(source), sha, args.expect_version)
     with HostLock(cfg.host.lock_path) as lock:
         if found is not None and found.kind == "legacy_layout":

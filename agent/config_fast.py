@@ -123,11 +123,10 @@ def discover_config_path(
 def read_paths_fast(path: str) -> tuple[str, str, str]:
     """Read ``(agent.name, host.state_dir, host.lock_path)`` with ``tomllib`` only, substituted.
 
-    Checks only these three keys. Anything unexpected about them (unreadable file, bad TOML, missing or
-    bad name, non-string or relative path, unsupported ``{arch}``) falls back to the full loader
-    :func:`agent.config.load_config`, so the error a user sees is the same one the full loader gives, and
-    the happy path agrees with it by construction. The caller must still run the full loader before doing
-    any work (this reader does not reject unknown keys elsewhere in the file).
+    The whole file must pass the stdlib pre-check :func:`plausibly_valid`, and the three keys must be usable;
+    anything unexpected (unreadable file, bad TOML, an unknown key, a bad value, an unsupported ``{arch}``)
+    falls back to the full loader :func:`agent.config.load_config`, so the error a user sees is the one the
+    full loader gives.
 
     Args:
         path: the configuration file.
@@ -151,7 +150,102 @@ def read_paths_fast(path: str) -> tuple[str, str, str]:
     return cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path
 
 
+# -- a conservative, stdlib-only pre-check of the whole file (the no-op recovery path) ----------------
+# Why a second description of the schema: the full loader (attrs + cattrs, agent/config.py) costs about
+# three times the whole SPEC 9 ``recover.noop`` budget to import, yet a boot-time recovery with nothing to
+# do must still refuse a configuration the full loader would refuse (SPEC 7: exit 2 naming the key). This
+# table only has to be at least as strict as the full loader: anything it does not recognise sends the run
+# to the full loader, which produces the one precise error line. ``tests/agent_host`` pins its keys to the
+# attrs classes, and the generated-config agreement test checks "fast accepts => full accepts".
+def _text(v: object) -> bool:
+    return isinstance(v, str) and "\0" not in v
+
+
+def _abs(v: object) -> bool:
+    return _text(v) and os.path.isabs(v)  # type: ignore[arg-type]
+
+
+def _argv(v: object) -> bool:
+    return isinstance(v, list) and all(_text(x) for x in v)
+
+
+def _pos_int(v: object) -> bool:
+    return type(v) is int and v > 0
+
+
+def _pos_num(v: object) -> bool:
+    return type(v) in (int, float) and 0 < v < float("inf")  # type: ignore[operator]
+
+
+_HTTP_URL = re.compile(r"https?://[^/?#@\s]+(?:[/?#]\S*)?")
+_Check = Any
+FAST_SCHEMA: dict[str, dict[str, _Check]] = {
+    "agent": {
+        "name": lambda v: isinstance(v, str) and NAME_RE.fullmatch(v) is not None,
+        "unit": lambda v: _text(v) and v != "",
+        "exec_args": _argv,
+        "version_args": _argv,
+        "member": lambda v: _text(v) and v != "",
+        "member_policy": lambda v: v in ("exact", "select"),
+    },
+    "host": {
+        "root": _abs,
+        "legacy_root": lambda v: v == "" or _abs(v),
+        "state_dir": _abs,
+        "unit_dir": _abs,
+        "lock_path": _abs,
+        "systemctl_prefix": _argv,
+    },
+    "download": {
+        "allow_http": lambda v: v in ("never", "loopback", "always"),
+        "max_redirects": lambda v: type(v) is int and v >= 0,
+        "timeout_s": _pos_num,
+    },
+    "limits": {
+        key: _pos_int
+        for key in ("max_archive_bytes", "max_member_bytes", "max_total_bytes", "max_entries",
+                    "max_zstd_window_bytes")
+    },
+    "verify": {"timeout_s": _pos_num, "max_output_bytes": _pos_int},
+    "health": {
+        "stability_s": _pos_num,
+        "timeout_s": _pos_num,
+        "max_attempts": _pos_int,
+        "http_probe": lambda v: v == "" or (isinstance(v, str) and _HTTP_URL.fullmatch(v) is not None),
+        "command_probe": lambda v: _argv(v) and (not v or v[0] != ""),
+    },
+    "journal": {"keep_episodes": _pos_int},
+}
+"""Section -> key -> a predicate the value must meet for the quick path to trust the file."""
+
+
+def plausibly_valid(doc: dict[str, Any]) -> bool:
+    """True when every section, key and value of ``doc`` passes :data:`FAST_SCHEMA` (stdlib only).
+
+    False means "let the full loader decide" (it then reports the precise error); True is only ever
+    returned for files the full loader accepts too.
+    """
+    for section, table in doc.items():
+        if section == "mirrors":
+            if not isinstance(table, list) or not all(
+                isinstance(m, dict) and set(m) == {"path"} and _abs(m["path"]) for m in table
+            ):
+                return False
+            continue
+        schema = FAST_SCHEMA.get(section)
+        if schema is None or not isinstance(table, dict):
+            return False
+        for key, value in table.items():
+            check = schema.get(key)
+            if check is None or not check(value):
+                return False
+    health = doc.get("health", {})
+    return not (health.get("http_probe") and health.get("command_probe"))
+
+
 def _fast_values(doc: dict[str, Any]) -> tuple[str, str, str]:
+    if not plausibly_valid(doc):
+        raise ValueError("let the full loader check this file")
     agent = doc["agent"]
     host = doc.get("host", {})
     if not isinstance(agent, dict) or not isinstance(host, dict):

@@ -7,12 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import agent.config as config_mod
 from agent.config import AgentConfig, load_config, parse_config
-from agent.config_fast import discover_config_path, read_paths_fast
+from agent.config_fast import FAST_SCHEMA, discover_config_path, plausibly_valid, read_paths_fast
 from upgrade_core.errors import ConfigError
 
 MINIMAL = '[agent]\nname = "demo-agent"\n'
@@ -289,3 +291,44 @@ def test_fast_reader_agrees_with_full_loader_generated(
     cfg = load_config(path)
     assert read_paths_fast(path) == (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path)
     assert "{name}" not in cfg.host.state_dir and "{arch}" not in cfg.host.lock_path
+
+
+# -- the stdlib pre-check of the quick path (agent.config_fast.plausibly_valid) -----------------------
+def test_fast_schema_names_exactly_the_full_loaders_keys() -> None:
+    sections = {
+        "agent": config_mod.AgentSection,
+        "host": config_mod.HostSection,
+        "download": config_mod.DownloadSection,
+        "limits": config_mod.LimitsSection,
+        "verify": config_mod.VerifySection,
+        "health": config_mod.HealthSection,
+        "journal": config_mod.JournalSection,
+    }
+    assert set(FAST_SCHEMA) == set(sections)
+    for section, cls in sections.items():
+        assert set(FAST_SCHEMA[section]) == {a.name for a in attrs.fields(cls)}, section
+
+
+_values = st.sampled_from(
+    [0, 1, -1, 5, 2.5, -2.5, True, "", "x", "/abs", "rel", "exact", "select", "never", "always",
+     "loopback", "http://127.0.0.1:8/h", "ftp://h/", [], ["a"], [""], [1], {"k": 1}]
+)
+_all_keys = [(s, k) for s, table in FAST_SCHEMA.items() if s != "agent" for k in table]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(entries=st.lists(st.tuples(st.sampled_from([*_all_keys, ("limits", "max_entrys"), ("limit", "x")]),
+                                  _values), max_size=6))
+def test_fast_precheck_accepts_only_what_the_full_loader_accepts(
+    tmp_path: Path, entries: list[tuple[tuple[str, str], object]]
+) -> None:
+    doc: dict[str, dict[str, object]] = {"agent": {"name": "demo-agent"}}
+    for (section, key), value in entries:
+        doc.setdefault(section, {})[key] = value
+    if not plausibly_valid(doc):
+        return
+    body = "".join(
+        f"[{section}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in table.items())
+        for section, table in doc.items()
+    )
+    load_config(write(tmp_path, body))  # must not raise: fast accepted it
