@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from upgrade_core import UpgradeRequest, recover, run_upgrade
 from upgrade_core import _events as ev
-from upgrade_core import recover, run_upgrade
 
 from ..sim.host import SIM_POLICY, Behavior, CrashPlan, FaultKind, SimCrash, World, make_candidate
 from ..sim.invariants import check_always, check_settled, events_by_episode
@@ -29,8 +29,6 @@ def fresh(kind: str) -> World:
 
 
 async def test_dry_runs_have_the_pinned_lengths() -> None:
-    from upgrade_core import UpgradeRequest
-
     for kind, n in FULL_LENGTH.items():
         w = fresh(kind)
         await run_upgrade(w.ports(), SIM_POLICY, UpgradeRequest("op1", "a", "a"))
@@ -40,8 +38,6 @@ async def test_dry_runs_have_the_pinned_lengths() -> None:
 @pytest.mark.parametrize("fault", ["crash", "power"])
 @pytest.mark.parametrize("kind", ["good", "exit"])
 async def test_cut_after_every_prefix_then_recover(kind: str, fault: FaultKind) -> None:
-    from upgrade_core import UpgradeRequest
-
     for k in range(1, FULL_LENGTH[kind] + 1):
         w = fresh(kind)
         w.arm(CrashPlan(k, "after", fault, method="journal.append"))
@@ -76,8 +72,6 @@ async def test_cut_after_every_prefix_then_recover(kind: str, fault: FaultKind) 
 @pytest.mark.parametrize("kind", ["good", "exit"])
 async def test_fault_around_every_port_call_then_recover(kind: str) -> None:
     """Not only after appends: a crash or power cut before/after every port call of the whole flow."""
-    from upgrade_core import UpgradeRequest
-
     dry = fresh(kind)
     await run_upgrade(dry.ports(), SIM_POLICY, UpgradeRequest("op1", "a", "a"))
     for index in range(1, dry.calls + 1):

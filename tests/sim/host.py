@@ -509,7 +509,7 @@ class SimIds:
         return f"{self.n:0{2 * nbytes}x}"[-2 * nbytes:]
 
 
-SIM_POLICY = Policy(agent="agent", unit="agent.service", stability_s=1.0, health_timeout_s=3.0,
+SIM_POLICY = Policy(agent="agent", unit="agent.service", stability_s=0.5, health_timeout_s=1.5,
                     max_attempts=3, poll_interval_s=0.25)
 
 
