@@ -10,6 +10,7 @@ Mutants:
 - ``b``: the episode is closed before its result reaches the sink (the Go anchor's lost result).
 - ``c``: ``last-good`` is pointed at the candidate when the switch happens, before the commit.
 - ``d``: the simulated journal skips the fsync of ``SwitchIntended`` (a dropped durability barrier).
+- ``e``: the real journal (``journal/_writer.py``) drops the fdatasync of every appended batch.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ TESTS: dict[str, list[str]] = {
     "b_close_before_publish": ["tests/core/test_prefix_recovery.py", "tests/core/test_orchestrator.py"],
     "c_last_good_moved_at_switch": ["tests/core/test_orchestrator.py", "tests/core/test_prefix_recovery.py"],
     "d_journal_fsync_dropped": ["tests/core/test_prefix_recovery.py", "tests/core/test_crash_stateful.py"],
+    "e_real_journal_fdatasync_dropped": ["tests/journal"],
 }
 FAILED = re.compile(r"^FAILED (.+?)(?: - .*)?$", re.MULTILINE)
 
