@@ -77,12 +77,25 @@ def _timed(argv: list[str], **kwargs: Any) -> tuple[float, subprocess.CompletedP
     return time.perf_counter() - start, done
 
 
+_MEASURE = (
+    "import resource, subprocess, sys\n"
+    "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+)
+
+
 def _peak_rss_mib(argv: list[str], **kwargs: Any) -> float:
-    """Peak RSS (MiB) of one run of ``argv``, from ``os.wait4`` (``ru_maxrss``, KiB on Linux)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kwargs)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return round(usage.ru_maxrss / 1024, 1)
+    """Peak RSS (MiB) of one run of ``argv`` and the children it waits for, measured from a small fresh
+    wrapper process (``RUSAGE_CHILDREN``, KiB on Linux).
+
+    Not ``wait4`` on a child of this process: Python starts children with vfork, and at exec Linux folds
+    the high-water mark of the image being replaced (the parent's, shared until then) into the child's
+    ``ru_maxrss``, so a child of this process (which held two 50 MiB releases) reported this process's
+    peak (~130 MiB), not its own.
+    """
+    done = subprocess.run([sys.executable, "-c", _MEASURE, *argv], capture_output=True, text=True,
+                          check=True, **kwargs)
+    return round(int(done.stdout.split()[-1]) / 1024, 1)
 
 
 # -- recover.noop --------------------------------------------------------------------------------------
