@@ -245,6 +245,8 @@ http_probe = "http://127.0.0.1:{port}/"
 
     def run(*argv: str) -> tuple[int, dict[str, Any]]:
         done = subprocess.run([*cli, *argv], cwd=WORKTREE, capture_output=True, text=True, timeout=120)
+        # pytest shows what is printed only when the test fails: the CLI's own account of each step
+        print(f"$ upgrade-agent {' '.join(argv)}  -> exit {done.returncode}\n{done.stdout}{done.stderr}")
         lines = done.stdout.strip().splitlines()
         assert lines, f"{argv[0]}: no JSON on stdout (exit {done.returncode}); stderr:\n{done.stderr}"
         return done.returncode, json.loads(lines[-1])
@@ -290,6 +292,8 @@ http_probe = "http://127.0.0.1:{port}/"
         assert [(e["operation"], e["result"]) for e in hist["episodes"][:2]] == [
             ("to-broken", "rolled_back"), ("to-b", "committed")]
     finally:
+        unit_state = sandbox.run("systemctl", "status", "--no-pager", f"{name}.service", check=False)
+        print(unit_state.stdout, unit_state.stderr)  # shown by pytest only when the test failed
         subprocess.run([*cli, "uninstall"], cwd=WORKTREE, capture_output=True, timeout=60, check=False)
     assert not lib.exists()
     assert not any(p.name.startswith(name) for p in sandbox.unit_dir.iterdir())
