@@ -142,6 +142,13 @@ class CliAgent:
         name = f"{prefix}-{secrets.token_hex(3)}"
         base.mkdir(parents=True, exist_ok=True)
         enter = sandbox_prefix(sandbox, base / "in-sandbox")
+        # What runs inside units imports the project from the venv's editable install (/work/main); point
+        # it at this worktree instead, so the recovery units and the self-upgrading daemon run the code
+        # under test. Drop-ins, so the unit files stay exactly as the CLI renders them.
+        for unit in (f"{name}.service", f"{name}-recover.service", f"{name}-recover-boot.service"):
+            dropin = sandbox.unit_dir / f"{unit}.d"
+            dropin.mkdir(exist_ok=True)
+            (dropin / "worktree.conf").write_text(f"[Service]\nEnvironment=PYTHONPATH={WORKTREE}\n")
         port = free_port()
         config = base / f"{name}.toml"
         args = [a.format(config=config, port=port) for a in (exec_args or ["serve", "--port", "{port}"])]
@@ -264,7 +271,7 @@ http_probe = "http://127.0.0.1:{port}/healthz"
         return parts[1] if len(parts) >= 2 else None
 
     def teardown(self) -> None:
-        """``uninstall`` through the CLI (units, links, state); units removed by hand if that fails."""
+        """``uninstall`` by the CLI (units, links, state), then the drop-ins; units by hand if it fails."""
         done = self.cli("uninstall", timeout_s=60)
         if done.returncode != 0:
             mine = sorted(p.name for p in self.sandbox.unit_dir.iterdir() if p.name.startswith(self.name))
@@ -272,6 +279,9 @@ http_probe = "http://127.0.0.1:{port}/healthz"
                 self.sandbox.run("systemctl", "stop", unit, check=False)
                 (self.sandbox.unit_dir / unit).unlink(missing_ok=True)
             self.sandbox.run("systemctl", "daemon-reload", check=False)
+        for dropin in self.sandbox.unit_dir.glob(f"{self.name}*.service.d"):
+            (dropin / "worktree.conf").unlink(missing_ok=True)
+            dropin.rmdir()
         self.sandbox.run("systemctl", "reset-failed", check=False)
 
 
