@@ -186,6 +186,9 @@ def check_host(agent: CliAgent, releases: Releases, row: Row, expected: set[str]
             p.append("no result file")
         elif {k: file.get(k) for k in journal_result} != journal_result:
             p.append(f"result file {file} != journal {journal_result}")
+        closed = [r.event for r in episode if type(r.event).TAG == "EpisodeClosed"]
+        if closed and getattr(closed[0], "result", None) != row.result:
+            p.append(f"closed as {getattr(closed[0], 'result', None)} but published {row.result}")
         if row.result not in expected:
             p.append(f"result {row.result}, expected {sorted(expected)}")
     # Links: both resolve to a verified binary (the installed one, or the candidate if it was verified).
