@@ -118,6 +118,11 @@ class HealthJudge:
         if snap.result == "start-limit-hit":
             return Failed("start-limit-hit")
         if snap.active_state in ("failed", "inactive"):
+            if self._restart_not_begun(snap):
+                # The restart runs from a --no-block transient unit: until its job starts, a unit that was
+                # not running (an install) still shows inactive/dead from before our request. Seen on a
+                # loaded host in tests/systemd/test_crash_real.py; failing here spent a whole attempt.
+                return self._timeout(now, "restart not begun yet")
             return Failed(f"unit {snap.active_state} ({snap.sub_state}, result {snap.result})")
         why = self._identity(snap)
         if isinstance(why, Failed):
@@ -146,6 +151,14 @@ class HealthJudge:
                           f"{detail}")
         return Pending(why)
 
+    def _restart_not_begun(self, snap: UnitSnapshot) -> bool:
+        """Inactive, no new process seen, and none started since the request: the restart job has not run."""
+        return (
+            self.first_pid is None
+            and snap.active_state == "inactive"
+            and snap.main_start_monotonic_s < self.expect.restart_requested_monotonic
+        )
+
     def _identity(self, snap: UnitSnapshot) -> str | Failed | None:
         """MainPID / InvocationID / NRestarts rules; a string is a reason to wait."""
         e = self.expect
@@ -164,7 +177,9 @@ class HealthJudge:
             snap.main_pid == e.baseline_pid or snap.invocation_id == e.baseline_invocation
         ):
             return "restart not observed yet"
-        if e.baseline_pid is None and snap.main_start_monotonic_s < e.restart_requested_monotonic:
+        if not e.baseline_pid and snap.main_start_monotonic_s < e.restart_requested_monotonic:
+            # No baseline, or the unit had no main process (MainPID 0) before the request: a process is
+            # ours only if it started after the request (a previous attempt's late restart is not).
             return "main process predates the restart"
         self.first_pid = snap.main_pid
         self.first_invocation = snap.invocation_id

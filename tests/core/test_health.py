@@ -114,3 +114,28 @@ def test_only_the_monotonic_clock_counts() -> None:
     """C19: the judge never sees wall time; the samples' monotonic times alone make the window."""
     assert run([(T0 + 0.25, GOOD, None), (T0 + 1.2, GOOD, None)]) == Pending("")
     assert run([(T0 + 0.25, GOOD, None), (T0 + 1.25, GOOD, None)]) == Passed()
+
+
+def test_inactive_before_the_restart_job_runs_is_not_a_failure() -> None:
+    """An install: the unit never ran, the --no-block restart has not started yet; wait for it."""
+    expect = attrs.evolve(EXPECT, baseline_pid=0, baseline_invocation="")
+    never_ran = UnitSnapshot("inactive", "dead", "success", 0, "", 0, 0.0, None, ())
+    judge = HealthJudge(expect, T0)
+    assert judge.observe(never_ran, None, T0 + 0.25) == Pending("restart not begun yet")
+    for t in (0.5, 0.75, 1.0, 1.25):
+        assert isinstance(judge.observe(GOOD, None, T0 + t), Pending)
+    assert judge.observe(GOOD, None, T0 + 1.5) == Passed()
+    # A process that started after the request and is now dead fails at once, as before.
+    dead = attrs.evolve(never_ran, main_start_monotonic_s=T0 + 0.1)
+    verdict = HealthJudge(expect, T0).observe(dead, None, T0 + 0.25)
+    assert isinstance(verdict, Failed) and "unit inactive" in verdict.reason
+    # Never started at all: the attempt still ends, at its timeout.
+    late = run(steady(never_ran, T0 + 0.25, T0 + 5.0), expect)
+    assert late == Failed("not healthy for 1 s within 5 s: restart not begun yet")
+
+
+def test_with_no_main_process_before_the_restart_an_older_process_is_not_ours() -> None:
+    """MainPID 0 at baseline: a process started before our request (an earlier attempt's restart) waits."""
+    expect = attrs.evolve(EXPECT, baseline_pid=0, baseline_invocation="")
+    earlier = attrs.evolve(GOOD, main_start_monotonic_s=T0 - 0.5)
+    assert run(steady(earlier, T0 + 0.25, T0 + 2.0), expect) == Pending("main process predates the restart")
