@@ -110,7 +110,7 @@ root = "{work}/root"
 state_dir = "{work}/state"
 lock_path = "{work}/run/{NAME}.lock"
 unit_dir = "{sandbox.unit_dir}"
-systemctl_prefix = {_toml_list(list(sandbox.prefix))}
+systemctl_prefix = {_toml_list([str(sandbox.write_prefix_script(work / "in-sandbox"))])}
 
 [health]
 stability_s = 1.0

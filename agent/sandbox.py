@@ -354,6 +354,25 @@ class PrivateSystemd:
         """Host-side path of the sandbox's ``/etc/systemd/system`` (write unit files here)."""
         return self.workdir / "etc-system"
 
+    def write_prefix_script(self, path: Path) -> Path:
+        """Write an executable ``host.systemctl_prefix`` that works from the host and from inside.
+
+        :attr:`prefix` (``nsenter -t HOSTPID ...``) is right for a CLI run on the host, wrong for what runs
+        inside the sandbox with the same configuration (``NAME-recover.service``, transient recovery units,
+        a self-upgrading daemon), where that PID does not exist. The script compares its own pid namespace
+        with the sandbox's (``pid:[inode]``) and runs the command directly when it is already inside.
+
+        Returns:
+            ``path``, to be used as the one-element prefix ``[str(path)]``.
+        """
+        path.write_text(
+            "#!/bin/sh\n"
+            f'[ "$(readlink /proc/self/ns/pid)" = "{self.pidns}" ] && exec "$@"\n'
+            f'exec {" ".join(self.prefix)} "$@"\n'
+        )
+        path.chmod(0o755)
+        return path
+
     # ------------------------------------------------------------------ start
     @classmethod
     def start(

@@ -78,23 +78,6 @@ class ReleaseServer:
         self.server.server_close()
 
 
-def sandbox_prefix(sandbox: PrivateSystemd, path: Path) -> Path:
-    """Write a ``host.systemctl_prefix`` that works from the host and from inside the sandbox.
-
-    ``sandbox.prefix`` is ``nsenter -t HOSTPID ...``: right for the CLI run by the test, wrong for what
-    runs inside the sandbox with the same config (``NAME-recover.service``, transient recovery units, a
-    self-upgrading daemon), where that PID does not exist. This script compares its own PID namespace with
-    the sandbox's (``pid:[inode]``) and runs the command directly when already inside.
-    """
-    path.write_text(
-        "#!/bin/sh\n"
-        f'[ "$(readlink /proc/self/ns/pid)" = "{sandbox.pidns}" ] && exec "$@"\n'
-        f'exec {" ".join(sandbox.prefix)} "$@"\n'
-    )
-    path.chmod(0o755)
-    return path
-
-
 def _toml_list(items: Sequence[str]) -> str:
     return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
@@ -141,7 +124,7 @@ class CliAgent:
         """
         name = f"{prefix}-{secrets.token_hex(3)}"
         base.mkdir(parents=True, exist_ok=True)
-        enter = sandbox_prefix(sandbox, base / "in-sandbox")
+        enter = sandbox.write_prefix_script(base / "in-sandbox")
         # What runs inside units imports the project from the venv's editable install (/work/main); point
         # it at this worktree instead, so the recovery units and the self-upgrading daemon run the code
         # under test. Drop-ins, so the unit files stay exactly as the CLI renders them.
