@@ -183,7 +183,7 @@ class AgentEnv:
         *,
         inside: bool = False,
         stability_s: float = 0.5,
-        timeout_s: float = 5.0,
+        timeout_s: float = 10.0,
         max_attempts: int = 2,
     ) -> AgentEnv:
         """Write the configuration (nothing else is created: root, state_dir and the lock are absent)."""
@@ -359,7 +359,7 @@ def release_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Release
 def make_env(
     sandbox: PrivateSystemd, release_server: ReleaseServer, tmp_path: Path
 ) -> Iterator[Callable[..., AgentEnv]]:
-    """``make_env(inside=False, stability_s=0.5, timeout_s=5.0, max_attempts=2) -> AgentEnv``; torn down
+    """``make_env(inside=False, stability_s=0.5, timeout_s=10.0, max_attempts=2) -> AgentEnv``; torn down
     afterwards."""
     made: list[AgentEnv] = []
 
