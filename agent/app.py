@@ -173,7 +173,10 @@ class _Progress:
 
 # -- signals ------------------------------------------------------------------------------------------
 async def _run_with_signals(
-    flow: Callable[[], Awaitable[UpgradeResult]], switch_started: Callable[[], bool], json_mode: bool
+    flow: Callable[[], Awaitable[UpgradeResult]],
+    switch_started: Callable[[], bool],
+    handed_off: Callable[[], bool],
+    json_mode: bool,
 ) -> UpgradeResult:
     """Run ``flow`` under SPEC 4.3 step 10: SIGINT/SIGTERM before ``switch intended`` cancels it (the
     orchestrator aborts and publishes); after it, the flow carries on to a terminal state; a second signal
@@ -188,7 +191,12 @@ async def _run_with_signals(
                 count += 1
                 name = signal.Signals(signum).name
                 if count >= 2:
-                    message = f"{name} again: stopping now; run recover-agent-upgrade to finish the episode"
+                    owner = (
+                        "the handed-off recovery unit finishes the episode"
+                        if handed_off()
+                        else "run recover-agent-upgrade to finish the episode"
+                    )
+                    message = f"{name} again: stopping now; {owner}"
                     _log(message)
                     if json_mode:
                         sys.stdout.write(f'{{"error": "{message}", "exit_code": 130}}\n')
@@ -240,7 +248,9 @@ async def _episode(
         )
         try:
             switch_seen = _switch_probe(wired)
-            result = await _run_with_signals(lambda: run(wired), switch_seen, json_mode)
+            result = await _run_with_signals(
+                lambda: run(wired), switch_seen, lambda: wired.journal.relinquished, json_mode
+            )
             await _seal(wired)
         finally:
             with anyio.CancelScope(shield=True):

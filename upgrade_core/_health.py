@@ -16,8 +16,8 @@ Passes when every condition holds continuously for ``stability_s`` within ``time
 - the probe (if any) healthy.
 
 Fails at once on: a change of MainPID or InvocationID after the first new one was seen, ``failed``,
-``inactive`` (but for the first :data:`RESTART_LAG_S` after the restart request while no new process
-was seen: the ``--no-block`` restart job may not have taken effect yet),
+``inactive`` (unless no new process was seen and none started since the restart request: the
+``--no-block`` restart job has not run yet, so the attempt waits, bounded by its timeout),
 ``Result=start-limit-hit``, ``NRestarts`` rising, an exe that is neither the slot nor an
 interpreter naming it. A failing probe, or a unit still ``activating``, only restarts the window. Time is
 monotonic only, so wall-clock jumps (C19) cannot shorten or stretch the window.
@@ -28,14 +28,6 @@ from __future__ import annotations
 import attrs
 
 from .ports import UnitSnapshot
-
-RESTART_LAG_S = 2.0
-"""Seconds after the restart request during which ``inactive`` (with no new main process seen yet) means
-"the restart job has not run yet" rather than a failure. The restart is queued by a transient unit with
-``--no-block`` and the first sample is taken at once, so on install (a unit that never ran) that sample
-could read ``inactive/dead`` and fail a good first install (found by ``tests/systemd/test_cli_scenarios.py``
-under load)."""
-
 
 @attrs.frozen
 class Pending:
@@ -126,16 +118,6 @@ class HealthJudge:
         e = self.expect
         if snap.result == "start-limit-hit":
             return Failed("start-limit-hit")
-        if (
-            snap.active_state == "inactive"
-            and self.first_pid is None
-            and now - e.restart_requested_monotonic < RESTART_LAG_S
-        ):
-            # The restart runs in a transient unit started with --no-block: right after the request,
-            # before the new main process was seen, "inactive" is the unit before that job took effect
-            # (on install it never ran), not a verdict.
-            self.window_start = None
-            return self._timeout(now, "unit inactive: restart not taken effect yet")
         if snap.active_state in ("failed", "inactive"):
             if self._restart_not_begun(snap):
                 # The restart runs from a --no-block transient unit: until its job starts, a unit that was
