@@ -29,6 +29,7 @@ import attrs
 
 from .ports import UnitSnapshot
 
+
 @attrs.frozen
 class Pending:
     """No verdict yet. ``why`` says which condition does not hold (for logs), or "" inside the window."""
