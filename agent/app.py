@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import signal
 import sys
@@ -29,6 +30,7 @@ from agent.host import AgentHost
 from upgrade_core import EVENT_CODEC, UpgradeResult, other_slot
 from upgrade_core.errors import (
     AlreadyInstalledError,
+    EpisodeLeftOpenError,
     Interrupted,
     NotInstalledError,
     UpgradeError,
@@ -176,11 +178,15 @@ async def _run_with_signals(
     flow: Callable[[], Awaitable[UpgradeResult]],
     switch_started: Callable[[], bool],
     handed_off: Callable[[], bool],
+    last_result: Callable[[], UpgradeResult | None],
     json_mode: bool,
 ) -> UpgradeResult:
     """Run ``flow`` under SPEC 4.3 step 10: SIGINT/SIGTERM before ``switch intended`` cancels it (the
-    orchestrator aborts and publishes); after it, the flow carries on to a terminal state; a second signal
-    exits 130 at once, leaving the episode to ``recover``.
+    orchestrator aborts, publishes ``aborted`` and closes; exit 1); after it, the flow carries on to a
+    terminal state; a second signal exits 130 at once, leaving the episode to ``recover``.
+
+    Raises:
+        Interrupted: cancelled, but no published result could be found (exit 130).
     """
     result: list[UpgradeResult] = []
 
@@ -199,7 +205,7 @@ async def _run_with_signals(
                     message = f"{name} again: stopping now; {owner}"
                     _log(message)
                     if json_mode:
-                        sys.stdout.write(f'{{"error": "{message}", "exit_code": 130}}\n')
+                        sys.stdout.write(json.dumps({"error": message, "exit_code": 130}) + "\n")
                         sys.stdout.flush()
                     os._exit(130)
                 if switch_started():
@@ -214,9 +220,12 @@ async def _run_with_signals(
         with flow_scope:
             result.append(await flow())
         tg.cancel_scope.cancel()
-    if not result:
-        raise Interrupted("interrupted before the switch; the episode was aborted")
-    return result[0]
+    if result:
+        return result[0]
+    aborted = last_result()
+    if aborted is None:
+        raise Interrupted("interrupted before the switch")
+    return aborted
 
 
 # -- commands that write ------------------------------------------------------------------------------
@@ -248,14 +257,38 @@ async def _episode(
         )
         try:
             switch_seen = _switch_probe(wired)
-            result = await _run_with_signals(
-                lambda: run(wired), switch_seen, lambda: wired.journal.relinquished, json_mode
-            )
+            try:
+                result = await _run_with_signals(
+                    lambda: run(wired),
+                    switch_seen,
+                    lambda: wired.journal.relinquished,
+                    lambda: _last_published(wired),
+                    json_mode,
+                )
+            except UpgradeError as exc:
+                if exc.exit_code == 1 and switch_seen():
+                    # SPEC 7 keeps exit 1 for "the host runs its previous good binary"; past the switch
+                    # that is not known, so the episode is left to recovery and the exit says so.
+                    raise EpisodeLeftOpenError(
+                        f"{exc}; the episode is left open after its switch: run recover-agent-upgrade"
+                    ) from None
+                raise
             await _seal(wired)
         finally:
             with anyio.CancelScope(shield=True):
                 await wired.journal.writer.aclose()
     return result
+
+
+def _last_published(wired: Any) -> UpgradeResult | None:
+    """The result of the newest ``ResultPublished`` record (an episode aborted by a signal)."""
+    from upgrade_core import ResultPublished
+
+    for record in reversed(wired.journal.records()):
+        if isinstance(record.event, ResultPublished):
+            result: UpgradeResult = record.event.result
+            return result
+    return None
 
 
 def _switch_probe(wired: Any) -> Callable[[], bool]:
@@ -336,7 +369,7 @@ def _preflight(cfg: AgentConfig, host: AgentHost, request: Any) -> Outcome:
         raise NotInstalledError(f"{host.current_link_path()}: not installed; run `upgrade-agent install`")
     links = host.links()
     assert links.current is not None
-    inactive = "green" if links.current == "blue" else "blue"
+    inactive = other_slot(links.current)
     lock = probe_lock(cfg.host.lock_path)
     view = fold(replay(journal_dir(cfg), EVENT_CODEC).records)
     open_ep = view.open_episode.episode_id if view.open_episode else None
@@ -378,11 +411,14 @@ def cmd_recover(args: argparse.Namespace) -> Outcome:
         result = anyio.run(
             _episode, cfg, config_path, args.json, lambda w: _recover(w, recover, args.trigger), lock
         )
-    if result.operation is not None and result.reason == "handed off":
-        payload = _result_payload(result)
+    if result.operation is not None and result.reason == _HANDED_OFF:
+        payload = {**_result_payload(result), "handed_off": True}
         return Outcome(payload, f"{result.operation}: health check handed to a transient unit", 0)
     # SPEC 7: recover exits 0 whenever it leaves no open episode, whatever the result it published.
     return attrs.evolve(_result_outcome(result), exit_code=0)
+
+
+_HANDED_OFF = "boot recovery handed the health check to a transient unit, which owns the episode now"
 
 
 async def _recover(wired: Any, recover: Any, trigger: str) -> UpgradeResult:
@@ -391,7 +427,7 @@ async def _recover(wired: Any, recover: Any, trigger: str) -> UpgradeResult:
         from upgrade_core import fold
 
         ep = fold(wired.journal.records()).open_episode
-        return UpgradeResult(ep.episode_id if ep else None, "noop", reason="handed off")
+        return UpgradeResult(ep.episode_id if ep else None, "noop", reason=_HANDED_OFF)
     assert isinstance(result, UpgradeResult)
     return result
 
@@ -425,20 +461,24 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
             return anyio.run(_install_units_only, cfg, config_path, host)
         if host.is_installed():
             return anyio.run(_install_again, cfg, config_path, host, request)
-        created = host.create_layout_dirs()
-        result = anyio.run(
-            functools.partial(
-                _episode,
-                cfg,
-                config_path,
-                args.json,
-                lambda w: _install_flow(w, cfg, config_path, request),
-                lock,
-                source_override=source_override,
+        host.create_layout_dirs()
+        done = False
+        try:
+            result = anyio.run(
+                functools.partial(
+                    _episode,
+                    cfg,
+                    config_path,
+                    args.json,
+                    lambda w: _install_flow(w, cfg, config_path, request),
+                    lock,
+                    source_override=source_override,
+                )
             )
-        )
-        if result.result not in ("committed", "noop"):
-            anyio.run(_undo_install, cfg, config_path, host, created)
+            done = result.result in ("committed", "noop")
+        finally:
+            if not done:  # SPEC 7: a failed install removes what it created (the journal keeps the episode)
+                anyio.run(_undo_install, cfg, config_path, host)
     return _result_outcome(result)
 
 
@@ -491,7 +531,7 @@ async def _install_units_only(cfg: AgentConfig, config_path: str, host: AgentHos
     return _result_outcome(UpgradeResult(None, "noop", slot=current, reason="adopted legacy layout"))
 
 
-async def _undo_install(cfg: AgentConfig, config_path: str, host: AgentHost, created: list[str]) -> None:
+async def _undo_install(cfg: AgentConfig, config_path: str, host: AgentHost) -> None:
     """A failed install removes what it created: units, slots, links; the journal keeps the episode."""
     await _reset(cfg, config_path, host)
     host.remove_layout()
@@ -631,8 +671,8 @@ def cmd_history(args: argparse.Namespace) -> Outcome:
             {
                 "operation": ep.episode_id,
                 "result": r.result if r else None,
-                "from_version": ep.from_version,
-                "to_version": ep.candidate_version,
+                "from_version": r.from_version if r else ep.from_version,
+                "to_version": r.to_version if r else ep.candidate_version,
                 "opened_at": _rfc3339(ep.opened_at),
                 "closed_at": _rfc3339(ep.closed_at),
             }

@@ -22,8 +22,7 @@ from typing import Any
 __all__ = ["main", "main_recover", "main_upgrade"]
 
 PROG = "upgrade-agent"
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ATTENTION, EXIT_BUSY, EXIT_INTERRUPTED = 0, 1, 2, 3, 75, 130
-RESULT_EXIT = {"committed": 0, "noop": 0, "rolled_back": 1, "aborted": 1, "needs_attention": 3}
+EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -100,14 +99,11 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], human: str | None) 
     sys.stdout.flush()
 
 
-def _fail(
-    args: argparse.Namespace | None, message: str, code: int, extra: dict[str, Any] | None = None
-) -> int:
+def _fail(args: argparse.Namespace | None, message: str, code: int) -> int:
     sys.stderr.write(f"{PROG}: {message}\n")
     sys.stderr.flush()
     if args is not None and getattr(args, "json", False):
-        payload = dict(extra or {})
-        payload.update({"error": message, "exit_code": code})
+        payload = {"error": message, "exit_code": code}
         sys.stdout.write(json.dumps(payload) + "\n")
         sys.stdout.flush()
     return code

@@ -118,7 +118,10 @@ def _http_probe(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
         return
     parts = urllib.parse.urlsplit(v)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise _BadValue(a.name, f'must be "" or an http:// or https:// URL with a host, got {v!r}')
+        from agent.redact import redact_url
+
+        shown = redact_url(v)
+        raise _BadValue(a.name, f'must be "" or an http:// or https:// URL with a host, got {shown!r}')
 
 
 # -- the sections ----------------------------------------------------------------------------------

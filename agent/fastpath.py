@@ -7,7 +7,8 @@ when it is *certain* that no episode is open:
 
 - no journal directory, or no segment at all;
 - the live segment is intact and empty (sealing only ever happens once every episode is closed, SPEC 5);
-- the live segment's last record is ``EpisodeClosed`` or a compaction snapshot.
+- the live segment's newest record that is not a compaction snapshot is ``EpisodeClosed`` (or there is
+  none: a segment of snapshots only follows a seal).
 
 Anything else (an open episode, a torn tail to repair, a corrupt or newer journal, a bad config, an
 unusual file set) returns None and the full path (lock, repair, replay, fold, decide) takes over, which
@@ -19,8 +20,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-
-_CLOSED_TAGS = frozenset({"EpisodeClosed", "HistorySnapshot"})
 
 
 def _option(argv: list[str], name: str) -> str | None:
@@ -54,14 +53,14 @@ def _nothing_open(directory: str) -> bool:
     frames, end, _chain, bad = fr.decode_frames(data, fr.SEGMENT_HEADER_SIZE, first_seq, header.crc)
     if bad is not None or end != len(data):
         return False
-    if not frames:
-        return True
-    _offset, _seq, start, stop = frames[-1]
-    env = fr.decode_envelope(data, start, stop)
-    if env.covers_through is not None:
-        return True
-    tag = json.loads(data[env.event_start : stop]).get("_type")
-    return tag in _CLOSED_TAGS
+    # Walk back over compaction snapshots (episode "-"): the newest episode record decides. A live
+    # segment holding only snapshots follows a seal, which only happens once every episode is closed.
+    for _offset, _seq, start, stop in reversed(frames):
+        env = fr.decode_envelope(data, start, stop)
+        if env.covers_through is not None:
+            continue
+        return json.loads(data[env.event_start : stop]).get("_type") == "EpisodeClosed"
+    return True
 
 
 _TRIGGERS = frozenset({"boot", "on-failure", "manual"})

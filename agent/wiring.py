@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import anyio
 import attrs
 
+from agent import durable
 from agent.config import AgentConfig
 from agent.host import AgentHost
 from agent.lock import HostLock
@@ -216,6 +217,9 @@ async def wire(
     from agent.verify import VerifierImpl
 
     host = AgentHost.from_config(cfg)
+    # SPEC 3: missing parents of state_dir are 0755, state_dir itself 0700 (the journal's own mkdir would
+    # make every missing parent 0700).
+    durable.make_dirs(cfg.host.state_dir, 0o755, leaf_mode=0o700)
     writer: JournalWriter[Event] = await JournalWriter.open(journal_dir(cfg), EVENT_CODEC)
     journal = JournalPort(writer, on_event, lock)
     source = source_override or ArchiveSourceImpl(

@@ -53,8 +53,6 @@ class EpisodeState(enum.Enum):
 
 S = EpisodeState
 
-# States in which a candidate may be running under the agent unit (after the switch, before a verdict).
-_HEALTH_STATES: Final = (S.SWITCHED, S.RESTARTED)
 # Every state of an open episode: recovery may take any of them over.
 _OPEN_STATES: Final = tuple(s for s in S if s not in (S.NEW, S.CLOSED))
 

@@ -176,6 +176,13 @@ class ServiceError(UpgradeError):
     """A ``systemctl``/``systemd-run`` call failed or timed out; the message names the command. Exit 1."""
 
 
+class EpisodeLeftOpenError(UpgradeError):
+    """A failure after ``switch intended``: the candidate may be active, so the episode is left to
+    ``recover`` rather than reported as "on the previous good binary" (exit 1). Exit 3."""
+
+    exit_code: ClassVar[int] = 3
+
+
 class Interrupted(UpgradeError):
     """A second SIGINT/SIGTERM arrived; the open episode is left to ``recover``. Exit 130."""
 

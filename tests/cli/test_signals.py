@@ -1,0 +1,119 @@
+"""SPEC 4.3 step 10 through the real CLI: a signal before ``switch intended`` aborts (exit 1), the host
+untouched; the second signal exits 130 at once, leaving the episode to ``recover``.
+
+The upgrade is held inside its download by a loopback server that sends the headers and a first chunk,
+then stalls, so the signal provably lands before any switch.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.agent_fetch import _servers as servers
+
+from ._rig import PYTHON, REPO, Rig, cli_env
+
+
+@pytest.fixture
+def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Rig:
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
+    r = Rig(tmp_path, f"s-{slug}")
+    r.install_by_hand()
+    return r
+
+
+@pytest.fixture
+def stalling() -> Iterator[tuple[servers.LoopbackServer, threading.Event]]:
+    release = threading.Event()
+
+    def handle(h: http.server.BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", str(10 * 1024 * 1024))
+        h.end_headers()
+        h.wfile.write(b"\x1f\x8b" + bytes(4094))
+        h.wfile.flush()
+        release.wait(60)  # stall until the test is done
+        h.close_connection = True
+
+    with servers.serve() as s:
+        s.routes["/a.tar.gz"] = handle
+        yield s, release
+        release.set()
+
+
+def _start_upgrade(rig: Rig, url: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [PYTHON, "-m", "agent.cli", "--config", str(rig.config), "--json", "upgrade", "--archive", url,
+         "--operation", "sig-op"],
+        cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _wait_for_download(proc: subprocess.Popen[str], rig: Rig) -> None:
+    """Poll until the episode is durable and the download has begun (the journal file exists)."""
+    deadline = time.monotonic() + 20
+    journal = rig.state_dir / "journal"
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if journal.is_dir() and any(p.stat().st_size > 64 for p in journal.iterdir()):
+            time.sleep(0.3)  # the EpisodeOpened append returned; the fetch is stalled in the server
+            return
+        time.sleep(0.05)
+    pytest.fail("the upgrade never opened its episode")
+
+
+def test_one_signal_before_the_switch_aborts_with_exit_1(
+    rig: Rig, stalling: tuple[servers.LoopbackServer, threading.Event]
+) -> None:
+    server, _release = stalling
+    before = rig.host_facts()
+    proc = _start_upgrade(rig, server.url("/a.tar.gz"))
+    _wait_for_download(proc, rig)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 1, (out, err)
+    lines = out.strip().splitlines()
+    assert len(lines) == 1, out
+    payload = json.loads(lines[0])
+    assert payload["result"] == "aborted" and payload["operation"] == "sig-op", payload
+    assert "interrupted" in payload["reason"], payload
+    assert [p for p, _h in server.requests] == ["/a.tar.gz"]  # the signal landed inside the download
+    assert "Traceback" not in err
+    assert rig.host_facts() == before
+    assert rig.staging_leftovers() == []
+    result_file = json.loads((rig.state_dir / "results" / "sig-op.json").read_text())
+    assert result_file["result"] == "aborted"
+    # The episode is closed: a recover has nothing to do.
+    again = rig.cli("recover")
+    assert again.code == 0 and again.payload()["result"] == "noop"
+
+
+def test_a_second_signal_exits_130_at_once(
+    rig: Rig, stalling: tuple[servers.LoopbackServer, threading.Event], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server, _release = stalling
+    proc = _start_upgrade(rig, server.url("/a.tar.gz"))
+    _wait_for_download(proc, rig)
+    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    # Either the second signal arrived while the abort was still running (130, episode left to recover),
+    # or after the abort finished (1); both leave no switch, and a recover closes anything left open.
+    assert proc.returncode in (1, 130), (proc.returncode, out, err)
+    assert len(out.strip().splitlines()) == 1, out
+    assert "Traceback" not in err
+    if proc.returncode == 130:
+        assert json.loads(out)["exit_code"] == 130
+    done = rig.cli("recover")
+    assert done.code == 0
+    assert rig.staging_leftovers() == []
