@@ -367,6 +367,17 @@ class _Run:
         to_slot = ep.rollback_slot
         assert to_slot is not None
         await self.p.host.point_current(to_slot)
+        if ep.mirrors:
+            # The mirrors got the candidate at the switch; they follow current back (idempotent copies
+            # checked by digest), or an operator must look: a mirror must never keep a rolled-back binary.
+            try:
+                sha = await self.p.host.slot_sha256(to_slot)
+                if sha is None:
+                    raise HostError(f"rollback slot {to_slot} is missing or empty")
+                await self.p.host.sync_mirrors(to_slot, sha)
+            except HostError as exc:
+                await self.emit(op, ev.AttentionNeeded(f"mirrors not restored to {to_slot}: {exc}"))
+                return await self.publish_close(op)
         reason = "no attempt left for the last-good"
         while ep.rollback_attempts_left > 0:
             n = ep.rollback_attempts_started + 1

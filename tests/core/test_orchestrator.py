@@ -291,3 +291,20 @@ def test_bad_operation_id_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="must match") as info:
         UpgradeRequest("a b", "x", "x")
     assert info.value.exit_code == 2
+
+
+async def test_mirrors_follow_current_back_on_rollback() -> None:
+    w = world(EXITS)
+    w.mirror_paths = ("/machines/kube1/usr/local/bin/agent",)
+    result = await run_upgrade(w.ports(), SIM_POLICY, request())
+    assert result.result == "rolled_back"
+    assert w.mirror_files == {"/machines/kube1/usr/local/bin/agent": w.slot_sha("blue")}
+    check_settled(w)
+
+
+async def test_mirrors_get_the_candidate_on_commit() -> None:
+    w = world()
+    w.mirror_paths = ("/m",)
+    result = await run_upgrade(w.ports(), SIM_POLICY, request())
+    assert result.result == "committed"
+    assert w.mirror_files == {"/m": w.slot_sha("green")}

@@ -33,6 +33,7 @@ from upgrade_core._events import Event, Slot
 from upgrade_core.errors import (
     ArchiveRejectedError,
     DigestMismatchError,
+    HostError,
     LayoutConflictError,
     ServiceError,
     VerifyError,
@@ -149,6 +150,9 @@ class World:
         self.fsync_skip: Callable[[Event], bool] = lambda event: False
         self.on_call: Callable[[str, When], None] | None = None
         self.stall_stage = False
+        # mirrors (SPEC 3 [[mirrors]]): path -> sha256 of the copy it holds
+        self.mirror_paths: tuple[str, ...] = ()
+        self.mirror_files: dict[str, str] = {}
 
     # -- catalogue ---------------------------------------------------------------------------------------
     def add_archive(self, source: str, cand: Candidate) -> None:
@@ -415,8 +419,13 @@ class SimHost:
         await anyio.lowlevel.checkpoint()
 
     async def sync_mirrors(self, slot: Slot, sha256: str) -> tuple[str, ...]:
+        w = self.w
+        if w.slot_sha(slot) != sha256:
+            raise HostError(f"sim: slot {slot} does not hold {sha256[:12]}")
+        for path in w.mirror_paths:
+            w.mirror_files[path] = sha256
         await anyio.lowlevel.checkpoint()
-        return ()
+        return w.mirror_paths
 
 
 class SimSource:
