@@ -15,20 +15,17 @@ Everything runs the real CLI (``upgrade-agent``) as a subprocess, as an operator
 
 from __future__ import annotations
 
-import http.server
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from agent.config_fast import machine_arch
-from examples.releases import build_release, sha256_file
+from examples.releases import ReleaseServer, build_release, sha256_file
 
 NAME = "demo-agent"
 
@@ -41,19 +38,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _serve(directory: Path) -> http.server.ThreadingHTTPServer:
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, directory=str(directory), **kwargs)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-    return server
 
 
 def _toml_list(items: list[str]) -> str:
@@ -93,8 +77,8 @@ def run() -> int:
                 ("1.3.0", "good"),
             )
         }
-        server = _serve(releases)
-        base = f"http://127.0.0.1:{server.server_address[1]}"
+        server = ReleaseServer(releases)
+        base = server.base
         for f in files.values():
             print(f"{base}/{f.name}  sha256 {sha256_file(f)}")
 
@@ -155,8 +139,7 @@ http_probe = "http://127.0.0.1:{port}/healthz"
     finally:
         _say("Tearing down the private systemd and every file the demo made")
         if server is not None:
-            server.shutdown()
-            server.server_close()
+            server.close()
         if sandbox is not None:
             sandbox.stop()
         shutil.rmtree(work, ignore_errors=True)

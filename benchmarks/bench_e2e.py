@@ -22,19 +22,19 @@ Needs root (the private systemd). ``BENCHMARKS = {"recover.noop": ..., "upgrade.
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
-import threading
 import time
 import uuid
 import zipapp
 from pathlib import Path
 from typing import Any
+
+from examples.releases import ReleaseServer
 
 from . import _harness
 
@@ -233,19 +233,6 @@ def _fat_release(out: Path, version: str, name: str, arch: str, pad: bytes) -> P
     return archive
 
 
-def _serve(directory: Path) -> http.server.ThreadingHTTPServer:
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, directory=str(directory), **kwargs)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    return server
-
-
 def _free_port() -> int:
     import socket
 
@@ -304,8 +291,8 @@ def upgrade_end_to_end() -> dict[str, Any]:
         for v in ("1.0.0", "2.0.0")
     }
     del pad
-    server = _serve(releases)
-    base_url = f"http://127.0.0.1:{server.server_address[1]}"
+    server = ReleaseServer(releases)
+    base_url = server.base
     sandbox = PrivateSystemd.start(work / "systemd")
     cli = _entry("upgrade-agent")
     env = _entry_env()
@@ -367,8 +354,7 @@ def upgrade_end_to_end() -> dict[str, Any]:
             argv = [*cli, "--config", str(config), "uninstall"]
             subprocess.run(argv, capture_output=True, env=env, check=False)
         sandbox.stop()
-        server.shutdown()
-        server.server_close()
+        server.close()
         shutil.rmtree(work, ignore_errors=True)
 
 

@@ -63,3 +63,57 @@ def build_release(
 def sha256_file(path: Path) -> str:
     """sha256 of a file, 64 lowercase hex."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class ReleaseServer:
+    """Serves a directory of release archives over loopback HTTP (``http.server``) from a daemon thread.
+
+    Used by ``make demo``, the benchmarks and the real-systemd tests.
+
+    Args:
+        directory: the directory to serve.
+
+    Attributes:
+        base: ``http://127.0.0.1:PORT`` (an ephemeral port).
+        requests: every request path, in arrival order (tests prove what was, or was not, fetched).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        import http.server
+        import threading
+        from typing import Any
+
+        self.directory = directory
+        self.requests: list[str] = []
+        requests = self.requests
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, directory=str(directory), **kwargs)
+
+            def do_GET(self) -> None:
+                requests.append(self.path)
+                super().do_GET()
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base = f"http://127.0.0.1:{self._server.server_address[1]}"
+        loop = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05})
+        loop.daemon = True
+        loop.start()
+
+    @classmethod
+    def start(cls, directory: Path) -> ReleaseServer:
+        """Start serving ``directory``."""
+        return cls(directory)
+
+    def url(self, archive: Path) -> str:
+        """The URL of one archive of the served directory."""
+        return f"{self.base}/{archive.name}"
+
+    def close(self) -> None:
+        """Stop serving and close the socket."""
+        self._server.shutdown()
+        self._server.server_close()

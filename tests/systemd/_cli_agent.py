@@ -9,14 +9,12 @@ worktree, and read-only views of what the host shows afterwards: the journal (re
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 import os
 import secrets
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -44,38 +42,6 @@ def free_port() -> int:
 def sha256_path(path: Path) -> str:
     """sha256 of a file's bytes, 64 lowercase hex."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-@attrs.define
-class ReleaseServer:
-    """Loopback HTTP server for a directory of release archives (``http.server`` from the stdlib)."""
-
-    directory: Path
-    server: http.server.ThreadingHTTPServer
-
-    @classmethod
-    def start(cls, directory: Path) -> ReleaseServer:
-        """Serve ``directory`` on 127.0.0.1 (port 0) from a daemon thread."""
-
-        class Quiet(http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, directory=str(directory), **kwargs)
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True).start()
-        return cls(directory, server)
-
-    def url(self, archive: Path) -> str:
-        """The loopback URL of one archive in the served directory."""
-        return f"http://127.0.0.1:{self.server.server_address[1]}/{archive.name}"
-
-    def close(self) -> None:
-        """Stop serving and close the socket."""
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def _toml_list(items: Sequence[str]) -> str:

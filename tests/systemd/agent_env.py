@@ -23,14 +23,12 @@ beside ``sys.executable``, i.e. the installed project.
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
 import os
 import secrets
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,48 +39,10 @@ import pytest
 
 from agent.config_fast import machine_arch
 from agent.sandbox import PrivateSystemd
-from examples.releases import agent_script, build_release, sha256_file
+from examples.releases import ReleaseServer, agent_script, build_release, sha256_file
 
 WORKTREE = str(Path(__file__).resolve().parents[2])
 CLI_TIMEOUT_S = 120.0
-
-
-class ReleaseServer:
-    """A loopback HTTP server for a directory of archives; remembers every path requested.
-
-    Attributes:
-        directory: the directory served (archives are built into it).
-        base: ``http://127.0.0.1:PORT``.
-        requests: every request path, in arrival order.
-    """
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.requests: list[str] = []
-        requests = self.requests
-
-        class Handler(http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *args: Any, **kwargs: Any) -> None:
-                super().__init__(*args, directory=str(directory), **kwargs)
-
-            def do_GET(self) -> None:
-                requests.append(self.path)
-                super().do_GET()
-
-            def log_message(self, format: str, *args: object) -> None:
-                return
-
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-
-    def close(self) -> None:
-        """Stop serving and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
 
 
 @attrs.frozen

@@ -32,9 +32,9 @@ import pytest
 
 from agent.config_fast import machine_arch
 from agent.sandbox import PrivateSystemd
-from examples.releases import build_release, sha256_file
+from examples.releases import ReleaseServer, build_release, sha256_file
 
-from ._cli_agent import KILL_ENV, CliAgent, ReleaseServer, tags_with_occurrence
+from ._cli_agent import KILL_ENV, CliAgent, tags_with_occurrence
 
 pytestmark = pytest.mark.systemd
 

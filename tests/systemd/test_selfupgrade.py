@@ -28,10 +28,10 @@ import pytest
 
 from agent.config_fast import machine_arch
 from agent.sandbox import PrivateSystemd
-from examples.releases import SELFUPGRADE_DAEMON, build_release, sha256_file
+from examples.releases import SELFUPGRADE_DAEMON, ReleaseServer, build_release, sha256_file
 from upgrade_core import Recorded
 
-from ._cli_agent import CliAgent, ReleaseServer, sha256_path, tags_with_occurrence
+from ._cli_agent import CliAgent, sha256_path, tags_with_occurrence
 from .conftest import wait_for
 
 pytestmark = pytest.mark.systemd
