@@ -330,7 +330,15 @@ async def _seal(wired: Any) -> None:
 
 
 def cmd_upgrade(args: argparse.Namespace) -> Outcome:
-    """``upgrade`` (SPEC 4.3) and ``upgrade --preflight``."""
+    """``upgrade`` (SPEC 4.3) and ``upgrade --preflight``.
+
+    Raises:
+        ConfigError, UsageError: bad configuration, ``--sha256`` or ``--operation`` (exit 2).
+        NotInstalledError: no ``current`` link (exit 2).
+        LockBusyError: another process holds the host lock (exit 75).
+        EpisodeLeftOpenError: a failure after ``switch intended`` (exit 3; ``recover`` finishes it).
+        JournalDurabilityError, journal.JournalError: the journal cannot be trusted or written (exit 3).
+    """
     from agent.fetch import parse_sha256
     from agent.lock import HostLock
     from agent.redact import redact_url
@@ -402,7 +410,12 @@ def _preflight(cfg: AgentConfig, host: AgentHost, request: Any) -> Outcome:
 
 
 def cmd_recover(args: argparse.Namespace) -> Outcome:
-    """``recover`` (SPEC 4.5): exit 0 whenever it leaves no open episode."""
+    """``recover`` (SPEC 4.5): exit 0 whenever it leaves no open episode.
+
+    Raises:
+        LockBusyError: the holder owns the episode (exit 75, at once).
+        HistoryError, journal.JournalError: the journal is corrupt in the middle; links untouched (exit 3).
+    """
     from agent.lock import HostLock
     from upgrade_core import recover
 
@@ -433,7 +446,16 @@ async def _recover(wired: Any, recover: Any, trigger: str) -> UpgradeResult:
 
 
 def cmd_install(args: argparse.Namespace) -> Outcome:
-    """``install`` (SPEC 7): bare host -> blue, links, units, start, health; adoption without --archive."""
+    """``install`` (SPEC 7): bare host -> blue, links, units, start, health; adoption without --archive.
+
+    A failed install (any result but committed/noop, or an error) removes the units and layout it made;
+    the journal keeps the episode.
+
+    Raises:
+        ConfigError, UsageError: bad configuration or arguments; nothing to adopt (exit 2).
+        AlreadyInstalledError: installed with a different binary (exit 2).
+        LockBusyError: the host lock is held (exit 75).
+    """
     from agent.fetch import parse_sha256
     from agent.lock import HostLock
     from agent.redact import redact_url
