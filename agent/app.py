@@ -36,6 +36,7 @@ from upgrade_core.errors import (
     UpgradeError,
     UsageError,
 )
+from upgrade_core.ports import ArchiveSource
 
 RESULT_EXIT = {"committed": 0, "noop": 0, "rolled_back": 1, "aborted": 1, "needs_attention": 3}
 
@@ -241,7 +242,7 @@ async def _episode(
     lock: Any,
     *,
     label: str = "download",
-    source_override: object | None = None,
+    source_override: ArchiveSource | None = None,
 ) -> UpgradeResult:
     """Open the journal and ports (``lock`` held by the caller), run ``run(wired)``, then seal best effort."""
     from agent.wiring import wire

@@ -18,6 +18,7 @@ import shutil
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import anyio
 import attrs
@@ -29,6 +30,10 @@ from agent.lock import HostLock
 from journal import JournalFullError, JournalPoisonedError, JournalWriter
 from upgrade_core import EVENT_CODEC, Event, Policy, Ports, Recorded
 from upgrade_core.errors import HistoryError, JournalDurabilityError
+from upgrade_core.ports import ArchiveSource
+
+if TYPE_CHECKING:
+    from agent.systemd import SystemdServiceManager
 
 KILL_HOOK_ENV = "UPGRADE_AGENT_TEST_KILL_AFTER"
 
@@ -162,7 +167,7 @@ def policy_from(cfg: AgentConfig) -> Policy:
     )
 
 
-def service_manager(cfg: AgentConfig, config_path: str):  # type: ignore[no-untyped-def]
+def service_manager(cfg: AgentConfig, config_path: str) -> SystemdServiceManager:
     """The systemd binding for ``agent.unit`` (``host.systemctl_prefix``, ``host.unit_dir``)."""
     from agent.systemd import SystemdServiceManager
 
@@ -191,7 +196,7 @@ async def wire(
     *,
     progress: Callable[[int, int | None], None] | None = None,
     on_event: Callable[[Recorded], None] | None = None,
-    source_override: object | None = None,
+    source_override: ArchiveSource | None = None,
     lock: HostLock | None = None,
 ) -> Wired:
     """Open the journal (the caller holds the host lock) and build every port.
@@ -243,7 +248,7 @@ async def wire(
         journal=journal,
         clock=SystemClock(),
         host=host,
-        source=source,  # type: ignore[arg-type]
+        source=source,
         verifier=VerifierImpl(
             version_args=cfg.agent.version_args,
             timeout_s=cfg.verify.timeout_s,
