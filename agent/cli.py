@@ -100,6 +100,7 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], human: str | None) 
 
 
 def _fail(args: argparse.Namespace | None, message: str, code: int) -> int:
+    message = "; ".join(part.strip() for part in message.splitlines() if part.strip())  # one line, always
     sys.stderr.write(f"{PROG}: {message}\n")
     sys.stderr.flush()
     if args is not None and getattr(args, "json", False):
