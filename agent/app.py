@@ -258,12 +258,13 @@ async def _episode(
         )
         try:
             switch_seen = _switch_probe(wired)
+            records_before = len(wired.journal.records())
             try:
                 result = await _run_with_signals(
                     lambda: run(wired),
                     switch_seen,
                     lambda: wired.journal.relinquished,
-                    lambda: _last_published(wired),
+                    lambda: _last_published(wired.journal.records()[records_before:]),
                     json_mode,
                 )
             except UpgradeError as exc:
@@ -281,11 +282,11 @@ async def _episode(
     return result
 
 
-def _last_published(wired: Any) -> UpgradeResult | None:
-    """The result of the newest ``ResultPublished`` record (an episode aborted by a signal)."""
+def _last_published(records: Any) -> UpgradeResult | None:
+    """The result of the newest ``ResultPublished`` among ``records`` (this run's appends only), if any."""
     from upgrade_core import ResultPublished
 
-    for record in reversed(wired.journal.records()):
+    for record in reversed(records):
         if isinstance(record.event, ResultPublished):
             result: UpgradeResult = record.event.result
             return result
