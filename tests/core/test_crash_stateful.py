@@ -238,14 +238,14 @@ class TrioCrashMachine(CrashMachine):
 
 # The normal run is derandomized so the session coverage check cannot flake from one CI run to the next;
 # the long run (UPGRADE_CORE_LONG=1) explores fresh random programs every time.
-_COMMON = dict(stateful_step_count=25, deadline=None, suppress_health_check=list(HealthCheck),
+_SETTINGS = dict(stateful_step_count=25, deadline=None, suppress_health_check=list(HealthCheck),
                derandomize=not LONG, database=None if not LONG else settings.default.database,
                print_blob=True)
 _SCALE = float(os.environ.get("UPGRADE_CORE_STATEFUL_SCALE", "10" if LONG else "1"))  # quick runs: 0.05
 TestCrashAsyncio = CrashMachine.TestCase
-TestCrashAsyncio.settings = settings(max_examples=max(1, int(2_000 * _SCALE)), **_COMMON)  # type: ignore[arg-type]
+TestCrashAsyncio.settings = settings(max_examples=max(1, int(2_000 * _SCALE)), **_SETTINGS)  # type: ignore[arg-type]
 TestCrashTrio = TrioCrashMachine.TestCase
-TestCrashTrio.settings = settings(max_examples=max(1, int(200 * _SCALE)), **_COMMON)  # type: ignore[arg-type]
+TestCrashTrio.settings = settings(max_examples=max(1, int(200 * _SCALE)), **_SETTINGS)  # type: ignore[arg-type]
 
 
 def test_every_crash_point_fired() -> None:
