@@ -32,6 +32,7 @@ from upgrade_core.errors import (
     AlreadyInstalledError,
     EpisodeLeftOpenError,
     Interrupted,
+    LayoutConflictError,
     NotInstalledError,
     UpgradeError,
     UsageError,
@@ -66,6 +67,8 @@ def describe_error(exc: BaseException) -> tuple[int | None, str]:
     """
     from journal import JournalError
 
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
     if isinstance(exc, UpgradeError):
         return exc.exit_code, str(exc)
     if isinstance(exc, JournalError):
@@ -215,12 +218,19 @@ async def _run_with_signals(
                     _log(f"{name}: aborting before the switch")
                     scope.cancel()
 
-    async with anyio.create_task_group() as tg:
-        flow_scope = anyio.CancelScope()
-        tg.start_soon(watch, flow_scope)
-        with flow_scope:
-            result.append(await flow())
-        tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            flow_scope = anyio.CancelScope()
+            tg.start_soon(watch, flow_scope)
+            with flow_scope:
+                result.append(await flow())
+            tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The task group wraps the flow's own error; the CLI maps that error, not the group (one line, its
+        # documented exit code). Only the flow can fail here: the watcher never raises.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
     if result:
         return result[0]
     aborted = last_result()
@@ -358,6 +368,7 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
     )
     if args.preflight:
         return _preflight(cfg, host, request)
+    host.links()  # LayoutConflictError (exit 2) for a real file or directory where a link must be
     if not host.is_installed():
         raise NotInstalledError(f"{host.current_link_path()}: not installed; run `upgrade-agent install`")
     with HostLock(cfg.host.lock_path) as lock:
@@ -485,6 +496,7 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
             return anyio.run(_install_units_only, cfg, config_path, host)
         if host.is_installed():
             return anyio.run(_install_again, cfg, config_path, host, request)
+        _refuse_partial_layout(host)
         host.create_layout_dirs()
         done = False
         try:
@@ -504,6 +516,29 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
             if not done:  # SPEC 7: a failed install removes what it created (the journal keeps the episode)
                 anyio.run(_undo_install, cfg, config_path, host)
     return _result_outcome(result)
+
+
+def _refuse_partial_layout(host: AgentHost) -> None:
+    """A host is bare only when ``R/lib/NAME`` is absent or empty: a failed install removes the layout it
+    made, so it must never start over slots, links or files it did not create (SPEC 6/7).
+
+    Raises:
+        LayoutConflictError: a real file where a link must be, or a layout without its ``current`` link.
+    """
+    host.links()  # a file or directory where current/last-good must be: refused before anything changes
+    agent_dir = host.layout.agent_dir
+    try:
+        entries = sorted(os.listdir(agent_dir))
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        entries = [agent_dir]
+    if entries:
+        raise LayoutConflictError(
+            f"{agent_dir}: holds {', '.join(entries[:4])}{' ...' if len(entries) > 4 else ''} but no "
+            f"{os.path.basename(host.current_link_path())} link; refusing to install over a partial layout "
+            "(restore the link, or run uninstall first)"
+        )
 
 
 async def _install_flow(wired: Any, cfg: AgentConfig, config_path: str, request: Any) -> UpgradeResult:

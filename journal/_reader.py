@@ -230,7 +230,11 @@ def scan(directory: str | os.PathLike[str]) -> Scan:
             )
         header = decode_segment_header(data)
         if isinstance(header, BadFrame):
-            if tolerant and valid_frame_after(data, 0) is None:
+            # A segment's header is written and fsynced before any frame is appended to it, so a bad header
+            # is a torn write only while the file is no longer than a header: a crash while the segment was
+            # being created (empty, cut, or zero-filled). A bad header with bytes after it was damaged after
+            # the fact: corruption, never truncated (C12: a segment of garbage is not an empty log).
+            if tolerant and len(data) <= SEGMENT_HEADER_SIZE:
                 result.torn = (path, 0)
                 result.segments.append(seg)
                 expected = first_seq

@@ -107,6 +107,33 @@ async def test_c13_middle_corruption_is_reported_not_skipped(tmp_path: Path) -> 
     assert Path(seg).read_bytes() == bytes(data)  # nothing truncated
 
 
+@pytest.mark.parametrize("fill", ["random", "zeros"])
+async def test_a_live_segment_overwritten_whole_is_corruption_not_torn(tmp_path: Path, fill: str) -> None:
+    """A header is fsynced before any frame is appended, so a bad header with bytes after it is damage,
+    not a crash: replay refuses it (offset 0) and the writer never truncates away the records it held."""
+    d = str(tmp_path / "journal")
+    await write_journal(d, ITEMS)
+    seg = only_segment(d)
+    size = Path(seg).stat().st_size
+    damaged = os.urandom(size) if fill == "random" else bytes(size)
+    Path(seg).write_bytes(damaged)
+    with pytest.raises(JournalCorruptError) as info:
+        replay(d, CODEC)
+    assert (info.value.path, info.value.offset) == (seg, 0)
+    with pytest.raises(JournalCorruptError):
+        await JournalWriter.open(d, CODEC)
+    assert Path(seg).read_bytes() == damaged  # nothing truncated or rewritten
+
+
+@pytest.mark.parametrize("cut", [1, 16, 31, 32])
+async def test_a_live_segment_cut_inside_its_header_is_a_torn_creation(tmp_path: Path, cut: int) -> None:
+    d = tmp_path / "journal"
+    d.mkdir()
+    seg = d / segment_name(1, sealed=False)
+    seg.write_bytes(bytes(cut) if cut == 32 else encode_segment_header(1)[:cut])
+    assert replay(d, CODEC).torn_tail == TornTail(str(seg), 0)
+
+
 async def test_c12_zero_length_last_segment_is_a_crash_not_an_empty_log(tmp_path: Path) -> None:
     d = tmp_path / "journal"
     d.mkdir()
