@@ -490,6 +490,8 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
     else:
         found, source, source_override = None, args.archive, None
     request = UpgradeRequest(op, source, redact_url(source), sha, args.expect_version)
+    if not host.is_installed() and not (found is not None and found.kind == "legacy_layout"):
+        _refuse_partial_layout(host)  # before the lock file too: a refusal leaves the host untouched
     with HostLock(cfg.host.lock_path) as lock:
         if found is not None and found.kind == "legacy_layout":
             host.adopt()

@@ -1,0 +1,52 @@
+"""``install`` never starts over a layout it did not create, and a file where a link must be is refused
+before anything changes (SPEC 6 "Switch", SPEC 7 ``install``): exit 2, one line, the host byte-identical.
+
+Found by breaking the CLI by hand: an install over a layout whose ``current`` link was missing went ahead,
+failed, and its clean-up removed the existing slots, links and units.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ._rig import Rig, snapshot
+
+
+@pytest.fixture
+def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Rig:
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
+    r = Rig(tmp_path, f"g-{slug}")
+    r.install_by_hand()
+    return r
+
+
+def _current(rig: Rig) -> Path:
+    return rig.agent_dir / f"{rig.name}-current"
+
+
+def test_install_over_a_layout_without_its_current_link_is_refused(rig: Rig, tmp_path: Path) -> None:
+    _current(rig).unlink()
+    (rig.agent_dir / "operator-notes.txt").write_text("keep\n")
+    before = snapshot(tmp_path)
+    run = rig.cli("install", "--archive", str(tmp_path / "never-read.tar.gz"))
+    err = run.error_payload(2)
+    assert "partial layout" in err["error"] and str(rig.agent_dir) in err["error"]
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", ["install", "upgrade"])
+def test_a_regular_file_where_current_must_be_is_refused(rig: Rig, tmp_path: Path, command: str) -> None:
+    current = _current(rig)
+    current.unlink()
+    shutil.copy(rig.slot("blue"), current)
+    before = snapshot(tmp_path)
+    run = rig.cli(command, "--archive", str(tmp_path / "never-read.tar.gz"))
+    err = run.error_payload(2)
+    assert str(current) in err["error"], err
+    assert snapshot(tmp_path) == before
+    assert os.path.isfile(current) and not os.path.islink(current)
