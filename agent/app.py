@@ -839,6 +839,22 @@ def cmd_reset(args: argparse.Namespace) -> Outcome:
     return Outcome({"removed": removed}, "\n".join(f"removed {p}" for p in removed) or "nothing to remove")
 
 
+def _refuse_read_only(*paths: str) -> None:
+    """Refuse, before stopping anything, to uninstall from a read-only mount (C14 rescue views).
+
+    Raises:
+        HostError: the nearest existing ancestor of one of ``paths`` is on a read-only mount (exit 1).
+    """
+    from upgrade_core.errors import HostError
+
+    for path in paths:
+        probe = path
+        while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
+            probe = os.path.dirname(probe)
+        if os.statvfs(probe).f_flag & os.ST_RDONLY:
+            raise HostError(f"{path}: on a read-only mount; nothing was stopped or removed")
+
+
 def cmd_uninstall(args: argparse.Namespace) -> Outcome:
     """``uninstall``: reset, then the layout, ``state_dir`` and the lock; never the legacy root or config."""
     import shutil
@@ -848,6 +864,7 @@ def cmd_uninstall(args: argparse.Namespace) -> Outcome:
 
     cfg, config_path = _load(args)
     host = AgentHost.from_config(cfg)
+    _refuse_read_only(host.layout.agent_dir, cfg.host.state_dir)
     lock = HostLock(cfg.host.lock_path)
     with lock:
         removed = anyio.run(_reset, cfg, config_path, host)

@@ -50,3 +50,27 @@ def test_a_regular_file_where_current_must_be_is_refused(rig: Rig, tmp_path: Pat
     assert str(current) in err["error"], err
     assert snapshot(tmp_path) == before
     assert os.path.isfile(current) and not os.path.islink(current)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for a private read-only bind mount (unshare -m)")
+def test_uninstall_on_a_read_only_root_refuses_before_changing_anything(rig: Rig, tmp_path: Path) -> None:
+    """C14: a rescue view mounts the host root read-only; uninstall says so and stops nothing."""
+    import json
+    import subprocess
+    import sys
+
+    from ._rig import REPO, cli_env
+
+    before = snapshot(tmp_path)
+    script = (
+        f"mount --bind {rig.root} {rig.root} && mount -o remount,bind,ro {rig.root} && "
+        f"exec {sys.executable} -m agent.cli --config {rig.config} --json uninstall"
+    )
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+        cwd=REPO, env=cli_env(), capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    payload = json.loads(done.stdout)
+    assert "read-only" in payload["error"] and "Traceback" not in done.stderr
+    assert snapshot(tmp_path) == before
