@@ -463,7 +463,9 @@ class JournalWriter(Generic[T]):
             if r.episode_id != SNAPSHOT_EPISODE:
                 last_of[r.episode_id] = r.seq
         closed = sorted((s, e) for e, s in last_of.items() if is_closed(e))
-        keep = {e for _, e in closed[len(closed) - keep_episodes :]} if keep_episodes else set()
+        # The newest ``keep_episodes`` closed episodes (all of them while there are fewer): the start is
+        # clamped at 0, a negative slice start would count from the end and keep too few.
+        keep = {e for _, e in closed[max(0, len(closed) - keep_episodes) :]} if keep_episodes else set()
         old = {e for _, e in closed} - keep
         old.add(SNAPSHOT_EPISODE)
         drop = []

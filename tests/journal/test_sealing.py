@@ -83,12 +83,14 @@ async def test_compact_keeps_newest_episodes_and_snapshots_the_rest(tmp_path: Pa
     assert [r.seq for r in result] == [25, 26, 27, 28]
 
 
-async def test_compact_with_nothing_old_drops_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("closed", [1, 2, 3, 4, 5])
+async def test_compact_with_fewer_closed_than_kept_drops_nothing(tmp_path: Path, closed: int) -> None:
+    """Every count below ``keep_episodes`` keeps everything (a negative slice start once kept too few)."""
     async with await JournalWriter.open(tmp_path, CODEC) as w:
-        await _episodes(w, ["a", "b"])
+        await _episodes(w, [f"e{i}" for i in range(closed)])
         stats = await w.compact(5, _closed_except(), summarize)
     assert (stats.dropped_segments, stats.snapshot_seq) == (0, None)
-    assert len(replay(tmp_path, CODEC).records) == 6
+    assert len(replay(tmp_path, CODEC).records) == 3 * closed
 
 
 async def test_bad_sealed_segments_are_corruption(tmp_path: Path) -> None:
