@@ -231,12 +231,37 @@ async def _run_with_signals(
         if len(group.exceptions) == 1:
             raise group.exceptions[0] from None
         raise
+    finally:
+        _defer_late_signals(json_mode)
     if result:
         return result[0]
     aborted = last_result()
     if aborted is None:
         raise Interrupted("interrupted before the switch")
     return aborted
+
+
+def _defer_late_signals(json_mode: bool) -> None:
+    """After the flow: the episode has reached its terminal state, so a first SIGINT/SIGTERM must not turn
+    a finished ``committed`` into a killed process (exit 143) before its one JSON object is printed; it is
+    noted and the command finishes. A second one still exits 130 at once (SPEC 4.3 step 10, SPEC 7)."""
+    count = [0]
+
+    def late(signum: int, _frame: object) -> None:
+        count[0] += 1
+        name = signal.Signals(signum).name
+        if count[0] == 1:
+            _log(f"{name}: the episode has reached its terminal state; finishing (again: stop now)")
+            return
+        message = f"{name} again: stopping now"
+        _log(message)
+        if json_mode:
+            sys.stdout.write(json.dumps({"error": message, "exit_code": 130}) + "\n")
+            sys.stdout.flush()
+        os._exit(130)
+
+    signal.signal(signal.SIGINT, late)
+    signal.signal(signal.SIGTERM, late)
 
 
 # -- commands that write ------------------------------------------------------------------------------

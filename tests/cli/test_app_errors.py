@@ -3,6 +3,9 @@ would print a traceback and exit 1): found by filling the state directory's disk
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Iterator
+
 import pytest
 
 from agent.app import _run_with_signals, describe_error
@@ -10,6 +13,16 @@ from upgrade_core import UpgradeResult
 from upgrade_core.errors import JournalDurabilityError, LockBusyError, NoSpaceError
 
 pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def _restore_signal_handlers() -> Iterator[None]:
+    """The wrapper leaves "late signal" handlers installed (the CLI process exits right after); restore
+    pytest's own."""
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, handler in saved.items():
+        signal.signal(s, handler)
 
 
 @pytest.mark.parametrize("error", [NoSpaceError("state_dir: no space"), JournalDurabilityError("ENOSPC")])
@@ -28,3 +41,18 @@ def test_describe_error_looks_inside_a_single_error_group() -> None:
         "/run/x.lock: busy",
     )
     assert describe_error(ExceptionGroup("tg", [JournalDurabilityError("full")]))[0] == 3
+
+
+async def test_a_signal_after_the_flow_finished_does_not_kill_the_command() -> None:
+    """A first SIGTERM landing between the terminal state and the exit is noted, not fatal (exit 143
+    would report a finished upgrade as killed)."""
+    import os
+
+    done = UpgradeResult("op", "committed")
+
+    async def flow() -> UpgradeResult:
+        return done
+
+    assert await _run_with_signals(flow, lambda: True, lambda: False, lambda: None, json_mode=False) is done
+    os.kill(os.getpid(), signal.SIGTERM)  # default disposition would end this process
+    assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)
