@@ -107,3 +107,13 @@ def test_diagram_is_generated_from_the_table() -> None:
     assert "healthy --> committed: UpgradeCommitted" in text
     body = [line for line in text.splitlines() if "-->" in line and "[*]" not in line]
     assert len(body) == sum(1 for (_s, tag) in TRANSITIONS if tag != ev.RecoveryStarted.TAG)
+
+
+def test_readme_shows_the_diagram_of_the_current_table() -> None:
+    """The README's lifecycle diagram is generated from TRANSITIONS; regenerate it when the table changes."""
+    from pathlib import Path
+
+    from upgrade_core import diagram_mermaid
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert diagram_mermaid().rstrip() in readme
