@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from agent.verify import VerifierImpl, parse_version
+from tests._proc import wait_dead
 from upgrade_core.errors import VerifyError, VerifyTimeoutError, VersionMismatchError
 
 pytestmark = pytest.mark.anyio
@@ -22,23 +23,6 @@ def _script(tmp_path: Path, name: str, body: str) -> str:
     path.write_text("#!/bin/sh\n" + body)
     path.chmod(0o755)
     return str(path)
-
-
-def _dead(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
-def _wait_dead(pid: int, deadline_s: float = 10.0) -> bool:
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if _dead(pid):
-            return True
-        time.sleep(0.01)
-    return _dead(pid)
 
 
 def _read_pid(path: Path) -> int:
@@ -86,7 +70,7 @@ async def test_c10_sleeps_forever_is_killed_with_its_group(tmp_path: Path) -> No
         await VerifierImpl(timeout_s=0.5).verify(path, None)
     assert time.monotonic() - started >= 0.5  # it did wait for the timeout
     assert "verify.timeout_s" in str(info.value) and path in str(info.value)
-    assert _wait_dead(_read_pid(pids))
+    assert wait_dead(_read_pid(pids))
 
 
 async def test_c10_wrong_version(tmp_path: Path) -> None:
@@ -122,7 +106,7 @@ async def test_c10_grandchild_holding_the_pipe_neither_stalls_nor_survives(tmp_p
     path = _script(tmp_path, "gc", f"sh -c 'echo $$ > {pids}; exec sleep 1000' &\n{wait}echo 4.5.6\n")
     with anyio.fail_after(HANG_GUARD_S):  # the verify timeout (60 s) must not be what ends it
         assert await VerifierImpl(timeout_s=60).verify(path, "4.5.6") == "4.5.6"
-    assert _wait_dead(_read_pid(pids))
+    assert wait_dead(_read_pid(pids))
 
 
 async def test_c10_grandchild_in_its_own_session_does_not_stall(tmp_path: Path) -> None:
@@ -194,4 +178,4 @@ async def test_cancellation_kills_the_group(tmp_path: Path) -> None:
             while not pids.exists() or not pids.read_text().strip():
                 await anyio.sleep(0.01)
             tg.cancel_scope.cancel()
-    assert _wait_dead(_read_pid(pids))
+    assert wait_dead(_read_pid(pids))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import anyio
@@ -13,25 +12,12 @@ import pytest
 
 from agent._bounded_run import BoundedRunTimeout, run_bounded
 from agent.systemd import SystemdServiceManager
+from tests._proc import wait_dead
 from upgrade_core.errors import ConfigError, ServiceError
 
 from .conftest import write_script
 
 pytestmark = pytest.mark.anyio
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _wait_dead(pid: int) -> None:
-    deadline = time.monotonic() + 5.0
-    while _alive(pid):
-        assert time.monotonic() < deadline, f"process {pid} survived the kill of its process group"
-        time.sleep(0.02)
 
 
 def _manager(tmp_path: Path, prefix: list[str], timeout_s: float = 5.0) -> SystemdServiceManager:
@@ -49,14 +35,14 @@ async def test_timeout_raises_and_kills_the_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     with pytest.raises(BoundedRunTimeout, match=r"timed out after 0.3 s"):
         await run_bounded(["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], timeout_s=0.3)
-    _wait_dead(int(pidfile.read_text()))
+    assert wait_dead(int(pidfile.read_text())), "a process survived the kill of its process group"
 
 
 async def test_cancellation_kills_the_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     with anyio.move_on_after(0.3):
         await run_bounded(["sh", "-c", f"echo $$ > {pidfile}; sleep 60"], timeout_s=30)
-    _wait_dead(int(pidfile.read_text()))
+    assert wait_dead(int(pidfile.read_text())), "a process survived the kill of its process group"
 
 
 async def test_missing_program_is_an_oserror() -> None:
@@ -69,7 +55,7 @@ async def test_a_hanging_systemctl_is_a_service_error_and_is_killed(tmp_path: Pa
     hang = write_script(tmp_path / "hang", f"sleep 60 &\necho $! > {pidfile}\nwait\n")
     with pytest.raises(ServiceError, match=r"`.*/hang systemctl show x.service .*` timed out after 0.5 s"):
         await _manager(tmp_path, [str(hang)], timeout_s=0.5).snapshot()
-    _wait_dead(int(pidfile.read_text()))
+    assert wait_dead(int(pidfile.read_text())), "a process survived the kill of its process group"
 
 
 async def test_a_failing_systemctl_names_the_command_and_its_stderr(tmp_path: Path) -> None:

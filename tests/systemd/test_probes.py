@@ -14,6 +14,7 @@ import pytest
 
 from agent.clock import SystemClock
 from agent.probes import CommandProbe, HttpProbe, NullProbe, make_probe
+from tests._proc import wait_dead
 from upgrade_core.errors import ConfigError
 
 pytestmark = pytest.mark.anyio
@@ -128,25 +129,11 @@ async def test_command_missing_program_is_a_reason() -> None:
     assert reason is not None and reason.startswith("command probe /nonexistent/probe could not run")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _wait_dead(pid: int) -> None:
-    deadline = time.monotonic() + 5.0
-    while _alive(pid):
-        assert time.monotonic() < deadline, f"process {pid} survived its probe's process group kill"
-        time.sleep(0.02)
-
-
 async def test_command_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     pidfile = tmp_path / "pid"
     probe = CommandProbe(["sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"], timeout_s=0.3)
     assert await probe.check() == "command probe sh timed out after 0.3 s (process group killed)"
-    _wait_dead(int(pidfile.read_text()))
+    assert wait_dead(int(pidfile.read_text())), "a process survived its probe's process group kill"
 
 
 async def test_command_grandchild_holding_the_pipe_neither_stalls_nor_survives(tmp_path: Path) -> None:
@@ -155,7 +142,7 @@ async def test_command_grandchild_holding_the_pipe_neither_stalls_nor_survives(t
     probe = CommandProbe(["sh", "-c", f"sleep 60 >&2 & echo $! > {pidfile}; exit 0"], timeout_s=30.0)
     with anyio.fail_after(20):  # a hang guard: reading must stop once the main process exited
         assert await probe.check() is None
-    _wait_dead(int(pidfile.read_text()))
+    assert wait_dead(int(pidfile.read_text())), "a process survived its probe's process group kill"
 
 
 async def test_system_clock() -> None:

@@ -234,11 +234,3 @@ def _line_written(path: Path) -> bool:
         return path.read_text().endswith("\n")
     except FileNotFoundError:
         return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
