@@ -43,11 +43,6 @@ def journal_dir(cfg: AgentConfig) -> str:
     return os.path.join(cfg.host.state_dir, "journal")
 
 
-def results_dir(cfg: AgentConfig) -> str:
-    """``state_dir/results``: one ``<operation>.json`` per published result."""
-    return os.path.join(cfg.host.state_dir, "results")
-
-
 def _parse_kill_hook(value: str | None) -> tuple[str, int] | None:
     if not value:
         return None
