@@ -88,7 +88,7 @@ class FileResultSink:
 
 
 def read_result(state_dir: str, operation: str) -> UpgradeResult | None:
-    """Read a published result; creates nothing (``status``, and a repeated operation id, SPEC 4.3 step 1).
+    """Read a published result for whoever consumes the sink's files (a control plane); creates nothing.
 
     Returns:
         The result, or None when none was published for ``operation``.
