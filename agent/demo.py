@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,16 +33,6 @@ def _say(text: str) -> None:
     print(f"\n\033[1m==> {text}\033[0m" if sys.stdout.isatty() else f"\n==> {text}", flush=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _toml_list(items: list[str]) -> str:
-    return "[" + ", ".join(f'"{i}"' for i in items) + "]"
-
-
 def run() -> int:
     """Run the demo; returns its exit code (0 when every step behaved as announced)."""
     if os.geteuid() != 0:
@@ -53,7 +42,7 @@ def run() -> int:
             file=sys.stderr,
         )
         return 2
-    from agent.sandbox import PrivateSystemd
+    from agent.sandbox import PrivateSystemd, agent_config_toml, free_port
 
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="upgrade-core-demo-", dir="/var/tmp"))
@@ -82,26 +71,21 @@ def run() -> int:
         for f in files.values():
             print(f"{base}/{f.name}  sha256 {sha256_file(f)}")
 
-        port = _free_port()
+        port = free_port()
         config = work / f"{NAME}.toml"
         config.write_text(
-            f"""[agent]
-name = "{NAME}"
-exec_args = ["serve", "--port", "{port}"]
-
-[host]
-root = "{work}/root"
-state_dir = "{work}/state"
-lock_path = "{work}/run/{NAME}.lock"
-unit_dir = "{sandbox.unit_dir}"
-systemctl_prefix = {_toml_list([str(sandbox.write_prefix_script(work / "in-sandbox"))])}
-
-[health]
-stability_s = 1.0
-timeout_s = 10.0
-max_attempts = 2
-http_probe = "http://127.0.0.1:{port}/healthz"
-"""
+            agent_config_toml(
+                name=NAME,
+                root=work / "root",
+                state_dir=work / "state",
+                lock_path=work / "run" / f"{NAME}.lock",
+                unit_dir=sandbox.unit_dir,
+                systemctl_prefix=[str(sandbox.write_prefix_script(work / "in-sandbox"))],
+                port=port,
+                stability_s=1.0,
+                timeout_s=10.0,
+                max_attempts=2,
+            )
         )
         print(f"configuration: {config}")
         cli = [sys.executable, "-m", "agent.cli", "--config", str(config)]

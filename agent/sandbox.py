@@ -32,22 +32,25 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import json
 import os
 import pty
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import termios
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Final, final
 
 from upgrade_core.errors import HostError
 
-__all__ = ["PrivateSystemd", "SandboxError"]
+__all__ = ["PrivateSystemd", "SandboxError", "agent_config_toml", "free_port"]
 
 _SYSTEMD_CANDIDATES: Final = ("/usr/lib/systemd/systemd", "/lib/systemd/systemd")
 _JOURNALD_CANDIDATES: Final = ("/usr/lib/systemd/systemd-journald", "/lib/systemd/systemd-journald")
@@ -658,3 +661,53 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# -- agents managed inside a private systemd (make demo, the benchmarks, the real-systemd tests) ---------
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago (bind port 0, read it back)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def agent_config_toml(
+    *,
+    name: str,
+    root: Path | str,
+    state_dir: Path | str,
+    lock_path: Path | str,
+    unit_dir: Path | str,
+    systemctl_prefix: Sequence[str],
+    port: int,
+    exec_args: Sequence[str] | None = None,
+    member: str | None = None,
+    stability_s: float = 0.5,
+    timeout_s: float = 10.0,
+    max_attempts: int = 2,
+) -> str:
+    """The TOML configuration (SPEC 3) of a sample agent served on ``127.0.0.1:port``, in a sandbox.
+
+    Every path is the caller's (under a temporary directory); ``unit_dir`` and ``systemctl_prefix`` point
+    at the private systemd (:attr:`PrivateSystemd.unit_dir`, and :attr:`PrivateSystemd.prefix` or
+    :meth:`PrivateSystemd.write_prefix_script`). The health probe is the agent's ``/healthz``.
+
+    Args:
+        exec_args: ``agent.exec_args``; default ``["serve", "--port", PORT]`` (the sample agents).
+        member: ``agent.member``; default the SPEC 3 default (``{name}-linux-{arch}``).
+        stability_s, timeout_s: the ``[health]`` window and attempt timeout, seconds.
+        max_attempts: ``health.max_attempts``.
+    """
+
+    def q(value: object) -> str:  # JSON strings and arrays are valid TOML basic strings and arrays
+        return json.dumps(value if not isinstance(value, Path) else str(value))
+
+    args = list(exec_args) if exec_args is not None else ["serve", "--port", str(port)]
+    member_line = f"member = {q(member)}\n" if member is not None else ""
+    return (
+        f"[agent]\nname = {q(name)}\nexec_args = {q(args)}\n{member_line}\n"
+        f"[host]\nroot = {q(str(root))}\nstate_dir = {q(str(state_dir))}\nlock_path = {q(str(lock_path))}\n"
+        f"unit_dir = {q(str(unit_dir))}\nsystemctl_prefix = {q(list(systemctl_prefix))}\n\n"
+        f"[health]\nstability_s = {stability_s}\ntimeout_s = {timeout_s}\nmax_attempts = {max_attempts}\n"
+        f'http_probe = "http://127.0.0.1:{port}/healthz"\n'
+    )

@@ -34,6 +34,7 @@ import zipapp
 from pathlib import Path
 from typing import Any
 
+from agent.sandbox import agent_config_toml, free_port
 from examples.releases import ReleaseServer
 
 from . import _harness
@@ -233,37 +234,24 @@ def _fat_release(out: Path, version: str, name: str, arch: str, pad: bytes) -> P
     return archive
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _config(work: Path, name: str, sandbox: Any, port: int, stability_s: float) -> Path:
     """The agent's config. ``max_attempts = 10`` only raises the unit's ``StartLimitBurst`` (12 in 60 s,
     SPEC 6) above the benchmark's restarts; every measured upgrade passes its first attempt."""
+
     config = work / f"{name}.toml"
-    prefix = ", ".join(json.dumps(p) for p in sandbox.prefix)
     config.write_text(
-        f"""[agent]
-name = "{name}"
-exec_args = ["serve", "--port", "{port}"]
-
-[host]
-root = "{work}/{name}/root"
-state_dir = "{work}/{name}/state"
-lock_path = "{work}/{name}/run/{name}.lock"
-unit_dir = "{sandbox.unit_dir}"
-systemctl_prefix = [{prefix}]
-
-[health]
-stability_s = {stability_s}
-timeout_s = 30.0
-max_attempts = 10
-http_probe = "http://127.0.0.1:{port}/healthz"
-"""
+        agent_config_toml(
+            name=name,
+            root=work / name / "root",
+            state_dir=work / name / "state",
+            lock_path=work / name / "run" / f"{name}.lock",
+            unit_dir=sandbox.unit_dir,
+            systemctl_prefix=sandbox.prefix,
+            port=port,
+            stability_s=stability_s,
+            timeout_s=30.0,
+            max_attempts=10,
+        )
     )
     return config
 
@@ -299,7 +287,7 @@ def upgrade_end_to_end() -> dict[str, Any]:
     configs: dict[str, Path] = {}
     try:
         for who in (ours_name, naive_name):
-            configs[who] = _config(work, who, sandbox, _free_port(), stability_s)
+            configs[who] = _config(work, who, sandbox, free_port(), stability_s)
             archive = files[(who, "1.0.0")]
             done = subprocess.run(
                 [*cli, "--config", str(configs[who]), "--json", "install", "--archive",

@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from agent.sandbox import PrivateSystemd
+from agent.sandbox import PrivateSystemd, agent_config_toml, free_port
 from journal import replay
 from upgrade_core import EVENT_CODEC, Recorded
 
@@ -32,20 +31,9 @@ WORKTREE = Path(__file__).resolve().parents[2]
 KILL_ENV = "UPGRADE_AGENT_TEST_KILL_AFTER"
 
 
-def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago (bind to port 0)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def sha256_path(path: Path) -> str:
     """sha256 of a file's bytes, 64 lowercase hex."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _toml_list(items: Sequence[str]) -> str:
-    return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
 
 @attrs.define
@@ -102,24 +90,20 @@ class CliAgent:
         config = base / f"{name}.toml"
         args = [a.format(config=config, port=port) for a in (exec_args or ["serve", "--port", "{port}"])]
         config.write_text(
-            f"""[agent]
-name = "{name}"
-exec_args = {_toml_list(args)}
-member = "{member}"
-
-[host]
-root = "{base}/root"
-state_dir = "{base}/state"
-lock_path = "{base}/run/{name}.lock"
-unit_dir = "{sandbox.unit_dir}"
-systemctl_prefix = {_toml_list([str(enter)])}
-
-[health]
-stability_s = {stability_s}
-timeout_s = {timeout_s}
-max_attempts = {max_attempts}
-http_probe = "http://127.0.0.1:{port}/healthz"
-"""
+            agent_config_toml(
+                name=name,
+                root=base / "root",
+                state_dir=base / "state",
+                lock_path=base / "run" / f"{name}.lock",
+                unit_dir=sandbox.unit_dir,
+                systemctl_prefix=[str(enter)],
+                port=port,
+                exec_args=args,
+                member=member,
+                stability_s=stability_s,
+                timeout_s=timeout_s,
+                max_attempts=max_attempts,
+            )
         )
         return cls(sandbox, name, base, config, port)
 

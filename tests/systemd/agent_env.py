@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -38,7 +37,7 @@ import attrs
 import pytest
 
 from agent.config_fast import machine_arch
-from agent.sandbox import PrivateSystemd
+from agent.sandbox import PrivateSystemd, agent_config_toml, free_port
 from examples.releases import ReleaseServer, agent_script, build_release, sha256_file
 
 WORKTREE = str(Path(__file__).resolve().parents[2])
@@ -72,13 +71,6 @@ class Release:
     url: str
     sha256: str
     member_sha256: str
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (bind port 0, read it back)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def poll(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -155,23 +147,18 @@ class AgentEnv:
         prefix = [] if inside else list(sandbox.prefix)
         config = work / f"{name}.toml"
         config.write_text(
-            f"""[agent]
-name = "{name}"
-exec_args = ["serve", "--port", "{port}"]
-
-[host]
-root = "{root}"
-state_dir = "{state_dir}"
-lock_path = "{lock_path}"
-unit_dir = "{sandbox.unit_dir}"
-systemctl_prefix = {json.dumps(prefix)}
-
-[health]
-stability_s = {stability_s}
-timeout_s = {timeout_s}
-max_attempts = {max_attempts}
-http_probe = "http://127.0.0.1:{port}/healthz"
-"""
+            agent_config_toml(
+                name=name,
+                root=root,
+                state_dir=state_dir,
+                lock_path=lock_path,
+                unit_dir=sandbox.unit_dir,
+                systemctl_prefix=prefix,
+                port=port,
+                stability_s=stability_s,
+                timeout_s=timeout_s,
+                max_attempts=max_attempts,
+            )
         )
         return cls(sandbox, server, work, name, port, inside, config, root, state_dir, lock_path)
 

@@ -30,7 +30,6 @@ import json
 import os
 import platform
 import secrets
-import socket
 import subprocess
 import sys
 import tarfile
@@ -42,7 +41,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.sandbox import PrivateSystemd
+from agent.sandbox import PrivateSystemd, free_port
 
 from .conftest import wait_for
 
@@ -158,12 +157,6 @@ def _layout(archive: Path) -> list[tuple[str, int]]:
         return [(m.name, m.mode) for m in tar]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def archive_server(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A loopback HTTP server over a fresh directory: (base URL, directory)."""
@@ -212,7 +205,7 @@ def test_esbuild_installed_upgraded_and_rolled_back_from_its_published_archives(
     assert _layout(broken) == _layout(published[VERSION_B][0])  # the publisher's layout, kept
 
     name = f"esb-{secrets.token_hex(4)}"
-    port = _free_port()
+    port = free_port()
     www = tmp_path / "www"
     www.mkdir()
     page = f"<!doctype html><title>{name}</title><p>served by esbuild</p>\n"
