@@ -206,12 +206,7 @@ async def _run_with_signals(
                         if handed_off()
                         else "run recover-agent-upgrade to finish the episode"
                     )
-                    message = f"{name} again: stopping now; {owner}"
-                    _log(message)
-                    if json_mode:
-                        sys.stdout.write(json.dumps({"error": message, "exit_code": 130}) + "\n")
-                        sys.stdout.flush()
-                    os._exit(130)
+                    _stop_now(f"{name} again: stopping now; {owner}", json_mode)
                 if switch_started():
                     _log(f"{name}: the switch has started; carrying on to a terminal state (again: stop now)")
                 else:
@@ -241,6 +236,15 @@ async def _run_with_signals(
     return aborted
 
 
+def _stop_now(message: str, json_mode: bool) -> None:
+    """The second signal (SPEC 4.3 step 10): one line, the one JSON object, exit 130 at once."""
+    _log(message)
+    if json_mode:
+        sys.stdout.write(json.dumps({"error": message, "exit_code": 130}) + "\n")
+        sys.stdout.flush()
+    os._exit(130)
+
+
 def _defer_late_signals(json_mode: bool) -> None:
     """After the flow: the episode has reached its terminal state, so a first SIGINT/SIGTERM must not turn
     a finished ``committed`` into a killed process (exit 143) before its one JSON object is printed; it is
@@ -253,12 +257,7 @@ def _defer_late_signals(json_mode: bool) -> None:
         if count[0] == 1:
             _log(f"{name}: the episode has reached its terminal state; finishing (again: stop now)")
             return
-        message = f"{name} again: stopping now"
-        _log(message)
-        if json_mode:
-            sys.stdout.write(json.dumps({"error": message, "exit_code": 130}) + "\n")
-            sys.stdout.flush()
-        os._exit(130)
+        _stop_now(f"{name} again: stopping now", json_mode)
 
     signal.signal(signal.SIGINT, late)
     signal.signal(signal.SIGTERM, late)

@@ -188,10 +188,27 @@ def render_agent_unit(
     )
 
 
-def _recover_command(recover_exe: str, config_path: str, trigger: str) -> str:
+def _recover_oneshot(
+    *, name: str, unit: str, recover_exe: str, config_path: str, trigger: str, description: str,
+    unit_lines: str = "", install: bool = False,
+) -> str:
+    """The shared shape of both recovery units: a oneshot running the absolute ``recover-agent-upgrade``
+    with the absolute ``--config`` and ``--trigger``; ``unit_lines`` go into ``[Unit]``."""
+    _check_name(name)
+    _check_unit(unit)
     _check_abs(recover_exe, "recover-agent-upgrade path")
     _check_abs(config_path, "--config")
-    return exec_line(recover_exe, ["--config", config_path, "--trigger", trigger])
+    command = exec_line(recover_exe, ["--config", config_path, "--trigger", trigger])
+    return (
+        _HEADER
+        + "[Unit]\n"
+        + f"Description={description}\n"
+        + unit_lines
+        + "\n[Service]\n"
+        + "Type=oneshot\n"
+        + f"ExecStart={command}\n"
+        + ("\n[Install]\nWantedBy=multi-user.target\n" if install else "")
+    )
 
 
 def render_recover_unit(*, name: str, unit: str, recover_exe: str, config_path: str) -> str:
@@ -206,15 +223,9 @@ def render_recover_unit(*, name: str, unit: str, recover_exe: str, config_path: 
     Raises:
         ConfigError: a bad name or unit, or a relative path.
     """
-    _check_name(name)
-    _check_unit(unit)
-    return (
-        _HEADER
-        + "[Unit]\n"
-        + f"Description=Recover an interrupted {name} upgrade (OnFailure= of {unit})\n"
-        + "\n[Service]\n"
-        + "Type=oneshot\n"
-        + f"ExecStart={_recover_command(recover_exe, config_path, 'on-failure')}\n"
+    return _recover_oneshot(
+        name=name, unit=unit, recover_exe=recover_exe, config_path=config_path, trigger="on-failure",
+        description=f"Recover an interrupted {name} upgrade (OnFailure= of {unit})",
     )
 
 
@@ -233,18 +244,10 @@ def render_recover_boot_unit(*, name: str, unit: str, recover_exe: str, config_p
     Raises:
         ConfigError: a bad name or unit, or a relative path.
     """
-    _check_name(name)
-    _check_unit(unit)
-    return (
-        _HEADER
-        + "[Unit]\n"
-        + f"Description=Recover an interrupted {name} upgrade at boot\n"
-        + f"Before={unit}\n"
-        + "\n[Service]\n"
-        + "Type=oneshot\n"
-        + f"ExecStart={_recover_command(recover_exe, config_path, 'boot')}\n"
-        + "\n[Install]\n"
-        + "WantedBy=multi-user.target\n"
+    return _recover_oneshot(
+        name=name, unit=unit, recover_exe=recover_exe, config_path=config_path, trigger="boot",
+        description=f"Recover an interrupted {name} upgrade at boot", unit_lines=f"Before={unit}\n",
+        install=True,
     )
 
 
