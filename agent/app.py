@@ -27,17 +27,16 @@ import attrs
 
 from agent.config import AgentConfig, discover_config_path, load_config
 from agent.host import AgentHost
-from upgrade_core import EVENT_CODEC, UpgradeResult, other_slot
+from upgrade_core import EVENT_CODEC, Slot, UpgradeResult, other_slot
 from upgrade_core.errors import (
     AlreadyInstalledError,
     EpisodeLeftOpenError,
     Interrupted,
-    LayoutConflictError,
     NotInstalledError,
     UpgradeError,
     UsageError,
 )
-from upgrade_core.ports import ArchiveSource
+from upgrade_core.ports import ArchiveSource, UnitSnapshot
 
 RESULT_EXIT = {"committed": 0, "noop": 0, "rolled_back": 1, "aborted": 1, "needs_attention": 3}
 
@@ -515,14 +514,14 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
         found, source, source_override = None, args.archive, None
     request = UpgradeRequest(op, source, redact_url(source), sha, args.expect_version)
     if not host.is_installed() and not (found is not None and found.kind == "legacy_layout"):
-        _refuse_partial_layout(host)  # before the lock file too: a refusal leaves the host untouched
+        host.check_bare()  # before the lock file too: a refusal leaves the host untouched
     with HostLock(cfg.host.lock_path) as lock:
         if found is not None and found.kind == "legacy_layout":
             host.adopt()
             return anyio.run(_install_units_only, cfg, config_path, host)
         if host.is_installed():
             return anyio.run(_install_again, cfg, config_path, host, request)
-        _refuse_partial_layout(host)
+        host.check_bare()
         host.create_layout_dirs()
         done = False
         try:
@@ -544,38 +543,19 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
     return _result_outcome(result)
 
 
-def _refuse_partial_layout(host: AgentHost) -> None:
-    """A host is bare only when ``R/lib/NAME`` is absent or empty: a failed install removes the layout it
-    made, so it must never start over slots, links or files it did not create (SPEC 6/7).
+async def _install_units(service: Any, cfg: AgentConfig, config_path: str, host: AgentHost) -> None:
+    """Write the three units, daemon-reload, enable the agent and the boot-time recovery unit."""
+    from agent.systemd import recover_boot_unit_name
 
-    Raises:
-        LayoutConflictError: a real file where a link must be, or a layout without its ``current`` link.
-    """
-    host.links()  # a file or directory where current/last-good must be: refused before anything changes
-    agent_dir = host.layout.agent_dir
-    try:
-        entries = sorted(os.listdir(agent_dir))
-    except FileNotFoundError:
-        return
-    except NotADirectoryError:
-        entries = [agent_dir]
-    if entries:
-        raise LayoutConflictError(
-            f"{agent_dir}: holds {', '.join(entries[:4])}{' ...' if len(entries) > 4 else ''} but no "
-            f"{os.path.basename(host.current_link_path())} link; refusing to install over a partial layout "
-            "(restore the link, or run uninstall first)"
-        )
+    await service.write_units(_render_units(cfg, config_path, host))
+    await service.daemon_reload()
+    await service.enable(cfg.agent.unit, recover_boot_unit_name(cfg.agent.name))
 
 
 async def _install_flow(wired: Any, cfg: AgentConfig, config_path: str, request: Any) -> UpgradeResult:
-    from agent.systemd import recover_boot_unit_name
     from upgrade_core import run_install
 
-    service = wired.ports.service
-    units = _render_units(cfg, config_path, wired.host)
-    await service.write_units(units)
-    await service.daemon_reload()
-    await service.enable(cfg.agent.unit, recover_boot_unit_name(cfg.agent.name))
+    await _install_units(wired.ports.service, cfg, config_path, wired.host)
     result: UpgradeResult = await run_install(wired.ports, wired.policy, request)
     if result.result == "committed":
         wired.host.ensure_compat_link()
@@ -604,13 +584,10 @@ async def _install_again(cfg: AgentConfig, config_path: str, host: AgentHost, re
 
 
 async def _install_units_only(cfg: AgentConfig, config_path: str, host: AgentHost) -> Outcome:
-    from agent.systemd import recover_boot_unit_name
     from agent.wiring import service_manager
 
     service = service_manager(cfg, config_path)
-    await service.write_units(_render_units(cfg, config_path, host))
-    await service.daemon_reload()
-    await service.enable(cfg.agent.unit, recover_boot_unit_name(cfg.agent.name))
+    await _install_units(service, cfg, config_path, host)
     await service.start()
     current = host.links().current
     return _result_outcome(UpgradeResult(None, "noop", slot=current, reason="adopted legacy layout"))
@@ -691,30 +668,37 @@ def cmd_status(args: argparse.Namespace) -> Outcome:
     view = _read_view(cfg)
     links = host.links()
 
+    async def gather() -> tuple[dict[Slot, str | None], UnitSnapshot | None]:
+        """Each slot hashed once (current and last-good often name the same one), then the unit."""
+        from agent.wiring import service_manager
+
+        digests = {slot: await host.slot_sha256(slot) for slot in {links.current, links.last_good} if slot}
+        try:
+            return digests, await service_manager(cfg, config_path).snapshot()
+        except UpgradeError as exc:
+            _log(f"service state unavailable: {exc}")
+            return digests, None
+
+    digests, snap = anyio.run(gather)
+
     def slot_info(slot: Any) -> dict[str, Any] | None:
         if slot is None:
             return None
-        sha = anyio.run(host.slot_sha256, slot)
         return {
             "slot": slot,
             "path": host.slot_path(slot),
-            "sha256": sha,
+            "sha256": digests[slot],
             "version": view.slot_versions.get(slot),
         }
 
     service: dict[str, Any] = {"active_state": None, "sub_state": None, "main_pid": None, "exe": None}
-    try:
-        from agent.wiring import service_manager
-
-        snap = anyio.run(service_manager(cfg, config_path).snapshot)
+    if snap is not None:
         service = {
             "active_state": snap.active_state,
             "sub_state": snap.sub_state,
             "main_pid": snap.main_pid or None,
             "exe": snap.exe,
         }
-    except UpgradeError as exc:
-        _log(f"service state unavailable: {exc}")
     ep = view.open_episode
     payload: dict[str, Any] = {
         "agent": cfg.agent.name,

@@ -216,6 +216,31 @@ class AgentHost:
         except OSError:
             return False
 
+    def check_bare(self) -> None:
+        """Refuse to install unless the host is bare: ``R/lib/NAME`` absent or empty (SPEC 6, 7).
+
+        A failed install removes the layout it made, so it must never start over slots, links or files it
+        did not create.
+
+        Raises:
+            LayoutConflictError: a real file or directory where a link must be, or a layout without its
+                ``current`` link (exit 2); nothing was changed.
+        """
+        self.links()  # a file or directory where current/last-good must be
+        agent_dir = self.layout.agent_dir
+        try:
+            entries = sorted(os.listdir(agent_dir))
+        except FileNotFoundError:
+            return
+        except NotADirectoryError:
+            entries = [agent_dir]
+        if entries:
+            shown = ", ".join(entries[:4]) + (" ..." if len(entries) > 4 else "")
+            raise LayoutConflictError(
+                f"{agent_dir}: holds {shown} but no {os.path.basename(self.layout.current_link)} link; "
+                "refusing to install over a partial layout (restore the link, or run uninstall first)"
+            )
+
     # -- staging -----------------------------------------------------------------------------------
     def _sweep_sync(self) -> list[str]:
         agent_dir = self.layout.agent_dir
