@@ -14,7 +14,6 @@ import base64
 import contextlib
 import gzip
 import os
-import re
 import signal
 import sys
 import time
@@ -36,11 +35,9 @@ ARCH = machine_arch() or "amd64"
 
 
 @pytest.fixture
-def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Rig:
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
-    r = Rig(tmp_path, f"k-{slug}")
-    r.install_by_hand()
-    return r
+def rig(installed_rig: Rig) -> Rig:
+    """Every case here starts from an installed host."""
+    return installed_rig
 
 
 @pytest.fixture

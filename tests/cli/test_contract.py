@@ -41,13 +41,6 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@pytest.fixture
-def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Rig:
-    # A unique, valid agent name per test (SPEC 3: [a-z0-9][a-z0-9._-]{0,62}).
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
-    return Rig(tmp_path, f"t-{slug}")
-
-
 def _journal_dir(rig: Rig) -> Path:
     return rig.state_dir / "journal"
 

@@ -8,7 +8,6 @@ failed, and its clean-up removed the existing slots, links and units.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 from pathlib import Path
 
@@ -18,11 +17,9 @@ from ._rig import Rig, snapshot
 
 
 @pytest.fixture
-def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Rig:
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
-    r = Rig(tmp_path, f"g-{slug}")
-    r.install_by_hand()
-    return r
+def rig(installed_rig: Rig) -> Rig:
+    """Every case here starts from an installed host."""
+    return installed_rig
 
 
 def _current(rig: Rig) -> Path:

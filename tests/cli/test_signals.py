@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import http.server
 import json
-import re
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -25,11 +23,9 @@ from ._rig import PYTHON, REPO, Rig, cli_env
 
 
 @pytest.fixture
-def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Rig:
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
-    r = Rig(tmp_path, f"s-{slug}")
-    r.install_by_hand()
-    return r
+def rig(installed_rig: Rig) -> Rig:
+    """Every case here starts from an installed host."""
+    return installed_rig
 
 
 @pytest.fixture
