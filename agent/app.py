@@ -603,20 +603,13 @@ class _PlainFileSource:
     """An :class:`~upgrade_core.ports.ArchiveSource` for adoption: the "archive" is a plain executable."""
 
     async def stage(self, source: str, expected_sha256: str | None, staging_path: str, slot: Any) -> Any:
-        import hashlib
-
+        """Copy ``source`` into ``staging_path`` durably (its digest checked during the copy)."""
         from agent import durable
         from upgrade_core.ports import StagedCandidate
 
         def copy() -> tuple[str, int]:
             durable.copy_file_durable(source, staging_path, 0o755)
-            data = hashlib.sha256()
-            size = 0
-            with open(staging_path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    data.update(chunk)
-                    size += len(chunk)
-            return data.hexdigest(), size
+            return durable.file_sha256(staging_path), os.stat(staging_path).st_size
 
         sha, size = await anyio.to_thread.run_sync(copy)
         return StagedCandidate(slot, staging_path, sha, size, sha, size)
