@@ -427,3 +427,27 @@ def test_busy_lock_upgrade_and_recover_exit_75_at_once(make_env: MakeEnv) -> Non
     assert env.link("current") == env.link("last-good") == f"{env.name}-blue"
     assert not [p for p in env.lib.iterdir() if ".stage-" in p.name]
     env.assert_running("blue", v1)
+
+
+def test_install_without_an_archive_adopts_a_plain_binary(make_env: MakeEnv) -> None:
+    """SPEC 3 adoption through the CLI: a plain executable at ``R/bin/NAME`` is copied into blue, verified,
+    run and health-checked; ``R/bin/NAME`` becomes the compatibility link. Nothing to adopt: exit 2."""
+    import stat
+
+    from examples.releases import agent_script
+
+    env = make_env()
+    nothing = env.cli("install")
+    assert nothing.code == 2 and nothing.json is not None and "nothing to adopt" in nothing.json["error"]
+    v1 = env.release("1.0.0")
+    plain = env.root / "bin" / env.name
+    plain.parent.mkdir(parents=True)
+    plain.write_bytes(agent_script("1.0.0"))
+    plain.chmod(0o755)
+    adopted = env.cli("install")
+    assert adopted.code == 0, adopted.stderr
+    assert adopted.json is not None
+    assert (adopted.json["result"], adopted.json["slot"]) == ("committed", "blue")
+    assert env.link("current") == env.link("last-good") == f"{env.name}-blue"
+    env.assert_running("blue", v1)  # the adopted bytes are the 1.0.0 release's member
+    assert stat.S_ISLNK(plain.lstat().st_mode) and plain.resolve() == env.lib / f"{env.name}-blue"
