@@ -40,8 +40,13 @@ async def poll(rig: Rig, predicate, timeout_s: float = 8.0, what: str = "snapsho
 
 
 async def test_script_agent_runs_and_restarts_through_a_transient_unit(rig: Rig) -> None:
-    # the daemon takes 0.5 s to stop, so the transient unit is observable while its restart job runs
-    rig.blue.write_text("#!/bin/sh\ntrap 'sleep 0.5; exit 0' TERM\nwhile :; do sleep 0.1; done\n")
+    # The daemon's stop waits for a file the test creates, so the transient unit is held active while its
+    # restart job runs: observing it does not depend on catching a timing window.
+    release = rig.root / "release-stop"
+    rig.blue.write_text(
+        f"#!/bin/sh\ntrap 'while [ ! -e {release} ]; do sleep 0.05; done; exit 0' TERM\n"
+        "while :; do sleep 0.1; done\n"
+    )
     await install(rig)
     assert await rig.manager.is_enabled(rig.unit)
     assert (rig.sandbox.unit_dir / "multi-user.target.wants" / rig.unit).is_symlink()
@@ -59,6 +64,7 @@ async def test_script_agent_runs_and_restarts_through_a_transient_unit(rig: Rig)
     await rig.manager.restart(transient)
     wait_for(lambda: rig.show(f"{transient}.service", "ActiveState")["ActiveState"] == "active",
              what="the transient restart unit to be running")
+    release.touch()  # let the old process stop; the restart job completes
     after = await poll(rig, lambda s: s.invocation_id not in ("", first.invocation_id)
                        and s.sub_state == "running", what="a new invocation")
     assert after.main_pid not in (0, first.main_pid)
