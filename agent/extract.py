@@ -714,6 +714,11 @@ async def extract(
             tg.start_soon(produce)
             results.append(await anyio.to_thread.run_sync(work))
     except BaseExceptionGroup as group:
+        if all(isinstance(e, _Aborted) for e in _leaves(group)):
+            # Only the worker saw the chunk stream close: that close came from our own cancellation (the
+            # worker is never abandoned, so it finished first and removed the staging file). Let the
+            # cancellation itself propagate, never the internal abort.
+            await anyio.lowlevel.checkpoint_if_cancelled()
         _raise_leaf(group)
     return results[0]
 
