@@ -71,6 +71,7 @@ class JournalPort:
         self._on_event = on_event
         self._lock = lock
         self._reread: Sequence[Recorded] | None = None
+        self._relinquished = False
         self._kill = _parse_kill_hook(os.environ.get(KILL_HOOK_ENV))
         self._seen: dict[str, int] = {}
 
@@ -81,20 +82,21 @@ class JournalPort:
 
     def records(self) -> Sequence[Recorded]:
         """Every durable record in sequence order (as last re-read, after :meth:`relinquish`)."""
-        if self._reread is not None:
+        if self._relinquished and self._reread is not None:
             return self._reread
         return self._writer.records()
 
     @property
     def relinquished(self) -> bool:
         """True after :meth:`relinquish`: this process no longer owns the journal."""
-        return self._reread is not None
+        return self._relinquished
 
     async def relinquish(self) -> None:
         """Close the writer and release the host lock (a handed-off recovery unit takes both over)."""
         await self._writer.aclose()
         if self._lock is not None:
             self._lock.release()
+        self._relinquished = True
         self._reread = self._writer.records()
 
     async def reread(self) -> Sequence[Recorded]:
