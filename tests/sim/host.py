@@ -31,12 +31,14 @@ import attrs
 from upgrade_core import Policy, Ports, UpgradeResult, fold
 from upgrade_core._events import Event, Slot
 from upgrade_core.errors import (
-    ArchiveRejectedError,
     DigestMismatchError,
+    FetchError,
     HostError,
     LayoutConflictError,
     ServiceError,
+    UpgradeError,
     VerifyError,
+    VerifyTimeoutError,
     VersionMismatchError,
 )
 from upgrade_core.ports import LinkState, StagedCandidate, UnitSnapshot
@@ -65,21 +67,32 @@ class Behavior:
 
     Attributes:
         kind: ``good``; ``exit`` (exits after ``exit_after_s``, then auto-restarts); ``hang`` (runs,
-            probe fails); ``verify_fail`` (its version command fails).
+            probe fails); ``verify_fail`` (its version command fails); ``verify_hang`` (its version command
+            outlives ``verify.timeout_s``: reported at once, the sim does not model the wait).
         exit_after_s: lifetime of each run for ``exit`` (0.05 = crash loop).
     """
 
-    kind: Literal["good", "exit", "hang", "verify_fail"] = "good"
+    kind: Literal["good", "exit", "hang", "verify_fail", "verify_hang"] = "good"
     exit_after_s: float = 0.3
 
 
 @attrs.frozen
 class Candidate:
-    """An archive the simulated source can serve: its member digest, version and behavior."""
+    """An archive the simulated source can serve: its member digest, version, behavior and member size."""
 
     sha256: str
     version: str
     behavior: Behavior
+    size: int = 1000
+
+
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+"""A file recorded with this digest is zero-length: a slot holding it reads as missing (case C12)."""
+
+
+def archive_sha256(cand: Candidate) -> str:
+    """The digest of the compressed archive the simulated source serves for ``cand``."""
+    return hashlib.sha256(b"archive" + cand.sha256.encode()).hexdigest()
 
 
 def make_candidate(label: str, behavior: Behavior) -> Candidate:
@@ -128,6 +141,7 @@ class World:
         self.staging_counter = 0
         # the catalogue: archive source -> candidate; member sha -> candidate
         self.archives: dict[str, Candidate] = {}
+        self.archive_faults: dict[str, UpgradeError] = {}  # source -> what staging it raises (bad archive)
         self.by_sha: dict[str, Candidate] = {}
         self.verified_digests: set[str] = set()
         self.base_digests: set[str] = set()
@@ -153,6 +167,8 @@ class World:
         # mirrors (SPEC 3 [[mirrors]]): path -> sha256 of the copy it holds
         self.mirror_paths: tuple[str, ...] = ()
         self.mirror_files: dict[str, str] = {}
+        # links where a real file stands instead of a symlink ("current", "last-good"): LayoutConflictError
+        self.link_conflicts: set[str] = set()
 
     # -- catalogue ---------------------------------------------------------------------------------------
     def add_archive(self, source: str, cand: Candidate) -> None:
@@ -173,7 +189,8 @@ class World:
         return f"{self.ROOT}/agent-{slot}"
 
     def slot_sha(self, slot: Slot | None) -> str | None:
-        return self.files.get(self.slot_path(slot)) if slot is not None else None
+        sha = self.files.get(self.slot_path(slot)) if slot is not None else None
+        return None if sha == EMPTY_SHA256 else sha
 
     # -- the unit ----------------------------------------------------------------------------------------
     def start_unit(self) -> None:
@@ -195,10 +212,11 @@ class World:
             return UnitSnapshot("inactive", "dead", "success", 0, "", 0, 0.0, None, ())
         b = self.behavior()
         exe = self.slot_path(self.unit_slot)
+        argv = (f"{self.ROOT}/agent-current",)  # ExecStart runs the current link: argv[0] names it
         inv_base = f"{self.unit_inv_n:08x}"
         if b.kind != "exit":
             return UnitSnapshot("active", "running", "success", self.unit_pid_base, inv_base + "0" * 24,
-                                0, self.unit_t0, exe, (exe,))
+                                0, self.unit_t0, exe, argv)
         period = b.exit_after_s + RESTART_SEC
         elapsed = self.now - self.unit_t0
         k = int(elapsed // period)
@@ -207,7 +225,7 @@ class World:
         phase = elapsed - k * period
         if phase < b.exit_after_s:
             return UnitSnapshot("active", "running", "success", self.unit_pid_base + k,
-                                inv_base + f"{k:024x}", k, self.unit_t0 + k * period, exe, (exe,))
+                                inv_base + f"{k:024x}", k, self.unit_t0 + k * period, exe, argv)
         return UnitSnapshot("activating", "auto-restart", "exit-code", 0, "", k + 1, 0.0, None, ())
 
     def probe(self) -> str | None:
@@ -369,7 +387,13 @@ class SimHost:
     def __init__(self, world: World) -> None:
         self.w = world
 
+    def _refuse_conflict(self, link: str) -> None:
+        if link in self.w.link_conflicts:
+            raise LayoutConflictError(f"sim: {World.ROOT}/agent-{link}: a real file stands where a link is")
+
     def links(self) -> LinkState:
+        for link in ("current", "last-good"):
+            self._refuse_conflict(link)
         return LinkState(self.w.current, self.w.last_good)
 
     def slot_path(self, slot: Slot) -> str:
@@ -403,18 +427,26 @@ class SimHost:
 
     async def install_staged(self, staged: StagedCandidate) -> None:
         w = self.w
-        sha = w.files.pop(staged.staging_path)
         target = w.slot_path(staged.slot)
         if staged.slot in (w.current, w.last_good):
             raise LayoutConflictError(f"sim: refusing to overwrite the live slot {target}")
-        w.files[target] = sha
+        if staged.staging_path not in w.files:
+            raise HostError(f"sim: {staged.staging_path}: staged file missing; not installed")
+        w.files[target] = w.files.pop(staged.staging_path)
         await anyio.lowlevel.checkpoint()
 
+    def _check_target(self, link: str, slot: Slot) -> None:
+        self._refuse_conflict(link)
+        if self.w.slot_sha(slot) is None:
+            raise HostError(f"sim: {self.w.slot_path(slot)}: missing or empty; {link} is not pointed at it")
+
     async def point_current(self, slot: Slot) -> None:
+        self._check_target("current", slot)
         self.w.current = slot
         await anyio.lowlevel.checkpoint()
 
     async def point_last_good(self, slot: Slot) -> None:
+        self._check_target("last-good", slot)
         self.w.last_good = slot
         await anyio.lowlevel.checkpoint()
 
@@ -440,12 +472,14 @@ class SimSource:
             await anyio.sleep_forever()
         cand = self.w.archives.get(source)
         if cand is None:
-            raise ArchiveRejectedError(f"sim: {source}: no such archive")
-        archive_sha = hashlib.sha256(b"archive" + cand.sha256.encode()).hexdigest()
+            raise FetchError(f"sim: {source}: no such archive")  # transport, as a missing file or a 404
+        if source in self.w.archive_faults:
+            raise self.w.archive_faults[source]
+        archive_sha = archive_sha256(cand)
         if expected_sha256 is not None and expected_sha256 != archive_sha:
             raise DigestMismatchError(f"sim: {source}: sha256 mismatch")
         self.w.files[staging_path] = cand.sha256
-        return StagedCandidate(slot, staging_path, cand.sha256, 1000, archive_sha, 500)
+        return StagedCandidate(slot, staging_path, cand.sha256, cand.size, archive_sha, 500)
 
 
 class SimVerifier:
@@ -454,9 +488,13 @@ class SimVerifier:
 
     async def verify(self, path: str, expected_version: str | None) -> str:
         await anyio.lowlevel.checkpoint()
+        if path not in self.w.files:
+            raise VerifyError(f"sim: {path}: cannot run the version command: no such file")
         cand = self.w.by_sha[self.w.files[path]]
         if cand.behavior.kind == "verify_fail":
             raise VerifyError(f"sim: {path}: version command exited 1")
+        if cand.behavior.kind == "verify_hang":
+            raise VerifyTimeoutError(f"sim: {path}: version command did not finish within verify.timeout_s")
         if expected_version is not None and expected_version.lstrip("v") != cand.version.lstrip("v"):
             raise VersionMismatchError(f"sim: {path}: reported {cand.version}, expected {expected_version}")
         self.w.verified_digests.add(cand.sha256)
