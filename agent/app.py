@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 import attrs
 
+from agent._groups import sole_error
 from agent.config import AgentConfig, discover_config_path, load_config
 from agent.host import AgentHost
 from upgrade_core import EVENT_CODEC, Slot, UpgradeResult, other_slot
@@ -66,8 +67,7 @@ def describe_error(exc: BaseException) -> tuple[int | None, str]:
     """
     from journal import JournalError
 
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
+    exc = sole_error(exc)
     if isinstance(exc, UpgradeError):
         return exc.exit_code, str(exc)
     if isinstance(exc, JournalError):
@@ -222,9 +222,10 @@ async def _run_with_signals(
     except BaseExceptionGroup as group:
         # The task group wraps the flow's own error; the CLI maps that error, not the group (one line, its
         # documented exit code). Only the flow can fail here: the watcher never raises.
-        if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
-        raise
+        error = sole_error(group)
+        if error is group:
+            raise
+        raise error from None
     finally:
         _defer_late_signals(json_mode)
     if result:
