@@ -13,6 +13,7 @@ from agent.commands.outcome import Outcome
 from agent.commands.readers import agent_units
 from agent.config import AgentConfig
 from agent.host import AgentHost
+from agent.provision import Provisioner
 from upgrade_core.errors import UpgradeError
 
 
@@ -75,7 +76,7 @@ def cmd_uninstall(args: argparse.Namespace) -> Outcome:
     lock = HostLock(cfg.host.lock_path)
     with lock:
         removed = anyio.run(reset_units, cfg, config_path, host)
-        removed += host.remove_layout()
+        removed += Provisioner(host).remove_layout()
         if os.path.lexists(cfg.host.state_dir):
             shutil.rmtree(cfg.host.state_dir)
             removed.append(cfg.host.state_dir)
