@@ -18,6 +18,7 @@ from agent.commands.readers import agent_units
 from agent.commands.removal import reset_units
 from agent.config import AgentConfig
 from agent.host import AgentHost
+from agent.provision import Provisioner
 from upgrade_core import UpgradeResult, other_slot
 from upgrade_core.errors import AlreadyInstalledError, UsageError
 
@@ -40,10 +41,11 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
 
     cfg, config_path = load_args(args)
     host = AgentHost.from_config(cfg)
+    provision = Provisioner(host)
     sha = parse_sha256(args.sha256)
     op = uuid.uuid4().hex
     if args.archive is None:
-        found = host.find_adoptable()
+        found = provision.find_adoptable()
         if found is None:
             if host.is_installed():
                 return result_outcome(UpgradeResult(None, "noop", slot=host.links().current))
@@ -55,15 +57,15 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
         found, source, source_override = None, args.archive, None
     request = UpgradeRequest(op, source, redact_url(source), sha, args.expect_version)
     if not host.is_installed() and not (found is not None and found.kind == "legacy_layout"):
-        host.check_bare()  # before the lock file too: a refusal leaves the host untouched
+        provision.check_bare()  # before the lock file too: a refusal leaves the host untouched
     with HostLock(cfg.host.lock_path) as lock:
         if found is not None and found.kind == "legacy_layout":
-            host.adopt()
+            provision.adopt()
             return anyio.run(_install_units_only, cfg, config_path, host)
         if host.is_installed():
             return anyio.run(_install_again, cfg, config_path, host, request)
-        host.check_bare()
-        host.create_layout_dirs()
+        provision.check_bare()
+        provision.create_layout_dirs()
         done = False
         try:
             result = anyio.run(
@@ -86,7 +88,7 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
 
 async def _install_units(service: Any, cfg: AgentConfig, config_path: str, host: AgentHost) -> None:
     """Write the three units, daemon-reload, enable the agent and the boot-time recovery unit."""
-    from agent.systemd import recover_boot_unit_name
+    from agent.units import recover_boot_unit_name
 
     await service.write_units(agent_units(cfg, config_path, host))
     await service.daemon_reload()
@@ -99,7 +101,7 @@ async def _install_flow(wired: Any, cfg: AgentConfig, config_path: str, request:
     await _install_units(wired.ports.service, cfg, config_path, wired.host)
     result: UpgradeResult = await run_install(wired.ports, wired.policy, request)
     if result.result == "committed":
-        wired.host.ensure_compat_link()
+        Provisioner(wired.host).ensure_compat_link()
     return result
 
 
@@ -137,7 +139,7 @@ async def _install_units_only(cfg: AgentConfig, config_path: str, host: AgentHos
 async def _undo_install(cfg: AgentConfig, config_path: str, host: AgentHost) -> None:
     """A failed install removes what it created: units, slots, links; the journal keeps the episode."""
     await reset_units(cfg, config_path, host)
-    host.remove_layout()
+    Provisioner(host).remove_layout()
 
 
 class _PlainFileSource:

@@ -12,13 +12,14 @@ from agent.commands.common import load_args, log, rfc3339
 from agent.commands.outcome import Outcome
 from agent.config import AgentConfig
 from agent.host import AgentHost
+from agent.provision import Provisioner
 from upgrade_core import EVENT_CODEC, Slot
 from upgrade_core.errors import UpgradeError
 from upgrade_core.ports import UnitSnapshot
 
 
 def agent_units(cfg: AgentConfig, config_path: str, host: AgentHost) -> dict[str, str]:
-    from agent.systemd import render_units
+    from agent.units import render_units
     from agent.wiring import recover_executable
 
     return render_units(
@@ -43,7 +44,7 @@ def cmd_units(args: argparse.Namespace) -> Outcome:
 def cmd_host_root(args: argparse.Namespace) -> Outcome:
     """``host-root``: the resolved host root; changes nothing."""
     cfg, _ = load_args(args)
-    root = AgentHost.from_config(cfg).host_root()
+    root = Provisioner(AgentHost.from_config(cfg)).host_root()
     return Outcome({"host_root": root}, root)
 
 

@@ -18,7 +18,8 @@ import attrs
 import pytest
 
 from agent.sandbox import PrivateSystemd
-from agent.systemd import SystemdServiceManager, render_units
+from agent.systemd import SystemdServiceManager
+from agent.units import render_units
 
 
 @pytest.fixture(scope="session")
