@@ -8,8 +8,8 @@ from agent.commands.outcome import Outcome
 
 
 def cmd_demo(args: argparse.Namespace) -> Outcome:
-    """``demo``: see :mod:`agent.demo`."""
-    from agent import demo
+    """``demo``: see :mod:`agent.harness.demo`."""
+    from agent.harness import demo
 
     code = demo.run()
     return Outcome({"demo": code == 0}, None, code)

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.sandbox import PrivateSystemd
+from agent.harness.sandbox import PrivateSystemd
 from agent.units import exec_line, quote_exec_word, render_agent_unit, render_units
 from upgrade_core.errors import ConfigError
 
