@@ -103,8 +103,8 @@ def _peak_rss_mib(argv: list[str], **kwargs: Any) -> float:
 def _closed_episode(op: str, n: int) -> list[Any]:
     """The events of the ``n``-th committed upgrade (0-based), opened -> ... -> closed, in the order the
     agent writes them (SPEC 4.3); slots alternate blue -> green -> blue as on a real host."""
-    from upgrade_core import _events as ev
-    from upgrade_core._events import Slot
+    import upgrade_core as ev
+    from upgrade_core import Slot
 
     old: Slot = "blue" if n % 2 == 0 else "green"
     new: Slot = "green" if n % 2 == 0 else "blue"
