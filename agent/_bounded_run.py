@@ -19,7 +19,7 @@ import anyio
 import attrs
 from anyio.abc import ByteReceiveStream
 
-__all__ = ["BoundedRunTimeout", "Finished", "run_bounded"]
+__all__ = ["BoundedRunTimeout", "Finished", "kill_group", "run_bounded"]
 
 
 @attrs.frozen
@@ -53,10 +53,14 @@ class BoundedRunTimeout(TimeoutError):
         self.timeout_s = timeout_s
 
 
-def _killpg(pgid: int) -> None:
-    # pgid is the leader's PID. Linux keeps a PID reserved while it names a live process group, so while
-    # any member survives this reaches exactly that group; with none left it is ESRCH. (Only a new process
-    # given the same PID *and* making itself a group leader in between could be hit: negligible.)
+def kill_group(pgid: int) -> None:
+    """SIGKILL the process group ``pgid``; a group that is gone already is not an error.
+
+    ``pgid`` is the leader's PID. Linux keeps a PID reserved while it names a live process group, so while
+    any member survives this reaches exactly that group; with none left it is ESRCH. (Only a new process
+    given the same PID *and* making itself a group leader in between could be hit: negligible.) Used by
+    :func:`run_bounded` and by the candidate verifier (:mod:`agent.verify`).
+    """
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
 
@@ -119,12 +123,12 @@ async def run_bounded(
                 tg.start_soon(_drain, proc.stderr, err, max_output_bytes)
                 await proc.wait()
                 exited = True
-                _killpg(proc.pid)
+                kill_group(proc.pid)
                 # The pipes reach EOF once the killed group is gone; a descendant that left the group
                 # (its own setsid) may still hold them: stop reading after a short grace.
                 tg.cancel_scope.deadline = anyio.current_time() + 0.5
     finally:
-        _killpg(proc.pid)
+        kill_group(proc.pid)
         with anyio.CancelScope(shield=True):
             await proc.wait()
             await proc.aclose()

@@ -129,14 +129,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         build_parser().print_usage(sys.stderr)
         return _fail(args, "a command is required (see --help)", EXIT_USAGE)
-    import agent.app as app
+    import agent.commands as commands
 
     try:
-        outcome = app.run_command(args)
+        outcome = commands.run_command(args)
     except KeyboardInterrupt:
         return _fail(args, "interrupted", EXIT_INTERRUPTED)
     except Exception as exc:  # the one place where errors become exit codes (SPEC 7)
-        code, message = app.describe_error(exc)
+        code, message = commands.describe_error(exc)
         if code is None:
             raise
         return _fail(args, message, code)

@@ -53,6 +53,7 @@ import anyio
 import attrs
 import zstandard
 
+from agent._groups import leaves, sole_error
 from upgrade_core.errors import (
     ArchiveLimitError,
     ArchiveRejectedError,
@@ -714,7 +715,7 @@ async def extract(
             tg.start_soon(produce)
             results.append(await anyio.to_thread.run_sync(work))
     except BaseExceptionGroup as group:
-        if all(isinstance(e, _Aborted) for e in _leaves(group)):
+        if all(isinstance(e, _Aborted) for e in leaves(group)):
             # Only the worker saw the chunk stream close: that close came from our own cancellation (the
             # worker is never abandoned, so it finished first and removed the staging file). Let the
             # cancellation itself propagate, never the internal abort.
@@ -723,18 +724,9 @@ async def extract(
     return results[0]
 
 
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for sub in exc.exceptions for leaf in _leaves(sub)]
-    return [exc]
-
-
 def _raise_leaf(group: BaseExceptionGroup[BaseException]) -> None:
     """Re-raise the one meaningful error of a task group (the other side only saw the stream abort)."""
-    leaves = [e for e in _leaves(group) if not isinstance(e, _Aborted)]
-    errors = [e for e in leaves if isinstance(e, UpgradeError)]
-    if len(errors) >= 1 and len(errors) == len([e for e in leaves if isinstance(e, Exception)]):
-        raise errors[0].with_traceback(errors[0].__traceback__) from None
-    if len(leaves) == 1:
-        raise leaves[0].with_traceback(leaves[0].__traceback__) from None
-    raise group
+    error = sole_error(group, ignore=(_Aborted,), prefer=UpgradeError)
+    if error is group:
+        raise group
+    raise error.with_traceback(error.__traceback__) from None

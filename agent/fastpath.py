@@ -1,8 +1,9 @@
 """The lean no-op path of ``recover`` (SPEC 9 ``recover.noop``: within 3x ``python -c pass``).
 
 At boot, ``recover-agent-upgrade`` almost always finds nothing to do. This module answers that case with
-the standard library only: the three paths from the TOML (:mod:`agent.config_fast`) and the tail of the
-journal's live segment (:mod:`journal._framing`, pure ``struct``/``zlib``). It returns an exit code only
+the standard library only: the three paths from the TOML (:mod:`agent.config_fast`), the newest episode
+record of the journal's live segment (:func:`journal.live_tail`, pure ``struct``/``zlib``) and its event
+tag (:func:`upgrade_core.wire.event_tag`; the package imports lazily). It returns an exit code only
 when it is *certain* that no episode is open:
 
 - no journal directory, or no segment at all;
@@ -32,35 +33,15 @@ def _option(argv: list[str], name: str) -> str | None:
 
 
 def _nothing_open(directory: str) -> bool:
-    from journal import _framing as fr
-    from journal._reader import _list
+    import journal
+    from upgrade_core.wire import event_tag
 
-    ordered, shadowed, temps = _list(directory)
-    if not ordered:
+    tail = journal.live_tail(directory)
+    if tail is None:
         return True
-    if shadowed or temps:
+    if not isinstance(tail, bytes):  # journal.UNSURE
         return False
-    first_seq, sealed, path = ordered[-1]
-    if sealed:
-        return False
-    with open(path, "rb") as f:
-        data = f.read()
-    header = fr.decode_segment_header(data)
-    if isinstance(header, fr.BadFrame):
-        return False
-    if header.version != fr.FORMAT_VERSION or header.first_seq != first_seq:
-        return False
-    frames, end, _chain, bad = fr.decode_frames(data, fr.SEGMENT_HEADER_SIZE, first_seq, header.crc)
-    if bad is not None or end != len(data):
-        return False
-    # Walk back over compaction snapshots (episode "-"): the newest episode record decides. A live
-    # segment holding only snapshots follows a seal, which only happens once every episode is closed.
-    for _offset, _seq, start, stop in reversed(frames):
-        env = fr.decode_envelope(data, start, stop)
-        if env.covers_through is not None:
-            continue
-        return json.loads(data[env.event_start : stop]).get("_type") == "EpisodeClosed"
-    return True
+    return event_tag(tail) == "EpisodeClosed"
 
 
 _TRIGGERS = frozenset({"boot", "on-failure", "manual"})

@@ -1,4 +1,5 @@
-"""The real host layout: the ``upgrade_core.ports.Host`` port plus install, adoption and removal (SPEC 3, 6).
+"""The real host layout: the ``upgrade_core.ports.Host`` port (SPEC 3, 6). Install, adoption and removal,
+which only the CLI does, are :mod:`agent.provision`.
 
 Every change follows the C12 order of :mod:`agent.durable` (data fsync, rename, directory fsync) and is
 run in a worker thread under a shielded cancel scope: a link flip or a rename is never abandoned half way,
@@ -17,14 +18,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
 from collections.abc import Callable, Sequence
-from typing import Literal, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 import anyio
 import anyio.to_thread
-import attrs
 
 from upgrade_core import Slot
 from upgrade_core.errors import HostError, LayoutConflictError, NoExecError, NoSpaceError
@@ -34,7 +33,7 @@ from . import durable
 from .config import AgentConfig
 from .layout import Layout
 
-__all__ = ["Adoption", "AgentHost", "ProtectedPathError", "SlotInUseError"]
+__all__ = ["AgentHost", "ProtectedPathError", "SlotInUseError", "host_error"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -51,23 +50,8 @@ class ProtectedPathError(HostError):
     exit_code = 2
 
 
-@attrs.frozen
-class Adoption:
-    """Something found on the host that ``install`` without ``--archive`` takes over (SPEC 3).
-
-    Attributes:
-        kind: ``legacy_layout`` (R is absent; a layout under LEGACY is linked as R) or ``binary`` (a plain
-            executable is copied into blue).
-        source: the legacy root, or the path of the adopted binary.
-        sha256: 64 lowercase hex of the adopted binary; None for a legacy layout.
-    """
-
-    kind: Literal["legacy_layout", "binary"]
-    source: str
-    sha256: str | None = None
-
-
-def _host_error(op: str, path: str, e: OSError) -> HostError:
+def host_error(op: str, path: str, e: OSError) -> HostError:
+    """Translate ``e`` from doing ``op`` on ``path`` into the project's error naming the path."""
     detail = e.strerror or str(e)
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         return NoSpaceError(f"{path}: no space left while trying to {op}")
@@ -81,14 +65,6 @@ async def _in_thread_shielded(fn: Callable[P, T], *args: P.args, **kwargs: P.kwa
     with anyio.CancelScope(shield=True):
         result = await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
     return result
-
-
-def _is_plain_executable(path: str) -> bool:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return False
-    return stat.S_ISREG(st.st_mode) and st.st_size > 0 and bool(st.st_mode & 0o111)
 
 
 class AgentHost:
@@ -133,6 +109,21 @@ class AgentHost:
             mirrors=[m.path for m in cfg.mirrors],
         )
 
+    @property
+    def root(self) -> str:
+        """``host.root``, normalised (may be a symlink to the legacy root)."""
+        return self._root
+
+    @property
+    def name(self) -> str:
+        """``agent.name``."""
+        return self._name
+
+    @property
+    def legacy_root(self) -> str:
+        """``host.legacy_root``, normalised, or "" for none."""
+        return self._legacy_root
+
     # -- reading -----------------------------------------------------------------------------------
     def _read_link(self, link: str) -> Slot | None:
         try:
@@ -142,7 +133,7 @@ class AgentHost:
         except NotADirectoryError:
             raise LayoutConflictError(f"{link}: a file stands where a layout directory must be") from None
         except OSError as e:
-            raise _host_error("read the link", link, e) from None
+            raise host_error("read the link", link, e) from None
         if not stat.S_ISLNK(st.st_mode):
             kind = "directory" if stat.S_ISDIR(st.st_mode) else "file"
             raise LayoutConflictError(f"{link}: a real {kind} stands where a symlink must be")
@@ -185,7 +176,7 @@ class AgentHost:
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as e:
-            raise _host_error("stat the slot", path, e) from None
+            raise host_error("stat the slot", path, e) from None
         if not stat.S_ISREG(st.st_mode):
             raise LayoutConflictError(f"{path}: a slot must be a regular file")
         if st.st_size == 0:
@@ -193,7 +184,7 @@ class AgentHost:
         try:
             return durable.file_sha256(path)
         except OSError as e:
-            raise _host_error("hash the slot", path, e) from None
+            raise host_error("hash the slot", path, e) from None
 
     async def slot_sha256(self, slot: Slot) -> str | None:
         """sha256 (64 lowercase hex) of the slot file.
@@ -216,31 +207,6 @@ class AgentHost:
         except OSError:
             return False
 
-    def check_bare(self) -> None:
-        """Refuse to install unless the host is bare: ``R/lib/NAME`` absent or empty (SPEC 6, 7).
-
-        A failed install removes the layout it made, so it must never start over slots, links or files it
-        did not create.
-
-        Raises:
-            LayoutConflictError: a real file or directory where a link must be, or a layout without its
-                ``current`` link (exit 2); nothing was changed.
-        """
-        self.links()  # a file or directory where current/last-good must be
-        agent_dir = self.layout.agent_dir
-        try:
-            entries = sorted(os.listdir(agent_dir))
-        except FileNotFoundError:
-            return
-        except NotADirectoryError:
-            entries = [agent_dir]
-        if entries:
-            shown = ", ".join(entries[:4]) + (" ..." if len(entries) > 4 else "")
-            raise LayoutConflictError(
-                f"{agent_dir}: holds {shown} but no {os.path.basename(self.layout.current_link)} link; "
-                "refusing to install over a partial layout (restore the link, or run uninstall first)"
-            )
-
     # -- staging -----------------------------------------------------------------------------------
     def _sweep_sync(self) -> list[str]:
         agent_dir = self.layout.agent_dir
@@ -249,7 +215,7 @@ class AgentHost:
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as e:
-            raise _host_error("list the layout", agent_dir, e) from None
+            raise host_error("list the layout", agent_dir, e) from None
         protected = set()
         for link in (self.layout.current_link, self.layout.last_good_link):
             with contextlib.suppress(OSError):
@@ -265,12 +231,12 @@ class AgentHost:
                 if durable.remove_if_present(path, sync_dir=False):
                     removed.append(path)
             except OSError as e:
-                raise _host_error("remove a staging leftover", path, e) from None
+                raise host_error("remove a staging leftover", path, e) from None
         if removed:
             try:
                 durable.fsync_dir(agent_dir)
             except OSError as e:
-                raise _host_error("fsync the layout directory", agent_dir, e) from None
+                raise host_error("fsync the layout directory", agent_dir, e) from None
         return removed
 
     async def sweep_staging(self) -> list[str]:
@@ -288,7 +254,12 @@ class AgentHost:
         """
         return await _in_thread_shielded(self._sweep_sync)
 
-    def _refuse_protected(self, path: str) -> None:
+    def refuse_protected(self, path: str) -> None:
+        """Refuse a write at ``path`` under ``/usr`` outside ``/usr/local`` (SPEC 3, case C14).
+
+        Raises:
+            ProtectedPathError: ``path`` resolves there (exit 2); nothing was changed.
+        """
         real = os.path.realpath(path)
         local = os.path.join(self._protected, "local")
         inside = real == self._protected or real.startswith(self._protected + os.sep)
@@ -301,11 +272,11 @@ class AgentHost:
 
     def _prepare_staging_sync(self, slot: Slot) -> str:
         agent_dir = self.layout.agent_dir
-        self._refuse_protected(agent_dir)
+        self.refuse_protected(agent_dir)
         try:
             st = os.statvfs(agent_dir)
         except OSError as e:
-            raise _host_error("inspect the slot filesystem", agent_dir, e) from None
+            raise host_error("inspect the slot filesystem", agent_dir, e) from None
         if st.f_flag & os.ST_NOEXEC:
             raise NoExecError(f"{agent_dir}: mounted noexec; a staged binary could never run")
         if st.f_flag & os.ST_RDONLY:
@@ -343,7 +314,7 @@ class AgentHost:
         try:
             durable.remove_if_present(staging_path)
         except OSError as e:
-            raise _host_error("remove the staging file", staging_path, e) from None
+            raise host_error("remove the staging file", staging_path, e) from None
 
     async def discard_staging(self, staging_path: str) -> None:
         """Remove a staging file if present (EROFS-safe, case C14), then fsync its directory.
@@ -381,7 +352,7 @@ class AgentHost:
             os.rename(path, self.layout.slot_path(staged.slot))
             durable.fsync_dir(self.layout.agent_dir)
         except OSError as e:
-            raise _host_error("install the staged candidate", path, e) from None
+            raise host_error("install the staged candidate", path, e) from None
 
     async def install_staged(self, staged: StagedCandidate) -> None:
         """Rename the staging file onto its slot, then fsync the slot directory (case C12).
@@ -407,7 +378,7 @@ class AgentHost:
         try:
             durable.atomic_symlink(self.layout.slot_target(slot), link)
         except OSError as e:
-            raise _host_error("switch the link", link, e) from None
+            raise host_error("switch the link", link, e) from None
 
     async def point_current(self, slot: Slot) -> None:
         """Flip ``current`` to ``slot``: temp link + rename + directory fsync (atomic, case C11).
@@ -438,7 +409,7 @@ class AgentHost:
             except LayoutConflictError as e:
                 raise HostError(str(e)) from None
             except OSError as e:
-                raise _host_error("write the mirror", mirror, e) from None
+                raise host_error("write the mirror", mirror, e) from None
         return self._mirrors
 
     async def sync_mirrors(self, slot: Slot, sha256: str) -> tuple[str, ...]:
@@ -461,193 +432,3 @@ class AgentHost:
         Cancellation: shielded; each mirror is either the old file or the new one.
         """
         return await _in_thread_shielded(self._sync_mirrors_sync, slot, sha256)
-
-    # -- install, adoption, removal (CLI) ----------------------------------------------------------
-    def create_layout_dirs(self) -> list[str]:
-        """Create ``R/lib/NAME`` and ``R/bin`` with missing parents, 0755, durably (SPEC 3).
-
-        Returns:
-            The directories created, outermost first.
-
-        Raises:
-            ProtectedPathError: the layout would land under ``/usr`` outside ``/usr/local``.
-            HostError: a directory cannot be created (read-only, a file in the way, ...).
-        """
-        created: list[str] = []
-        for d in (self.layout.agent_dir, self.layout.bin_dir):
-            self._refuse_protected(d)
-            try:
-                created.extend(durable.make_dirs(d, 0o755))
-            except OSError as e:
-                raise _host_error("create the layout directory", d, e) from None
-        return created
-
-    def ensure_compat_link(self) -> bool:
-        """Make ``R/bin/NAME -> ../lib/NAME/NAME-current`` (atomic, idempotent).
-
-        A plain file at ``R/bin/NAME`` is replaced only when it holds exactly the bytes of the blue slot (it
-        was adopted by :meth:`adopt`), so nothing is lost.
-
-        Returns:
-            True when the link was created or changed.
-
-        Raises:
-            LayoutConflictError: a directory, or a file that is not the adopted binary, stands there.
-            HostError: the link cannot be written.
-        """
-        link = self.layout.bin_link
-        target = self.layout.bin_link_target
-        try:
-            if _is_plain_executable(link):
-                blue = self.layout.slot_path("blue")
-                if not _is_plain_executable(blue) or durable.file_sha256(link) != durable.file_sha256(blue):
-                    raise LayoutConflictError(f"{link}: a file that is not the adopted binary stands here")
-                tmp = os.path.join(self.layout.bin_dir, f".{self._name}.link-adopt")
-                durable.remove_if_present(tmp, sync_dir=False)
-                os.symlink(target, tmp)
-                os.rename(tmp, link)
-                durable.fsync_dir(self.layout.bin_dir)
-                return True
-            return durable.atomic_symlink(target, link)
-        except OSError as e:
-            raise _host_error("write the compatibility link", link, e) from None
-
-    def _legacy_layout_ok(self) -> bool:
-        if not self._legacy_root:
-            return False
-        legacy = Layout(self._legacy_root, self._name)
-        for link in (legacy.current_link, legacy.last_good_link):
-            try:
-                slot = legacy.slot_of_target(os.readlink(link))
-            except OSError:
-                return False
-            if slot is None or not _is_plain_executable(legacy.slot_path(slot)):
-                return False
-        return True
-
-    def find_adoptable(self) -> Adoption | None:
-        """What :meth:`adopt` would take over, without changing anything (SPEC 3 adoption).
-
-        Order: a legacy layout under LEGACY while R is absent; else a plain executable regular file at
-        ``R/bin/NAME``; else one at ``LEGACY/bin/NAME``. Paths are compared after resolving symlinks, so
-        LEGACY that is R, or two names of one file, count once.
-
-        Returns:
-            The adoption, or None when the layout is installed already or nothing can be adopted.
-        """
-        if self.is_installed():
-            return None
-        root_real = os.path.realpath(self._root)
-        legacy_real = os.path.realpath(self._legacy_root) if self._legacy_root else ""
-        if not os.path.lexists(self._root) and legacy_real != root_real and self._legacy_layout_ok():
-            return Adoption("legacy_layout", self._legacy_root)
-        seen: set[str] = set()
-        candidates = [self.layout.bin_link]
-        if self._legacy_root:
-            candidates.append(Layout(self._legacy_root, self._name).bin_link)
-        for path in candidates:
-            real = os.path.realpath(path)
-            if real in seen:
-                continue
-            seen.add(real)
-            if _is_plain_executable(path):
-                return Adoption("binary", path)
-        return None
-
-    def adopt(self) -> Adoption | None:
-        """Take over what :meth:`find_adoptable` found; idempotent (SPEC 3).
-
-        - ``legacy_layout``: R's missing parents are created 0755, then R becomes a relative symlink to
-          LEGACY (atomic). Nothing is written under LEGACY.
-        - ``binary``: the layout directories are created and the binary is copied into blue (temp + fsync +
-          rename + dir fsync; an identical blue is left alone). The source file is not touched; pointing
-          ``current``/``last-good`` and :meth:`ensure_compat_link` are the installer's next steps.
-
-        Returns:
-            The adoption done (with the blue sha256 for ``binary``), or None when there was nothing to adopt.
-
-        Raises:
-            ProtectedPathError: R would be created under ``/usr`` outside ``/usr/local``.
-            HostError: a directory, link or copy could not be written.
-        """
-        found = self.find_adoptable()
-        if found is None:
-            return None
-        if found.kind == "legacy_layout":
-            parent = os.path.dirname(self._root)
-            self._refuse_protected(parent)
-            try:
-                durable.make_dirs(parent, 0o755)
-                target = os.path.relpath(os.path.realpath(self._legacy_root), os.path.realpath(parent))
-                durable.atomic_symlink(target, self._root)
-            except OSError as e:
-                raise _host_error("link the host root to the legacy root", self._root, e) from None
-            return found
-        self.create_layout_dirs()
-        blue = self.layout.slot_path("blue")
-        try:
-            durable.copy_file_durable(found.source, blue, 0o755)
-            sha = durable.file_sha256(blue)
-        except (OSError, ValueError) as e:
-            detail = e if isinstance(e, ValueError) else (e.strerror or str(e))
-            raise HostError(f"{found.source}: cannot adopt into {blue}: {detail}") from None
-        return attrs.evolve(found, sha256=sha)
-
-    def host_root(self) -> str:
-        """The host root operations use, resolved; changes nothing (``upgrade-agent host-root``).
-
-        R when it exists (resolved through its symlink, if any); else LEGACY when a legacy layout there
-        would be adopted; else R as configured (resolved as far as it exists).
-        """
-        if os.path.lexists(self._root):
-            return os.path.realpath(self._root)
-        if self._legacy_layout_ok():
-            return os.path.realpath(self._legacy_root)
-        return os.path.realpath(self._root)
-
-    def _made_legacy_link(self) -> bool:
-        return bool(
-            self._legacy_root
-            and os.path.islink(self._root)
-            and os.path.realpath(self._root) == os.path.realpath(self._legacy_root)
-        )
-
-    def remove_layout(self) -> list[str]:
-        """Remove what install/adoption created, for ``uninstall`` (SPEC 7); EROFS-safe.
-
-        When R is the link to LEGACY that adoption made, only that link goes: the legacy layout was there
-        before and stays (never the legacy root or anything we did not create). Otherwise ``R/lib/NAME``
-        (the slots, links and leftovers), ``R/bin/NAME`` when it is a symlink, then ``R/lib``, ``R/bin``
-        and R only if they are empty real directories.
-
-        Returns:
-            The removed paths, in removal order.
-
-        Raises:
-            HostError: something that exists could not be removed.
-        """
-        removed: list[str] = []
-        try:
-            if self._made_legacy_link():
-                if durable.remove_if_present(self._root):
-                    removed.append(self._root)
-                return removed
-            agent_dir = self.layout.agent_dir
-            if os.path.islink(agent_dir):
-                if durable.remove_if_present(agent_dir):
-                    removed.append(agent_dir)
-            elif os.path.isdir(agent_dir):
-                shutil.rmtree(agent_dir)
-                durable.fsync_dir(self.layout.lib_dir)
-                removed.append(agent_dir)
-            if os.path.islink(self.layout.bin_link) and durable.remove_if_present(self.layout.bin_link):
-                removed.append(self.layout.bin_link)
-            for d in (self.layout.lib_dir, self.layout.bin_dir, self._root):
-                if os.path.isdir(d) and not os.path.islink(d) and not os.listdir(d):
-                    os.rmdir(d)
-                    durable.fsync_dir(os.path.dirname(d))
-                    removed.append(d)
-        except OSError as e:
-            raise _host_error("remove the layout", e.filename or self._root, e) from None
-        return removed
-

@@ -17,8 +17,7 @@ from typing import Any, cast, get_args
 import anyio
 import anyio.to_thread
 
-from upgrade_core import SLOTS, Slot, UpgradeResult
-from upgrade_core._events import ResultValue
+from upgrade_core import SLOTS, ResultValue, Slot, UpgradeResult
 from upgrade_core.errors import HostError, NoSpaceError
 
 from .durable import atomic_write_bytes, make_dirs

@@ -18,11 +18,8 @@ Uses ``anyio.open_process`` so it runs on asyncio and trio alike.
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import os
 import re
-import signal
 import subprocess
 from collections.abc import Sequence
 
@@ -30,6 +27,7 @@ import anyio
 import attrs
 from anyio.abc import Process
 
+from agent._bounded_run import kill_group
 from upgrade_core.errors import VerifyError, VerifyTimeoutError, VersionMismatchError
 
 __all__ = ["VerifierImpl", "parse_version"]
@@ -52,11 +50,6 @@ def parse_version(output: str) -> str | None:
 
 def _strip_v(version: str) -> str:
     return version[1:] if version[:1] in ("v", "V") else version
-
-
-def _killpg(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # the group is gone already
-        os.killpg(pgid, signal.SIGKILL)
 
 
 @attrs.define
@@ -115,14 +108,14 @@ class VerifierImpl:
                                 if len(output) > self.max_output_bytes:
                                     overflow = True
                                     del output[self.max_output_bytes :]
-                                    _killpg(pgid)
+                                    kill_group(pgid)
                                     break
                         finally:
                             reader_done.set()
 
                     async def reap() -> None:
                         await proc.wait()
-                        _killpg(pgid)  # C10: no grandchild outlives the main process
+                        kill_group(pgid)  # C10: no grandchild outlives the main process
                         with anyio.move_on_after(_DRAIN_S):  # bounded drain of what is in the pipe
                             await reader_done.wait()
                         tg.cancel_scope.cancel()  # stop reading: a setsid'd grandchild may hold the pipe
@@ -132,7 +125,7 @@ class VerifierImpl:
             timed_out = deadline.cancelled_caught
         finally:
             with anyio.CancelScope(shield=True):
-                _killpg(pgid)
+                kill_group(pgid)
                 await proc.wait()
                 await proc.aclose()
         if timed_out:

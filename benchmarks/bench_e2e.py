@@ -7,7 +7,7 @@ also says whether the run took the lean path (``agent/fastpath.py``: it never cr
 when the target is missed, the five costliest top-level imports from ``-X importtime``.
 
 ``upgrade.end_to_end``: a whole supervised upgrade of a 50 MiB binary under the private systemd
-(``agent.sandbox.PrivateSystemd``), through the ``upgrade-agent`` entry script, versus
+(``agent.harness.sandbox.PrivateSystemd``), through the ``upgrade-agent`` entry script, versus
 ``benchmarks/baselines/upgrade_naive.sh`` doing the same steps with no journal and no checks on a twin agent
 in the same sandbox; both wait the same stability window (``health.stability_s``, the SPEC 3 default 3 s
 unless ``$UPGRADE_CORE_BENCH_STABILITY_S``). Each side alternates between two releases, interleaved, best of
@@ -34,8 +34,8 @@ import zipapp
 from pathlib import Path
 from typing import Any
 
-from agent.sandbox import agent_config_toml, free_port
-from examples.releases import ReleaseServer
+from agent.harness.releases import ReleaseServer
+from agent.harness.sandbox import agent_config_toml, free_port
 
 from . import _harness
 
@@ -103,8 +103,8 @@ def _peak_rss_mib(argv: list[str], **kwargs: Any) -> float:
 def _closed_episode(op: str, n: int) -> list[Any]:
     """The events of the ``n``-th committed upgrade (0-based), opened -> ... -> closed, in the order the
     agent writes them (SPEC 4.3); slots alternate blue -> green -> blue as on a real host."""
-    from upgrade_core import _events as ev
-    from upgrade_core._events import Slot
+    import upgrade_core as ev
+    from upgrade_core import Slot
 
     old: Slot = "blue" if n % 2 == 0 else "green"
     new: Slot = "green" if n % 2 == 0 else "blue"
@@ -215,7 +215,7 @@ unit_dir = "{work}/units"
 def _fat_release(out: Path, version: str, name: str, arch: str, pad: bytes) -> Path:
     """``out/<name>-<version>.tar.gz`` holding ``<name>-linux-<arch>``: the sample agent as a zip app
     padded to 50 MiB (see the module docstring), gzip level 1."""
-    from examples.releases import agent_script
+    from agent.harness.releases import agent_script
 
     src = out / f"src-{version}"
     src.mkdir(parents=True)
@@ -259,8 +259,8 @@ def _config(work: Path, name: str, sandbox: Any, port: int, stability_s: float) 
 def upgrade_end_to_end() -> dict[str, Any]:
     """A supervised 50 MiB upgrade vs ``upgrade_naive.sh``, same sandbox, same window (target <= 1.5)."""
     from agent.config_fast import machine_arch
-    from agent.sandbox import PrivateSystemd
-    from examples.releases import sha256_file
+    from agent.harness.releases import sha256_file
+    from agent.harness.sandbox import PrivateSystemd
 
     if os.geteuid() != 0:
         raise RuntimeError("upgrade.end_to_end needs root: it boots a private systemd")

@@ -2,7 +2,7 @@
 """A daemon that embeds upgrade-core and upgrades itself (the self-upgrade flow, SPEC 4.4).
 
 Shipped like any agent binary: this single file, with ``VERSION`` and ``BEHAVIOUR`` baked in and its
-shebang pointed at an interpreter that can import the project (``examples/releases.py`` does both).
+shebang pointed at an interpreter that can import the project (``agent/harness/releases.py`` does both).
 
     selfupgrade-daemon version                      prints "selfupgrade-daemon <VERSION>"
     selfupgrade-daemon serve --config PATH [--port N]

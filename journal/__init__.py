@@ -7,12 +7,13 @@ Readers call :func:`replay` (sync, no event loop, never writes). The host-lock h
 Imports are lazy (PEP 562) so that ``from journal import replay`` loads neither anyio nor zstandard, and
 ``import journal`` loads neither typing nor attrs: a boot-time recovery with nothing to do must start fast
 (SPEC 9, ``recover.noop``). :func:`scan` gives the validated, undecoded records (codec bytes) with no
-attrs at all, for a caller that only needs to look at the tail.
+attrs at all, for a caller that only needs to look at the tail; :func:`live_tail` gives just the newest
+episode record's payload (or :data:`UNSURE`), for the boot-time no-op recovery.
 """
 
 from __future__ import annotations
 
-from ._reader import Scan, replay, scan
+from ._reader import UNSURE, Scan, live_tail, replay, scan
 from .errors import (
     JournalClosedError,
     JournalCorruptError,
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SNAPSHOT_EPISODE",
+    "UNSURE",
     "Codec",
     "CompactStats",
     "JournalClosedError",
@@ -47,6 +49,7 @@ __all__ = [
     "Replay",
     "Scan",
     "TornTail",
+    "live_tail",
     "replay",
     "scan",
 ]

@@ -188,6 +188,54 @@ def _list(directory: str) -> tuple[list[tuple[int, bool, str]], list[str], list[
     return ordered, shadowed, sorted(temps)
 
 
+UNSURE = "unsure"
+"""What :func:`live_tail` returns when only a full replay can tell (see there)."""
+
+
+def live_tail(directory: str | os.PathLike[str]) -> bytes | str | None:
+    """The newest episode record of the live segment, read with the standard library only (SPEC 9).
+
+    For the boot-time no-op recovery, which must not pay for a replay: it reads only the live segment,
+    never writes, never creates a file and never raises for the journal's contents.
+
+    Returns:
+        None when no episode record is live: no directory or no segment, an intact and empty live
+        segment, or one holding compaction snapshots only (sealing only ever happens once every episode
+        is closed, SPEC 5). The codec payload (bytes) of the newest record that is not a snapshot, when
+        the live segment is intact. :data:`UNSURE` for anything else (a torn or corrupt tail, a newer
+        format, a sealed newest segment, a shadowed segment or a leftover temporary file, an unreadable
+        file): the caller must take the full path (lock, repair, replay).
+    """
+    try:
+        ordered, shadowed, temps = _list(os.fspath(directory))
+        if not ordered:
+            return None
+        if shadowed or temps:
+            return UNSURE
+        first_seq, sealed, path = ordered[-1]
+        if sealed:
+            return UNSURE
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return UNSURE
+    header = decode_segment_header(data)
+    if isinstance(header, BadFrame):
+        return UNSURE
+    if header.version != FORMAT_VERSION or header.first_seq != first_seq:
+        return UNSURE
+    frames, end, _chain, bad = decode_frames(data, SEGMENT_HEADER_SIZE, first_seq, header.crc)
+    if bad is not None or end != len(data):
+        return UNSURE
+    # Walk back over compaction snapshots (episode "-"): the newest episode record decides.
+    for _offset, _seq, start, stop in reversed(frames):
+        env = decode_envelope(data, start, stop)
+        if env.covers_through is not None:
+            continue
+        return data[env.event_start : stop]
+    return None
+
+
 def scan(directory: str | os.PathLike[str]) -> Scan:
     """Read and validate every segment of ``directory`` (sync; never writes or creates anything).
 

@@ -4,40 +4,14 @@ No I/O here: events, the lifecycle table, ``fold`` and ``decide``, and the async
 the ports of :mod:`upgrade_core.ports`.
 """
 
-from ._decide import (
-    Abort,
-    CloseOnly,
-    Commit,
-    FinishRollback,
-    HostFacts,
-    NeedsAttention,
-    NoOp,
-    Plan,
-    PublishAndClose,
-    ResumeHealth,
-    Rollback,
-    UnreadableJournal,
-    decide,
-)
-from ._events import *  # noqa: F403
-from ._events import ALL_EVENTS, SLOTS, Event, Recorded, Slot, UpgradeResult, other_slot
-from ._fold import EpisodeView, Folder, JournalView, fold
-from ._health import Expectation, Failed, HealthJudge, Passed, Pending, Verdict
-from ._history import summarize_history
-from ._orchestrator import (
-    Policy,
-    Ports,
-    RestartScheduled,
-    ResumeOutcome,
-    UpgradeRequest,
-    recover,
-    resume_self_upgrade,
-    run_install,
-    run_upgrade,
-    self_upgrade_prepare,
-)
-from ._state import TRANSITIONS, EpisodeState, advance, diagram_mermaid
-from .codec import EVENT_CODEC, EventCodec, EventDecodeError
+# Lazy (PEP 562), like ``journal``: the boot-time no-op recovery (SPEC 9 ``recover.noop``) reads one tag
+# with :mod:`upgrade_core.wire`, and importing any submodule runs this file first; loading attrs, cattrs
+# and transitions here would cost it ~90 ms. The public names are those of :mod:`upgrade_core._api`.
+# Not ``typing.TYPE_CHECKING``: importing typing costs several ms at boot (mypy treats this name as True).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from ._api import *  # noqa: F403
+# ruff: noqa: F405
 
 __all__ = [
     "ALL_EVENTS",
@@ -89,3 +63,17 @@ __all__ = [
     "self_upgrade_prepare",
     "summarize_history",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name.startswith("__"):  # dunder probes (e.g. copy, pickle, importlib) never load the package
+        raise AttributeError(f"module 'upgrade_core' has no attribute {name!r}")
+    import importlib
+
+    _api = importlib.import_module("upgrade_core._api")
+    try:
+        value = getattr(_api, name)
+    except AttributeError:
+        raise AttributeError(f"module 'upgrade_core' has no attribute {name!r}") from None
+    globals()[name] = value
+    return value

@@ -1,7 +1,8 @@
 """Event (de)serialisation for the journal: a cattrs tagged union over :data:`ALL_EVENTS` (SPEC 2).
 
-Wire form: compact JSON of ``{"_type": TAG, **fields}`` (UTF-8), plus ``"_v": N`` when the class's
-``VERSION`` is above 1. Tags are the classes' stable ``TAG`` strings, pinned by ``tests/test_codec.py``.
+Wire form (:mod:`upgrade_core.wire`, which also gives the stdlib-only :func:`event_tag`): compact JSON
+of ``{"_type": TAG, **fields}`` (UTF-8), plus ``"_v": N`` when the class's ``VERSION`` is above 1.
+Tags are the classes' stable ``TAG`` strings, pinned by ``tests/test_codec.py``.
 An unknown tag or a payload that does not fit its class raises :class:`EventDecodeError`; nothing is
 dropped. A payload written with a newer ``_v`` than this code knows is refused the same way.
 """
@@ -15,9 +16,12 @@ from typing import Any
 import cattrs
 
 from ._events import ALL_EVENTS, Event
+from .wire import TAG_KEY as _TAG
+from .wire import VERSION_KEY as _VER
+from .wire import event_tag
 
-_TAG = "_type"
-_VER = "_v"
+__all__ = ["EVENT_CODEC", "EventCodec", "EventDecodeError", "event_tag", "from_dict", "to_dict"]
+
 
 
 class EventDecodeError(ValueError):

@@ -13,6 +13,7 @@ import pytest
 
 from agent import durable
 from agent.host import AgentHost
+from agent.provision import Provisioner
 
 NAME = "demo-agent"
 BLUE_BYTES = b"#!/bin/sh\necho demo-agent v1.0.0\n"
@@ -22,11 +23,11 @@ GREEN_BYTES = b"#!/bin/sh\necho demo-agent v2.0.0\n"
 def installed_host(root: Path, **kwargs: Any) -> AgentHost:
     """A host root with blue installed and ``current``/``last-good`` naming blue, built with our own API."""
     host = AgentHost(str(root), NAME, **kwargs)
-    host.create_layout_dirs()
+    Provisioner(host).create_layout_dirs()
     durable.atomic_write_bytes(host.slot_path("blue"), BLUE_BYTES, 0o755)
     durable.atomic_symlink(f"{NAME}-blue", host.layout.current_link)
     durable.atomic_symlink(f"{NAME}-blue", host.layout.last_good_link)
-    host.ensure_compat_link()
+    Provisioner(host).ensure_compat_link()
     return host
 
 

@@ -20,6 +20,7 @@ import anyio
 
 from agent import durable
 from agent.host import AgentHost
+from agent.provision import Provisioner
 from upgrade_core.errors import UpgradeError
 
 from ._helpers import NAME, installed_host
@@ -68,7 +69,7 @@ def check_ro_usr(d: Path) -> dict[str, Any]:
     sh("mount", "--bind", str(usr), str(usr))
     sh("mount", "-o", "remount,bind,ro", str(usr))
     host = AgentHost(str(d / "opt" / "ua"), NAME, legacy_root=str(usr / "local"), protected_prefix=str(usr))
-    adopted = outcome(lambda: str(host.adopt()))
+    adopted = outcome(lambda: str(Provisioner(host).adopt()))
     binary_host = AgentHost(str(d / "opt2" / "ua"), NAME, legacy_root=str(d / "usr2" / "local"),
                             protected_prefix=str(usr))
     return {
@@ -77,9 +78,9 @@ def check_ro_usr(d: Path) -> dict[str, Any]:
         "links": outcome(lambda: str(host.links())),
         "prepare_staging": outcome(lambda: anyio.run(host.prepare_staging, "blue")),
         "point_current": outcome(lambda: anyio.run(host.point_current, "blue")),
-        "remove_layout": outcome(host.remove_layout),
+        "remove_layout": outcome(Provisioner(host).remove_layout),
         "r_exists_after": os.path.lexists(d / "opt" / "ua"),
-        "binary_adopt": outcome(lambda: str(binary_host.adopt())),
+        "binary_adopt": outcome(lambda: str(Provisioner(binary_host).adopt())),
     }
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from agent import durable
 from agent.host import AgentHost, ProtectedPathError, SlotInUseError
+from agent.provision import Provisioner
 from upgrade_core.errors import HostError, LayoutConflictError, NoSpaceError
 from upgrade_core.ports import LinkState, StagedCandidate
 
@@ -222,10 +223,10 @@ async def test_protected_prefix_is_never_written(tmp_path: Path) -> None:
     (usr / "lib").mkdir(parents=True)
     host = AgentHost(str(usr / "lib" / "ua"), NAME, protected_prefix=str(usr))
     with pytest.raises(ProtectedPathError):
-        host.create_layout_dirs()
+        Provisioner(host).create_layout_dirs()
     assert os.listdir(usr / "lib") == []
     local = AgentHost(str(usr / "local" / "ua"), NAME, protected_prefix=str(usr))
-    assert local.create_layout_dirs()
+    assert Provisioner(local).create_layout_dirs()
 
 
 # -- adoption and removal ----------------------------------------------------------------------------
@@ -239,19 +240,19 @@ async def test_adopt_plain_binary_at_r_bin(tmp_path: Path) -> None:
     R = tmp_path / "opt" / "ua"
     plain_binary(R / "bin" / NAME)
     host = AgentHost(str(R), NAME)
-    assert host.find_adoptable() is not None
-    found = host.adopt()
+    assert Provisioner(host).find_adoptable() is not None
+    found = Provisioner(host).adopt()
     assert found is not None and found.kind == "binary" and found.source == str(R / "bin" / NAME)
     assert found.sha256 == hashlib.sha256(BLUE_BYTES).hexdigest()
     assert Path(host.slot_path("blue")).read_bytes() == BLUE_BYTES
     before = snapshot(tmp_path)
-    assert host.adopt() == found  # idempotent
+    assert Provisioner(host).adopt() == found  # idempotent
     assert snapshot(tmp_path) == before
     await host.point_current("blue")
     await host.point_last_good("blue")
-    assert host.ensure_compat_link() is True  # the adopted file is replaced by the link
+    assert Provisioner(host).ensure_compat_link() is True  # the adopted file is replaced by the link
     assert os.readlink(R / "bin" / NAME) == f"../lib/{NAME}/{NAME}-current"
-    assert host.adopt() is None and host.find_adoptable() is None
+    assert Provisioner(host).adopt() is None and Provisioner(host).find_adoptable() is None
 
 
 async def test_adopt_plain_binary_at_legacy_bin(tmp_path: Path) -> None:
@@ -259,10 +260,10 @@ async def test_adopt_plain_binary_at_legacy_bin(tmp_path: Path) -> None:
     plain_binary(legacy / "bin" / NAME)
     legacy_before = snapshot(legacy)
     host = AgentHost(str(tmp_path / "opt" / "ua"), NAME, legacy_root=str(legacy))
-    found = host.adopt()
+    found = Provisioner(host).adopt()
     assert found is not None and found.source == str(legacy / "bin" / NAME)
     assert Path(host.slot_path("blue")).read_bytes() == BLUE_BYTES
-    assert host.adopt() == found
+    assert Provisioner(host).adopt() == found
     assert snapshot(legacy) == legacy_before
 
 
@@ -272,14 +273,14 @@ async def test_not_executable_or_nothing_is_not_adopted(tmp_path: Path) -> None:
     (R / "bin" / NAME).write_bytes(b"data")  # 0644
     host = AgentHost(str(R), NAME)
     before = snapshot(tmp_path)
-    assert host.adopt() is None
+    assert Provisioner(host).adopt() is None
     assert snapshot(tmp_path) == before
     with pytest.raises(LayoutConflictError, match="a real file stands where a symlink must be"):
-        host.ensure_compat_link()
+        Provisioner(host).ensure_compat_link()
     assert snapshot(tmp_path) == before
     (R / "bin" / NAME).chmod(0o755)  # executable, but blue does not hold it: not ours to replace
     with pytest.raises(LayoutConflictError, match="not the adopted binary"):
-        host.ensure_compat_link()
+        Provisioner(host).ensure_compat_link()
 
 
 def legacy_layout(legacy: Path) -> None:
@@ -298,16 +299,16 @@ async def test_adopt_legacy_layout_links_r_and_uninstall_removes_only_the_link(t
     legacy_before = snapshot(legacy)
     R = tmp_path / "opt" / "upgrade-agent"
     host = AgentHost(str(R), NAME, legacy_root=str(legacy))
-    assert host.host_root() == str(legacy.resolve())
+    assert Provisioner(host).host_root() == str(legacy.resolve())
     assert not R.parent.exists()  # host_root changed nothing
-    found = host.adopt()
+    found = Provisioner(host).adopt()
     assert found is not None and found.kind == "legacy_layout"
     assert os.readlink(R) == "../usr/local"  # relative
     assert host.links() == LinkState(current="green", last_good="blue")
     assert host.is_installed()
-    assert host.adopt() is None
-    assert host.host_root() == str(legacy.resolve())
-    removed = host.remove_layout()
+    assert Provisioner(host).adopt() is None
+    assert Provisioner(host).host_root() == str(legacy.resolve())
+    removed = Provisioner(host).remove_layout()
     assert removed == [str(R)]
     assert snapshot(legacy) == legacy_before
     assert (tmp_path / "opt").is_dir()  # R's parent existed after adoption; not ours to judge: kept
@@ -322,18 +323,18 @@ async def test_uninstall_removes_exactly_what_install_created(tmp_path: Path) ->
     host = installed_host(R)
     durable.atomic_write_bytes(host.slot_path("green"), GREEN_BYTES, 0o755)
     Path(host.layout.new_staging_path("green")).write_bytes(b"leftover")
-    removed = host.remove_layout()
+    removed = Provisioner(host).remove_layout()
     assert removed == [host.layout.agent_dir, host.layout.bin_link, host.layout.lib_dir, host.layout.bin_dir,
                        str(R)]
     assert snapshot(tmp_path) == before
-    assert host.remove_layout() == []
+    assert Provisioner(host).remove_layout() == []
 
 
 async def test_uninstall_keeps_non_empty_dirs_and_foreign_files(tmp_path: Path) -> None:
     R = tmp_path / "R"
     host = installed_host(R)
     (R / "lib" / "other-agent").mkdir()
-    host.remove_layout()
+    Provisioner(host).remove_layout()
     assert (R / "lib" / "other-agent").is_dir()
     assert not (R / "bin").exists()
     assert not (R / "lib" / NAME).exists()
@@ -342,12 +343,12 @@ async def test_uninstall_keeps_non_empty_dirs_and_foreign_files(tmp_path: Path) 
 async def test_host_root_resolution_changes_nothing(tmp_path: Path) -> None:
     R = tmp_path / "R"
     host = AgentHost(str(R), NAME)
-    assert host.host_root() == str(R)
+    assert Provisioner(host).host_root() == str(R)
     assert not R.exists()
     real = tmp_path / "data"
     real.mkdir()
     R.symlink_to("data")
-    assert host.host_root() == str(real)
+    assert Provisioner(host).host_root() == str(real)
 
 
 def test_from_config(tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.app import _run_with_signals, describe_error
+from agent.commands import describe_error
+from agent.commands.signals import run_with_signals
 from upgrade_core import UpgradeResult
 from upgrade_core.errors import JournalDurabilityError, LockBusyError, NoSpaceError
 
@@ -31,7 +32,7 @@ async def test_a_flow_error_leaves_the_signal_wrapper_unwrapped(error: Exception
         raise error
 
     with pytest.raises(type(error)) as info:
-        await _run_with_signals(flow, lambda: False, lambda: False, lambda: None, json_mode=False)
+        await run_with_signals(flow, lambda: False, lambda: False, lambda: None, json_mode=False)
     assert info.value is error
 
 
@@ -53,6 +54,6 @@ async def test_a_signal_after_the_flow_finished_does_not_kill_the_command() -> N
     async def flow() -> UpgradeResult:
         return done
 
-    assert await _run_with_signals(flow, lambda: True, lambda: False, lambda: None, json_mode=False) is done
+    assert await run_with_signals(flow, lambda: True, lambda: False, lambda: None, json_mode=False) is done
     os.kill(os.getpid(), signal.SIGTERM)  # default disposition would end this process
     assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)

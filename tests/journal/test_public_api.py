@@ -35,3 +35,35 @@ def test_journal_imports_neither_upgrade_core_nor_agent() -> None:
                 names = [node.module]
             for name in names:
                 assert name.split(".")[0] not in {"upgrade_core", "agent"}, (path.name, name)
+
+
+def test_no_package_imports_another_packages_private_module_or_name() -> None:
+    """The rule of ``check_private_imports``: upgrade_core, journal and agent use each other's public
+    surface only (no ``pkg._module``, no ``_name`` imported across packages; within a package is fine)."""
+    root = PACKAGE.parent
+    packages = ("upgrade_core", "journal", "agent")
+    bad = []
+    for package in packages:
+        for path in (root / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    modules, names = [node.module], [a.name for a in node.names]
+                elif isinstance(node, ast.Import):
+                    modules, names = [a.name for a in node.names], []
+                else:
+                    continue
+                for module in modules:
+                    parts = module.split(".")
+                    if parts[0] not in packages or parts[0] == package:
+                        continue
+                    if any(p.startswith("_") for p in parts[1:]) or any(n.startswith("_") for n in names):
+                        bad.append(f"{path.relative_to(root)}: {module} {names}")
+    assert not bad, bad
+
+
+def test_live_tail_reads_the_newest_episode_record(tmp_path: Path) -> None:
+    assert journal.live_tail(tmp_path / "none") is None
+    from journal._reader import segment_name
+
+    (tmp_path / segment_name(1, False)).write_bytes(b"not a segment header")
+    assert journal.live_tail(tmp_path) == journal.UNSURE  # only a full replay (and its repair) can tell

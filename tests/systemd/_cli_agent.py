@@ -23,7 +23,7 @@ from typing import Any
 
 import attrs
 
-from agent.sandbox import PrivateSystemd, agent_config_toml, free_port
+from agent.harness.sandbox import PrivateSystemd, agent_config_toml, free_port
 from journal import replay
 from upgrade_core import EVENT_CODEC, Recorded
 

@@ -1,7 +1,8 @@
 """One sample agent driven through the real CLI under the session's private systemd (SPEC 7, SPEC 8).
 
 :class:`AgentEnv` builds a configuration for one uniquely named agent whose host root, ``state_dir`` and
-lock live under the test's ``tmp_path``, builds its releases with :func:`examples.releases.build_release`,
+lock live under the test's ``tmp_path``, builds its releases with
+:func:`agent.harness.releases.build_release`,
 serves them over loopback HTTP (:class:`ReleaseServer`, which also records every request path so a test can
 prove that nothing was fetched), and runs ``python -m agent.cli --config CFG --json ...`` as a subprocess,
 returning ``(exit code, the one JSON object, stderr)`` as a :class:`Cli`.
@@ -37,8 +38,8 @@ import attrs
 import pytest
 
 from agent.config_fast import machine_arch
-from agent.sandbox import PrivateSystemd, agent_config_toml, free_port
-from examples.releases import ReleaseServer, agent_script, build_release, sha256_file
+from agent.harness.releases import ReleaseServer, agent_script, build_release, sha256_file
+from agent.harness.sandbox import PrivateSystemd, agent_config_toml, free_port
 
 WORKTREE = str(Path(__file__).resolve().parents[2])
 CLI_TIMEOUT_S = 120.0

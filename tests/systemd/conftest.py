@@ -1,4 +1,5 @@
-"""Fixtures for the real-systemd tests: one private systemd per session (agent.sandbox.PrivateSystemd).
+"""Fixtures for the real-systemd tests: one private systemd per session
+(agent.harness.sandbox.PrivateSystemd).
 
 As non-root every test that needs it is skipped with the reason; as root a boot failure is an error of the
 test (the harness must work, SPEC 8), never a skip. Tests drive the sandbox from the host, through its
@@ -17,8 +18,9 @@ from pathlib import Path
 import attrs
 import pytest
 
-from agent.sandbox import PrivateSystemd
-from agent.systemd import SystemdServiceManager, render_units
+from agent.harness.sandbox import PrivateSystemd
+from agent.systemd import SystemdServiceManager
+from agent.units import render_units
 
 
 @pytest.fixture(scope="session")

@@ -434,7 +434,7 @@ def test_install_without_an_archive_adopts_a_plain_binary(make_env: MakeEnv) -> 
     run and health-checked; ``R/bin/NAME`` becomes the compatibility link. Nothing to adopt: exit 2."""
     import stat
 
-    from examples.releases import agent_script
+    from agent.harness.releases import agent_script
 
     env = make_env()
     nothing = env.cli("install")

@@ -31,8 +31,8 @@ import attrs
 import pytest
 
 from agent.config_fast import machine_arch
-from agent.sandbox import PrivateSystemd
-from examples.releases import ReleaseServer, build_release, sha256_file
+from agent.harness.releases import ReleaseServer, build_release, sha256_file
+from agent.harness.sandbox import PrivateSystemd
 
 from ._cli_agent import KILL_ENV, CliAgent, tags_with_occurrence
 

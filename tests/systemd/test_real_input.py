@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.sandbox import PrivateSystemd, free_port
+from agent.harness.sandbox import PrivateSystemd, free_port
 
 from .conftest import wait_for
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.sandbox import PrivateSystemd
-from agent.systemd import exec_line, quote_exec_word, render_agent_unit, render_units
+from agent.harness.sandbox import PrivateSystemd
+from agent.units import exec_line, quote_exec_word, render_agent_unit, render_units
 from upgrade_core.errors import ConfigError
 
 from .conftest import PYTHON, wait_for

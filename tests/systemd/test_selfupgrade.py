@@ -27,12 +27,14 @@ import attrs
 import pytest
 
 from agent.config_fast import machine_arch
-from agent.sandbox import PrivateSystemd
-from examples.releases import SELFUPGRADE_DAEMON, ReleaseServer, build_release, sha256_file
+from agent.harness.releases import ReleaseServer, build_release, sha256_file
+from agent.harness.sandbox import PrivateSystemd
 from upgrade_core import Recorded
 
 from ._cli_agent import CliAgent, sha256_path, tags_with_occurrence
 from .conftest import wait_for
+
+SELFUPGRADE_DAEMON = Path(__file__).resolve().parents[2] / "examples" / "selfupgrade_daemon.py"
 
 pytestmark = pytest.mark.systemd
 

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from agent.clock import SystemClock
-from agent.systemd import exec_line
+from agent.units import exec_line
 from upgrade_core.errors import ServiceError
 
 from .conftest import PYTHON, Rig, wait_for

@@ -1,4 +1,5 @@
-"""Build release archives of the sample agents (``sample_agent.py``, ``selfupgrade_daemon.py``).
+"""Build release archives of a sample agent (``sample_agent.py`` here, or any script such as
+``examples/selfupgrade_daemon.py``).
 
 ``build_release(out_dir, version, behaviour="good", name="demo-agent", arch="amd64") -> Path`` writes
 ``<name>-<version>.tar.gz`` holding exactly one member, ``<name>-linux-<arch>`` (0755), the sample agent
@@ -15,8 +16,8 @@ import re
 import tarfile
 from pathlib import Path
 
+# A module of this package, so that it ships in the wheel; it is read as text, never imported.
 SAMPLE_AGENT = Path(__file__).with_name("sample_agent.py")
-SELFUPGRADE_DAEMON = Path(__file__).with_name("selfupgrade_daemon.py")
 
 
 def agent_script(

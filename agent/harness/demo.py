@@ -4,7 +4,7 @@ What it does, each step explained in one line as it runs:
 
 1. boots a private, real systemd (PID 1 of its own namespaces; the host's services are never touched);
 2. builds releases 1.0.0, 1.1.0, a bad 1.2.0 (passes its version check, then dies) and 1.3.0 of the sample
-   agent (``examples/sample_agent.py``) and serves them over loopback HTTP with their sha256;
+   agent (``agent/harness/sample_agent.py``) and serves them over loopback HTTP with their sha256;
 3. installs 1.0.0, upgrades to 1.1.0 (committed), upgrades to 1.2.0 (rolled back to 1.1.0);
 4. kills an upgrade to 1.3.0 with SIGKILL right after its switch was journaled, then runs
    ``recover-agent-upgrade``, which finds the switch durable, health-checks 1.3.0 and commits it;
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from agent.config_fast import machine_arch
-from examples.releases import ReleaseServer, build_release, sha256_file
+from agent.harness.releases import ReleaseServer, build_release, sha256_file
 
 NAME = "demo-agent"
 
@@ -42,7 +42,7 @@ def run() -> int:
             file=sys.stderr,
         )
         return 2
-    from agent.sandbox import PrivateSystemd, agent_config_toml, free_port
+    from agent.harness.sandbox import PrivateSystemd, agent_config_toml, free_port
 
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="upgrade-core-demo-", dir="/var/tmp"))

@@ -89,7 +89,7 @@ def _console_tail(path: Path, lines: int = 8) -> str:
 # will see. The cgroup2 mount is made in the new mount namespace and removed again at once.
 _STAGE1: Final = """\
 #!/bin/sh
-# stage 1 of the private systemd boot (written by agent/sandbox.py)
+# stage 1 of the private systemd boot (written by agent/harness/sandbox.py)
 set -eu
 mount -t cgroup2 cgroup2 "$SDS_DIR/cgmnt"
 mkdir "$SDS_DIR/cgmnt/$SDS_CGROUP"
@@ -102,7 +102,7 @@ exec unshare --cgroup /bin/sh "$SDS_DIR/boot/stage2.sh"
 # sandbox's /etc/systemd/system; then exec the real systemd as PID 1 with a clean environment.
 _STAGE2: Final = """\
 #!/bin/sh
-# stage 2 of the private systemd boot (written by agent/sandbox.py)
+# stage 2 of the private systemd boot (written by agent/harness/sandbox.py)
 set -eu
 console=$(tty 2>/dev/null || echo /dev/null)
 umount -R /sys/fs/cgroup 2>/dev/null || true
@@ -633,7 +633,7 @@ def _copy_console(fd: int, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agent.sandbox [--no-journald] [--workdir DIR] -- CMD...``: boot, run CMD inside, stop.
+    """``python -m agent.harness.sandbox [--no-journald] [--workdir DIR] -- CMD...``: boot, run CMD, stop.
 
     CMD runs on the host's terminal through the sandbox's ``nsenter`` prefix (e.g. ``systemctl status``);
     its exit status is returned. Without CMD an interactive ``sh`` is started inside.
@@ -642,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
     import tempfile
 
-    parser = argparse.ArgumentParser(prog="python -m agent.sandbox", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m agent.harness.sandbox", description=main.__doc__)
     parser.add_argument("--no-journald", action="store_true", help="do not run systemd-journald inside")
     parser.add_argument("--workdir", help="an absent or empty directory (default: a fresh temp dir)")
     parser.add_argument("command", nargs="*", help="the command to run inside (default: sh)")

@@ -2,7 +2,7 @@
 """demo-agent: the sample host daemon that ``make demo`` and the tests install and upgrade.
 
 It is shipped as a single executable file (this script with its version and behaviour baked in by
-``examples/releases.py``), the shape of a real agent binary inside a release archive.
+``agent/harness/releases.py``), the shape of a real agent binary inside a release archive.
 
 Usage:
     demo-agent version             prints "demo-agent <VERSION>" and exits 0

@@ -1,0 +1,75 @@
+"""The command implementations behind :mod:`agent.cli` (SPEC 7), one module per command family.
+
+Each ``cmd_*`` takes the parsed arguments and returns an :class:`Outcome`: the JSON payload (the shapes
+SPEC 7 pins), a human summary, and the exit code. Errors are raised, and :func:`describe_error` maps them
+to one line and an exit code in one place.
+
+- :mod:`~agent.commands.upgrade`: ``upgrade`` (and ``--preflight``), ``recover``;
+- :mod:`~agent.commands.install`: ``install``, adoption, the undo of a failed install;
+- :mod:`~agent.commands.readers`: ``status``, ``history``, ``units``, ``host-root``;
+- :mod:`~agent.commands.journal`: ``journal verify|dump|compact``;
+- :mod:`~agent.commands.removal`: ``reset``, ``uninstall``;
+- :mod:`~agent.commands.demo`: ``demo``;
+- shared: :mod:`~agent.commands.episode` (the frame of a writing command), :mod:`~agent.commands.signals`,
+  :mod:`~agent.commands.progress`, :mod:`~agent.commands.outcome` (result payloads),
+  :mod:`~agent.commands.common`.
+
+Readers (``status``, ``history``, ``journal verify|dump``, ``units``, ``host-root``) never write and never
+create ``state_dir`` or the lock. Writers take the host lock, non-blocking, and hold it until their
+episode closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from agent._groups import sole_error
+from agent.commands.demo import cmd_demo
+from agent.commands.install import cmd_install
+from agent.commands.journal import cmd_journal
+from agent.commands.outcome import Outcome
+from agent.commands.readers import cmd_history, cmd_host_root, cmd_status, cmd_units
+from agent.commands.removal import cmd_reset, cmd_uninstall
+from agent.commands.upgrade import cmd_recover, cmd_upgrade
+from upgrade_core.errors import UpgradeError
+
+__all__ = ["COMMANDS", "Outcome", "describe_error", "run_command"]
+
+
+def describe_error(exc: BaseException) -> tuple[int | None, str]:
+    """Map an exception to ``(exit code, one line)``; ``(None, ...)`` for an unexpected bug (re-raised).
+
+    Journal errors (corrupt, newer version, poisoned, undecodable) exit 3 naming file and offset.
+    """
+    from journal import JournalError
+
+    exc = sole_error(exc)
+    if isinstance(exc, UpgradeError):
+        return exc.exit_code, str(exc)
+    if isinstance(exc, JournalError):
+        return 3, str(exc)
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return 1, f"{where}{exc.strerror or exc}"
+    return None, repr(exc)
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], Outcome]] = {
+    "install": cmd_install,
+    "upgrade": cmd_upgrade,
+    "recover": cmd_recover,
+    "status": cmd_status,
+    "history": cmd_history,
+    "journal": cmd_journal,
+    "units": cmd_units,
+    "host-root": cmd_host_root,
+    "reset": cmd_reset,
+    "uninstall": cmd_uninstall,
+    "demo": cmd_demo,
+}
+
+
+def run_command(args: argparse.Namespace) -> Outcome:
+    """Dispatch ``args.command`` to its implementation."""
+    return COMMANDS[args.command](args)

@@ -1,0 +1,75 @@
+"""``journal verify|dump|compact``: verify and dump read only; compact takes the host lock."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import anyio
+
+from agent.commands.common import load_args, rfc3339
+from agent.commands.episode import seal
+from agent.commands.outcome import Outcome
+from agent.config import AgentConfig
+from upgrade_core import EVENT_CODEC
+
+
+def cmd_journal(args: argparse.Namespace) -> Outcome:
+    """``journal verify|dump|compact``."""
+    from agent.wiring import journal_dir
+    from journal import JournalCorruptError, replay
+
+    cfg, config_path = load_args(args)
+    directory = journal_dir(cfg)
+    if args.action == "compact":
+        from agent.lock import HostLock
+
+        with HostLock(cfg.host.lock_path):
+            return anyio.run(_compact, cfg, config_path)
+    if args.action == "verify":
+        try:
+            rep = replay(directory, EVENT_CODEC)
+        except JournalCorruptError as exc:
+            payload: dict[str, Any] = {
+                "ok": False,
+                "records": None,
+                "torn_tail": None,
+                "corrupt": {"file": exc.path, "offset": exc.offset},
+            }
+            return Outcome(payload, f"corrupt: {exc}", 3, stderr=f"upgrade-agent: {exc}")
+        torn = None if rep.torn_tail is None else {"file": rep.torn_tail.file, "offset": rep.torn_tail.offset}
+        payload = {"ok": True, "records": len(rep.records), "torn_tail": torn, "corrupt": None}
+        human = f"ok: {len(rep.records)} records" + (
+            f"; torn tail at {torn['file']}:{torn['offset']} (repaired by the next writer)" if torn else ""
+        )
+        return Outcome(payload, human)
+    rep = replay(directory, EVENT_CODEC)
+    from upgrade_core.codec import to_dict
+
+    records: list[dict[str, Any]] = [
+        {
+            "seq": r.seq,
+            "episode": r.episode_id,
+            "time": rfc3339(r.wall_time),
+            "event": to_dict(r.event),
+        }
+        for r in rep.records
+    ]
+    human = "\n".join(
+        f"{r['seq']:>6} {r['time']} {r['episode'][:12]:<12} {r['event']['_type']} "
+        + " ".join(f"{k}={v}" for k, v in r["event"].items() if k != "_type")
+        for r in records
+    )
+    return Outcome({"records": records}, human or "empty journal")
+
+
+async def _compact(cfg: AgentConfig, config_path: str) -> Outcome:
+    from agent.wiring import wire
+
+    wired = await wire(cfg, config_path)
+    try:
+        await seal(wired)
+        count = len(wired.journal.records())
+    finally:
+        await wired.journal.writer.aclose()
+    return Outcome({"compacted": True, "records": count}, f"compacted; {count} records remain")

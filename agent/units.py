@@ -1,0 +1,263 @@
+"""The agent's systemd unit files, rendered as text (SPEC 3, 6): no I/O, no systemd needed.
+
+The agent unit, ``NAME-recover.service`` (its ``OnFailure=``) and ``NAME-recover-boot.service`` (ordered
+before it), their names, and the checks of names and paths they embed. ``ExecStart=`` lines are quoted per
+systemd.syntax(7) and systemd.service(5) "Command lines"; see :func:`exec_line`. The service manager that
+writes and drives them is :class:`agent.systemd.SystemdServiceManager`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from typing import Final
+
+from upgrade_core.errors import ConfigError
+
+__all__ = [
+    "check_abs",
+    "check_name",
+    "check_unit",
+    "exec_line",
+    "quote_exec_word",
+    "recover_boot_unit_name",
+    "recover_unit_name",
+    "render_agent_unit",
+    "render_recover_boot_unit",
+    "render_recover_unit",
+    "render_units",
+]
+
+_NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+# systemd.unit(5): unit names are ASCII letters, digits, ":", "-", "_", ".", "\\" and "@" plus a type suffix.
+_UNIT_RE: Final = re.compile(r"[A-Za-z0-9:_.@\\-]{1,246}\.(service|socket|target|timer|path|slice|scope)")
+# Characters that need no quoting in an ExecStart= word (after % and $ are doubled).
+_SAFE_WORD_RE: Final = re.compile(r"[A-Za-z0-9_@%+=:,./$-]+")
+_C_ESCAPES: Final = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_HEADER: Final = "# Written by upgrade-agent (upgrade-core). Rewritten on install; local edits are lost.\n"
+
+
+# ----------------------------------------------------------------------------------------------- names
+def check_name(name: str) -> None:
+    """Raise ``ConfigError`` unless ``name`` is a valid ``agent.name``."""
+    if not _NAME_RE.fullmatch(name):
+        raise ConfigError(f"agent.name: {name!r} must match [a-z0-9][a-z0-9._-]{{0,62}}")
+
+
+def check_unit(unit: str, key: str = "agent.unit") -> None:
+    """Raise ``ConfigError`` (naming ``key``) unless ``unit`` is a valid systemd unit name."""
+    if not _UNIT_RE.fullmatch(unit):
+        raise ConfigError(f"{key}: {unit!r} is not a valid systemd unit name (systemd.unit(5))")
+
+
+def check_abs(path: str, key: str) -> None:
+    """Raise ``ConfigError`` (naming ``key``) unless ``path`` is absolute and has no NUL."""
+    if not os.path.isabs(path) or "\0" in path:
+        raise ConfigError(f"{key}: {path!r} must be an absolute path")
+
+
+def recover_unit_name(name: str) -> str:
+    """``NAME-recover.service``: the agent unit's ``OnFailure=`` target (SPEC 3, 6)."""
+    return f"{name}-recover.service"
+
+
+def recover_boot_unit_name(name: str) -> str:
+    """``NAME-recover-boot.service``: boot-time recovery ordered before the agent unit (SPEC 3, 6)."""
+    return f"{name}-recover-boot.service"
+
+
+# ----------------------------------------------------------------------------------------------- quoting
+def quote_exec_word(word: str, *, executable: bool = False) -> str:
+    """Quote one word of an ``ExecStart=`` command line so systemd hands it to the process unchanged.
+
+    Rules (systemd.syntax(7) "Quoting", systemd.service(5) "Command lines", checked against systemd 252):
+
+    - ``%`` starts a specifier everywhere: doubled to ``%%``;
+    - ``$`` starts an environment substitution in arguments only (not in the executable path, where
+      ``$$`` would stay literal): doubled to ``$$`` in arguments;
+    - a word with whitespace, quotes, backslashes, ``;``, control or other special characters, and the
+      empty word, is put in double quotes with C-style escapes (``\\\\``, ``\\"``, ``\\n``, ``\\t``,
+      ``\\xHH``); inside quotes a lone ``;`` no longer separates commands.
+
+    Args:
+        word: the literal argument (or executable path) the process should see.
+        executable: True for the first word (the absolute program path).
+
+    Returns:
+        The quoted word, ready to join with spaces.
+
+    Raises:
+        ConfigError: the word contains a NUL byte (it cannot reach a process's argv).
+    """
+    if "\0" in word:
+        raise ConfigError(f"ExecStart word {word!r} contains a NUL byte")
+    text = word.replace("%", "%%")
+    if not executable:
+        text = text.replace("$", "$$")
+    if text and _SAFE_WORD_RE.fullmatch(text):
+        return text
+    out = []
+    for ch in text:
+        if ch in _C_ESCAPES:
+            out.append(_C_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def exec_line(executable: str, args: Sequence[str]) -> str:
+    """The value of an ``ExecStart=``: the quoted absolute ``executable`` then each quoted argument.
+
+    Raises:
+        ConfigError: ``executable`` is not absolute, or a word holds a NUL byte.
+    """
+    check_abs(executable, "ExecStart executable")
+    return " ".join([quote_exec_word(executable, executable=True), *(quote_exec_word(a) for a in args)])
+
+
+# ----------------------------------------------------------------------------------------------- rendering
+def render_agent_unit(
+    *, name: str, unit: str, current_link: str, exec_args: Sequence[str], max_attempts: int
+) -> str:
+    """Render the agent unit (SPEC 6): runs the ``current`` link, restarts on failure, recovers on failure.
+
+    ``Type=exec`` (systemd >= 240), not ``simple``: the unit turns ``active`` only once ``execve`` of the
+    ``current`` link succeeded. With ``simple`` it is ``active`` right after ``fork``, when
+    ``/proc/<MainPID>/exe`` still names the systemd binary, and a health check that fails at once on an exe
+    mismatch (SPEC 4.3 step 7) could reject a good candidate; a missing or non-executable slot also fails
+    the start job itself instead of passing as "started". Even then, for a few microseconds after exec the
+    kernel may show an empty ``cmdline``: read that as "not known yet", never as a mismatch.
+
+    ``StartLimitBurst=max_attempts+2`` within ``StartLimitIntervalSec=60``: a candidate that crash-loops
+    (case C16c) exhausts the limit, the unit ends ``failed`` with ``Result=start-limit-hit``, and
+    ``OnFailure=NAME-recover.service`` runs ``recover-agent-upgrade --trigger on-failure`` (SPEC 4.4).
+
+    Args:
+        name: ``agent.name``.
+        unit: ``agent.unit``, e.g. ``demo-agent.service``.
+        current_link: absolute path of ``R/lib/NAME/NAME-current``.
+        exec_args: ``agent.exec_args``, passed literally (quoted and escaped here).
+        max_attempts: ``health.max_attempts`` (>= 1).
+
+    Returns:
+        The unit file text.
+
+    Raises:
+        ConfigError: a bad name, unit, path or ``max_attempts``, naming the key.
+    """
+    check_name(name)
+    check_unit(unit)
+    if max_attempts < 1:
+        raise ConfigError(f"health.max_attempts: {max_attempts} must be >= 1")
+    return (
+        _HEADER
+        + "[Unit]\n"
+        + f"Description={name} (blue/green binary managed by upgrade-agent)\n"
+        + f"OnFailure={recover_unit_name(name)}\n"
+        + "StartLimitIntervalSec=60\n"
+        + f"StartLimitBurst={max_attempts + 2}\n"
+        + "\n[Service]\n"
+        + "Type=exec\n"
+        + f"ExecStart={exec_line(current_link, exec_args)}\n"
+        + "Restart=on-failure\n"
+        + "RestartSec=1\n"
+        + "\n[Install]\n"
+        + "WantedBy=multi-user.target\n"
+    )
+
+
+def _recover_oneshot(
+    *, name: str, unit: str, recover_exe: str, config_path: str, trigger: str, description: str,
+    unit_lines: str = "", install: bool = False,
+) -> str:
+    """The shared shape of both recovery units: a oneshot running the absolute ``recover-agent-upgrade``
+    with the absolute ``--config`` and ``--trigger``; ``unit_lines`` go into ``[Unit]``."""
+    check_name(name)
+    check_unit(unit)
+    check_abs(recover_exe, "recover-agent-upgrade path")
+    check_abs(config_path, "--config")
+    command = exec_line(recover_exe, ["--config", config_path, "--trigger", trigger])
+    return (
+        _HEADER
+        + "[Unit]\n"
+        + f"Description={description}\n"
+        + unit_lines
+        + "\n[Service]\n"
+        + "Type=oneshot\n"
+        + f"ExecStart={command}\n"
+        + ("\n[Install]\nWantedBy=multi-user.target\n" if install else "")
+    )
+
+
+def render_recover_unit(*, name: str, unit: str, recover_exe: str, config_path: str) -> str:
+    """Render ``NAME-recover.service``: oneshot ``recover-agent-upgrade --trigger on-failure`` (SPEC 4.4).
+
+    Args:
+        name: ``agent.name``.
+        unit: the agent unit whose ``OnFailure=`` starts it.
+        recover_exe: absolute path of the installed ``recover-agent-upgrade``.
+        config_path: absolute path of the configuration file.
+
+    Raises:
+        ConfigError: a bad name or unit, or a relative path.
+    """
+    return _recover_oneshot(
+        name=name, unit=unit, recover_exe=recover_exe, config_path=config_path, trigger="on-failure",
+        description=f"Recover an interrupted {name} upgrade (OnFailure= of {unit})",
+    )
+
+
+def render_recover_boot_unit(*, name: str, unit: str, recover_exe: str, config_path: str) -> str:
+    """Render ``NAME-recover-boot.service``: oneshot ``--trigger boot``, ordered ``Before=`` the agent unit.
+
+    Boot recovery never waits for the agent (SPEC 4.5): it decides from the journal and the links and hands
+    any health check to a transient unit ordered after the agent.
+
+    Args:
+        name: ``agent.name``.
+        unit: the agent unit it must run before.
+        recover_exe: absolute path of the installed ``recover-agent-upgrade``.
+        config_path: absolute path of the configuration file.
+
+    Raises:
+        ConfigError: a bad name or unit, or a relative path.
+    """
+    return _recover_oneshot(
+        name=name, unit=unit, recover_exe=recover_exe, config_path=config_path, trigger="boot",
+        description=f"Recover an interrupted {name} upgrade at boot", unit_lines=f"Before={unit}\n",
+        install=True,
+    )
+
+
+def render_units(
+    *,
+    name: str,
+    unit: str,
+    current_link: str,
+    exec_args: Sequence[str],
+    max_attempts: int,
+    recover_exe: str,
+    config_path: str,
+) -> dict[str, str]:
+    """All three unit files, keyed by file name (what ``upgrade-agent units`` prints, SPEC 7).
+
+    Raises:
+        ConfigError: as the three render functions.
+    """
+    return {
+        unit: render_agent_unit(
+            name=name, unit=unit, current_link=current_link, exec_args=exec_args, max_attempts=max_attempts
+        ),
+        recover_unit_name(name): render_recover_unit(
+            name=name, unit=unit, recover_exe=recover_exe, config_path=config_path
+        ),
+        recover_boot_unit_name(name): render_recover_boot_unit(
+            name=name, unit=unit, recover_exe=recover_exe, config_path=config_path
+        ),
+    }
+
+
+# ----------------------------------------------------------------------------------------------- helpers

@@ -1,0 +1,38 @@
+"""The eager surface of :mod:`upgrade_core`, loaded on the first use of one of its names (see the package
+docstring): importing :mod:`upgrade_core.wire` alone must not load attrs, cattrs or transitions."""
+
+# ruff: noqa: F401
+from ._decide import (
+    Abort,
+    CloseOnly,
+    Commit,
+    FinishRollback,
+    HostFacts,
+    NeedsAttention,
+    NoOp,
+    Plan,
+    PublishAndClose,
+    ResumeHealth,
+    Rollback,
+    UnreadableJournal,
+    decide,
+)
+from ._events import *  # noqa: F403
+from ._events import ALL_EVENTS, SLOTS, Event, Recorded, Slot, UpgradeResult, other_slot
+from ._fold import EpisodeView, Folder, JournalView, fold
+from ._health import Expectation, Failed, HealthJudge, Passed, Pending, Verdict
+from ._history import summarize_history
+from ._orchestrator import (
+    Policy,
+    Ports,
+    RestartScheduled,
+    ResumeOutcome,
+    UpgradeRequest,
+    recover,
+    resume_self_upgrade,
+    run_install,
+    run_upgrade,
+    self_upgrade_prepare,
+)
+from ._state import TRANSITIONS, EpisodeState, advance, diagram_mermaid
+from .codec import EVENT_CODEC, EventCodec, EventDecodeError
