@@ -264,6 +264,10 @@ def _defer_late_signals(json_mode: bool) -> None:
 
 # -- commands that write ------------------------------------------------------------------------------
 def _operation_id(value: str | None) -> str:
+    from upgrade_core import OPERATION_ID_RE
+
+    if value is not None and not OPERATION_ID_RE.fullmatch(value):
+        raise UsageError(f"--operation {value!r} must match {OPERATION_ID_RE.pattern}")
     return value if value is not None else uuid.uuid4().hex
 
 
@@ -471,12 +475,11 @@ _HANDED_OFF = "boot recovery handed the health check to a transient unit, which 
 
 
 async def _recover(wired: Any, recover: Any, trigger: str) -> UpgradeResult:
-    result = await recover(wired.ports, wired.policy, trigger)
-    if result is None:  # boot: the health check was handed to a transient unit that owns the episode now
-        from upgrade_core import fold
+    from upgrade_core import HandedOff
 
-        ep = fold(wired.journal.records()).open_episode
-        return UpgradeResult(ep.episode_id if ep else None, "noop", reason=_HANDED_OFF)
+    result = await recover(wired.ports, wired.policy, trigger)
+    if isinstance(result, HandedOff):  # boot: a transient unit owns the episode now
+        return UpgradeResult(result.operation, "noop", reason=_HANDED_OFF)
     assert isinstance(result, UpgradeResult)
     return result
 

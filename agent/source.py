@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import attrs
 
-from upgrade_core._events import Slot
+from upgrade_core import Slot
 from upgrade_core.ports import StagedCandidate
 
 from .extract import ExtractLimits, MemberPolicy, extract, member_parts

@@ -21,7 +21,7 @@ REPLAY_EVENTS = 100_000
 
 def _episode(op: str) -> list[Any]:
     """The events of one successful supervised upgrade, in the order a real run journals them (SPEC 4.3)."""
-    from upgrade_core import _events as ev
+    import upgrade_core as ev
 
     sha = "3f" * 32
     result = ev.UpgradeResult(op, "committed", "1.4.2", "1.5.0", "green", None)
@@ -59,7 +59,7 @@ def _episode(op: str) -> list[Any]:
 
 def _payload_event() -> Any:
     """An event whose codec bytes are about 200 B (the append benchmarks' record size)."""
-    from upgrade_core import _events as ev
+    import upgrade_core as ev
 
     return ev.HealthFailed(
         2,

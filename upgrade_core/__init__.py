@@ -10,13 +10,11 @@ from ._decide import (
     Commit,
     FinishRollback,
     HostFacts,
-    NeedsAttention,
     NoOp,
     Plan,
     PublishAndClose,
     ResumeHealth,
     Rollback,
-    UnreadableJournal,
     decide,
 )
 from ._events import *  # noqa: F403
@@ -25,6 +23,9 @@ from ._fold import EpisodeView, Folder, JournalView, fold
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, Verdict
 from ._history import summarize_history
 from ._orchestrator import (
+    OPERATION_ID_RE,
+    CheckedJournal,
+    HandedOff,
     Policy,
     Ports,
     RestartScheduled,
@@ -36,17 +37,20 @@ from ._orchestrator import (
     run_upgrade,
     self_upgrade_prepare,
 )
-from ._state import TRANSITIONS, EpisodeState, advance, diagram_mermaid
+from ._state import TRANSITIONS, EpisodeContext, EpisodeState, advance, diagram_mermaid, next_state
 from .codec import EVENT_CODEC, EventCodec, EventDecodeError
 
 __all__ = [
     "ALL_EVENTS",
     "EVENT_CODEC",
+    "OPERATION_ID_RE",
     "SLOTS",
     "TRANSITIONS",
     "Abort",
+    "CheckedJournal",
     "CloseOnly",
     "Commit",
+    "EpisodeContext",
     "EpisodeState",
     "EpisodeView",
     "Event",
@@ -56,10 +60,10 @@ __all__ = [
     "Failed",
     "FinishRollback",
     "Folder",
+    "HandedOff",
     "HealthJudge",
     "HostFacts",
     "JournalView",
-    "NeedsAttention",
     "NoOp",
     "Passed",
     "Pending",
@@ -73,7 +77,6 @@ __all__ = [
     "ResumeOutcome",
     "Rollback",
     "Slot",
-    "UnreadableJournal",
     "UpgradeRequest",
     "UpgradeResult",
     "Verdict",
@@ -81,6 +84,7 @@ __all__ = [
     "decide",
     "diagram_mermaid",
     "fold",
+    "next_state",
     "other_slot",
     "recover",
     "resume_self_upgrade",

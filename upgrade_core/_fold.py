@@ -13,7 +13,7 @@ end. :class:`Folder` is the incremental form the orchestrator feeds with its own
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import attrs
@@ -349,21 +349,6 @@ class Folder:
         """
         self._clear()
         self.apply_all(records)
-
-    def catch_up(self, records: Sequence[ev.Recorded]) -> None:
-        """Apply the records past :attr:`last_seq` (another process appended them); re-fold when they do not
-        follow on (the other process compacted the journal).
-
-        Raises:
-            HistoryError: as :meth:`apply`.
-        """
-        newer = [r for r in records if r.seq > self._last_seq]
-        if len(newer) + self._last_seq == (records[-1].seq if records else 0) and (
-            not newer or newer[0].seq == self._last_seq + 1
-        ):
-            self.apply_all(newer)
-        else:
-            self.reset(records)
 
     # -- handlers ----------------------------------------------------------------------------------------
     def _opened(self, episode_id: str, e: ev.EpisodeOpened, seq: int, wall: float) -> _Ep:

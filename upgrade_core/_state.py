@@ -96,7 +96,7 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     (S.RESTARTED, ev.HealthFailed.TAG): S.SWITCHED,
     (S.SWITCHED, ev.HealthPassed.TAG): S.HEALTHY,
     (S.RESTARTED, ev.HealthPassed.TAG): S.HEALTHY,
-    # install only (fold checks the kind): a bare host has no last-good to roll back to.
+    # install only (next_state checks the kind): a bare host has no last-good to roll back to.
     (S.SWITCHED, ev.Aborted.TAG): S.ABORTED,
     (S.RESTARTED, ev.Aborted.TAG): S.ABORTED,
     # -- verdicts -----------------------------------------------------------------------------------------
