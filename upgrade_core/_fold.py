@@ -377,7 +377,8 @@ class Folder:
         f["candidate_sha256"] = e.sha256
         f["candidate_size"] = e.size
         f["staging_path"] = e.staging_path
-        ep.ctx = attrs.evolve(ep.ctx, candidate_slot=e.slot, candidate_sha256=e.sha256, installed=False)
+        f["installed"] = False
+        _refresh(ep)
 
     def _h_verified(self, ep: _Ep, e: ev.CandidateVerified, seq: int) -> None:
         ep.fields["candidate_version"] = e.version
@@ -385,7 +386,7 @@ class Folder:
     def _h_installed(self, ep: _Ep, e: ev.CandidateInstalled, seq: int) -> None:
         f = ep.fields
         f["installed"] = True
-        ep.ctx = attrs.evolve(ep.ctx, installed=True)
+        _refresh(ep)
         f["staging_path"] = None
         version = f.get("candidate_version")
         if version is not None:
@@ -420,12 +421,8 @@ class Folder:
         ep.fields["observed_invocation"] = e.invocation_id
 
     def _h_attempt(self, ep: _Ep, e: ev.HealthAttemptStarted, seq: int) -> None:
-        if e.target == "last_good":
-            ep.fields["rollback_attempts_started"] = e.attempt
-            ep.ctx = attrs.evolve(ep.ctx, rollback_attempts_started=e.attempt)
-        else:
-            ep.fields["attempts_started"] = e.attempt
-            ep.ctx = attrs.evolve(ep.ctx, attempts_started=e.attempt)
+        ep.fields["rollback_attempts_started" if e.target == "last_good" else "attempts_started"] = e.attempt
+        _refresh(ep)
 
     def _h_failed(self, ep: _Ep, e: ev.HealthFailed, seq: int) -> None:
         key = "rollback_attempts_failed" if e.target == "last_good" else "attempts_failed"
@@ -460,7 +457,7 @@ class Folder:
 
     def _h_published(self, ep: _Ep, e: ev.ResultPublished, seq: int) -> None:
         ep.fields["published"] = e.result
-        ep.ctx = attrs.evolve(ep.ctx, published=e.result.result)
+        _refresh(ep)
 
     def _h_closed(self, ep: _Ep, e: ev.EpisodeClosed, seq: int) -> None:
         published: UpgradeResult = ep.fields["published"]
@@ -493,6 +490,17 @@ _HANDLERS: Final[dict[type[ev.Event], Callable[[Folder, _Ep, Any, int], None]]] 
     ev.EpisodeClosed: Folder._h_closed,
     ev.RecoveryStarted: Folder._h_recovery,
 }
+
+
+def _refresh(ep: _Ep) -> None:
+    """Rebuild the episode's :class:`EpisodeContext` after a fact the rules need changed (positional: hot)."""
+    f = ep.fields
+    published = f.get("published")
+    ep.ctx = EpisodeContext(
+        ep.episode_id, f["kind"], f.get("candidate_slot"), f.get("candidate_sha256"),
+        f.get("installed", False), f.get("attempts_started", 0), f.get("rollback_attempts_started", 0),
+        published.result if published is not None else None,
+    )
 
 
 def _freeze(episode_id: str, ep: _Ep) -> EpisodeView:
