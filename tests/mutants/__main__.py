@@ -11,8 +11,9 @@ Mutants:
 - ``c``: ``last-good`` is pointed at the candidate when the switch happens, before the commit.
 - ``d``: the simulated journal skips the fsync of ``SwitchIntended`` (a dropped durability barrier).
 - ``e``: the real journal (``journal/_writer.py``) drops the fdatasync of every appended batch.
-- ``f``: the orchestrator's checked append (``CheckedJournal.append``) appends without the pre-check, so an
-  event breaking a lifecycle rule is made durable first (issue 9); killed by ``tests/core/test_rule_pairs.py``.
+- ``f``: the orchestrator's checked append (``CheckedJournal.append``) appends without the pre-check, so
+  an event breaking a lifecycle rule is made durable first (issue 9); killed by
+  ``tests/core/test_rule_pairs.py``.
 """
 
 from __future__ import annotations
