@@ -260,9 +260,14 @@ class _Run:
     def __init__(self, ports: Ports, policy: Policy, folder: Folder | None) -> None:
         self.p = ports
         self.policy = policy
+        records = ports.journal.records()
         if folder is None:
             folder = Folder()
-            folder.apply_all(ports.journal.records())
+            folder.apply_all(records)
+        elif folder.last_seq != (records[-1].seq if records else 0):
+            raise ValueError(
+                f"the caller's folder stops at seq {folder.last_seq}, the journal does not: fold it first"
+            )
         self.folder = folder
         self.journal = CheckedJournal(ports.journal, folder)
 
@@ -729,6 +734,7 @@ async def run_upgrade(
         returns its recorded result without doing anything.
 
     Raises:
+        ValueError: ``folder`` does not end where the journal ends (caller misuse).
         NotInstalledError: ``current`` does not exist (exit 2), before any episode opened.
         LayoutConflictError: a link is a real file (exit 2), before anything changed.
         JournalError: an append failed (exit 3); the episode is left to ``recover``.

@@ -396,3 +396,12 @@ async def test_transient_unit_names_follow_one_pattern() -> None:
     await run_upgrade(w.ports(), SIM_POLICY, request("op123456789"))
     units = [e.unit for e in events_by_episode(w)["op123456789"] if isinstance(e, ev.RestartRequested)]
     assert units and all(re.fullmatch(r"agent-restart-op123456-\d-[0-9a-f]{4}", u) for u in units), units
+
+
+async def test_a_stale_callers_folder_is_refused_before_anything_happens() -> None:
+    w = world()
+    await run_upgrade(w.ports(), SIM_POLICY, request())
+    n = len(w.records)
+    with pytest.raises(ValueError, match="fold it first"):
+        await run_upgrade(w.ports(), SIM_POLICY, request("op2"), folder=Folder())
+    assert len(w.records) == n
