@@ -11,20 +11,18 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 from typing import Any, cast, get_args
 
 import anyio
 import anyio.to_thread
 
-from upgrade_core import SLOTS, ResultValue, Slot, UpgradeResult
+from upgrade_core import OPERATION_ID_RE, SLOTS, ResultValue, Slot, UpgradeResult
 from upgrade_core.errors import HostError, NoSpaceError
 
 from .durable import atomic_write_bytes, make_dirs
 
 __all__ = ["FileResultSink", "read_result", "result_path"]
 
-_OPERATION_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _KEYS = ("operation", "result", "from_version", "to_version", "slot", "reason")
 
 
@@ -34,7 +32,7 @@ def result_path(state_dir: str, operation: str) -> str:
     Raises:
         HostError: ``operation`` does not match ``[A-Za-z0-9._-]{1,64}`` (SPEC 4.3 step 1).
     """
-    if not _OPERATION_RE.fullmatch(operation):
+    if not OPERATION_ID_RE.fullmatch(operation):
         raise HostError(f"{operation!r}: not an operation id ([A-Za-z0-9._-]{{1,64}})")
     return os.path.join(state_dir, "results", f"{operation}.json")
 

@@ -29,7 +29,7 @@ from agent.host import AgentHost
 from agent.lock import HostLock
 from journal import JournalFullError, JournalPoisonedError, JournalWriter
 from upgrade_core import EVENT_CODEC, Event, Policy, Ports, Recorded
-from upgrade_core.errors import HistoryError, JournalDurabilityError
+from upgrade_core.errors import JournalDurabilityError, JournalUnreadableError
 from upgrade_core.ports import ArchiveSource
 
 if TYPE_CHECKING:
@@ -100,13 +100,18 @@ class JournalPort:
         self._reread = self._writer.records()
 
     async def reread(self) -> Sequence[Recorded]:
-        """Replay the journal from disk, read-only (other processes' appends included)."""
-        from journal import JournalCorruptError, replay
+        """Replay the journal from disk, read-only (other processes' appends included).
+
+        Raises:
+            JournalUnreadableError: a corrupt or undecodable record; names its file and offset (exit 3).
+        """
+        from journal import JournalCorruptError, JournalDecodeError, replay
 
         try:
             rep = await anyio.to_thread.run_sync(replay, self._writer.directory, EVENT_CODEC)
-        except JournalCorruptError as exc:
-            raise HistoryError(str(exc)) from None
+        except (JournalCorruptError, JournalDecodeError) as exc:
+            reason = getattr(exc, "reason", None) or str(exc)
+            raise JournalUnreadableError(exc.path or self._writer.directory, exc.offset, reason) from None
         self._reread = rep.records
         return rep.records
 

@@ -8,13 +8,11 @@ from ._decide import (
     Commit,
     FinishRollback,
     HostFacts,
-    NeedsAttention,
     NoOp,
     Plan,
     PublishAndClose,
     ResumeHealth,
     Rollback,
-    UnreadableJournal,
     decide,
 )
 from ._events import *  # noqa: F403
@@ -23,6 +21,9 @@ from ._fold import EpisodeView, Folder, JournalView, fold
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, Verdict
 from ._history import summarize_history
 from ._orchestrator import (
+    OPERATION_ID_RE,
+    CheckedJournal,
+    HandedOff,
     Policy,
     Ports,
     RestartScheduled,
@@ -34,5 +35,5 @@ from ._orchestrator import (
     run_upgrade,
     self_upgrade_prepare,
 )
-from ._state import TRANSITIONS, EpisodeState, advance, diagram_mermaid
+from ._state import TRANSITIONS, EpisodeContext, EpisodeState, advance, diagram_mermaid, next_state
 from .codec import EVENT_CODEC, EventCodec, EventDecodeError

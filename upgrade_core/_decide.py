@@ -32,21 +32,6 @@ class HostFacts:
     candidate_slot_sha256: str | None = None
 
 
-@attrs.frozen
-class UnreadableJournal:
-    """The journal could not be read past some point: a corrupt record in the middle (SPEC 4.5, C13).
-
-    Attributes:
-        path: the journal file.
-        offset: byte offset of the bad record.
-        reason: one line.
-    """
-
-    path: str
-    offset: int
-    reason: str
-
-
 # -- plans (frozen values; the orchestrator executes them) ------------------------------------------
 @attrs.frozen
 class NoOp:
@@ -134,38 +119,23 @@ class CloseOnly:
     result: UpgradeResult
 
 
-@attrs.frozen
-class NeedsAttention:
-    """Do not guess: leave links as they are, report, exit 3.
-
-    Attributes:
-        reason: one line naming the file and offset when known.
-        path: the journal file, when the journal is unreadable.
-        offset: byte offset of the bad record.
-    """
-
-    reason: str
-    path: str | None = None
-    offset: int | None = None
+Plan = NoOp | Abort | ResumeHealth | Commit | Rollback | FinishRollback | PublishAndClose | CloseOnly
+"""What recovery does; the orchestrator carries out the plan's fields as given."""
 
 
-Plan = (
-    NoOp | Abort | ResumeHealth | Commit | Rollback | FinishRollback | PublishAndClose | CloseOnly
-    | NeedsAttention
-)
-
-
-def decide(view: JournalView | UnreadableJournal, facts: HostFacts) -> Plan:
+def decide(view: JournalView, facts: HostFacts) -> Plan:
     """Choose what recovery does, from the journal's durable prefix and the host (SPEC 4.5).
 
+    A journal unreadable in the middle never reaches here: reading it raises
+    :class:`~upgrade_core.errors.JournalUnreadableError` (file and offset, exit 3) and nothing is touched.
+
     Args:
-        view: the folded journal, or :class:`UnreadableJournal` when a record in the middle is corrupt.
+        view: the folded journal.
         facts: what the host shows.
 
     Returns:
         One plan. The rules, in SPEC 4.5's order:
 
-        - unreadable journal -> :class:`NeedsAttention` (links untouched);
         - no open episode -> :class:`NoOp`;
         - opened, never reached ``SwitchIntended`` -> :class:`Abort`;
         - ``SwitchIntended`` without ``SwitchCommitted``: ``current`` names the candidate slot and that
@@ -179,10 +149,6 @@ def decide(view: JournalView | UnreadableJournal, facts: HostFacts) -> Plan:
         - ``RollbackStarted`` without ``RolledBack`` -> :class:`FinishRollback`;
         - published, not closed -> :class:`CloseOnly`.
     """
-    if isinstance(view, UnreadableJournal):
-        return NeedsAttention(
-            f"journal unreadable at {view.path} offset {view.offset}: {view.reason}", view.path, view.offset
-        )
     ep = view.open_episode
     if ep is None:
         return NoOp()

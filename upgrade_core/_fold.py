@@ -1,9 +1,10 @@
 """``fold(records) -> JournalView``: the journal's history, derived (SPEC 2, 4.2). Pure, no I/O.
 
 Each record is checked before it is applied (eventsourcing's "validate before mutating"): its ``seq``
-must be the previous one + 1, and its event must be a legal transition of its episode
-(:func:`upgrade_core._state.advance`). Anything else is a :class:`~upgrade_core.errors.HistoryError`:
-recovery never guesses over an illegal history.
+must be the previous one + 1, and its event must be legal for its episode by THE rule,
+:func:`upgrade_core.next_state` (the table plus the rules that need the episode's facts, given as
+:class:`~upgrade_core.EpisodeContext`). Anything else is a :class:`~upgrade_core.errors.HistoryError`:
+recovery never guesses over an illegal history. The handlers below only record facts; they check nothing.
 
 Speed: the replay benchmark folds 100k records. The fold therefore works on small mutable builders, one
 handler per event type looked up in a dict, and freezes them into :class:`EpisodeView` values once at the
@@ -18,8 +19,8 @@ from typing import Any, Final
 import attrs
 
 from . import _events as ev
-from ._events import EpisodeKind, HealthTarget, Slot, UpgradeResult
-from ._state import _NEXT, TERMINAL_STATES, EpisodeState, advance
+from ._events import EpisodeKind, Slot, UpgradeResult
+from ._state import TERMINAL_STATES, EpisodeContext, EpisodeState, next_state
 from .errors import HistoryError
 
 _S = EpisodeState
@@ -211,12 +212,15 @@ class JournalView:
 class _Ep:
     """Mutable builder for one episode (frozen into :class:`EpisodeView` at the end)."""
 
-    __slots__ = ("episode_id", "fields", "state")
+    __slots__ = ("ctx", "episode_id", "fields", "state")
 
-    def __init__(self, episode_id: str, state: EpisodeState, fields: dict[str, Any]) -> None:
+    def __init__(
+        self, episode_id: str, state: EpisodeState, fields: dict[str, Any], ctx: EpisodeContext
+    ) -> None:
         self.episode_id = episode_id
         self.state = state
         self.fields = fields
+        self.ctx = ctx  # the facts next_state needs; replaced (attrs.evolve) when one of them changes
 
 
 class Folder:
@@ -227,6 +231,9 @@ class Folder:
     """
 
     def __init__(self) -> None:
+        self._clear()
+
+    def _clear(self) -> None:
         self._last_seq = 0
         self._eps: dict[str, _Ep] = {}
         self._open: str | None = None
@@ -263,23 +270,15 @@ class Folder:
             return
         ep = self._eps.get(episode_id)
         if ep is None:
-            if type(event) is not ev.EpisodeOpened:
-                raise HistoryError(f"journal seq {seq}: {event.TAG} for unknown episode {episode_id!r}")
-            if episode_id in self._closed:
-                raise HistoryError(f"journal seq {seq}: episode {episode_id!r} opened again after closing")
-            if self._open is not None:
-                raise HistoryError(
-                    f"journal seq {seq}: episode {episode_id!r} opened while {self._open!r} is still open"
-                )
-            advance(_S.NEW, event.TAG, seq)
+            ctx = self.context_of(episode_id)
+            next_state(_S.NEW, ctx, event, seq)  # IllegalTransitionError: unknown episode, reopened, ...
+            assert type(event) is ev.EpisodeOpened
             ep = self._opened(episode_id, event, seq, record.wall_time)
             self._eps[episode_id] = ep
             self._open = episode_id
             self._last_seq = seq
             return
-        new_state = _NEXT.get((ep.state, event.TAG))
-        if new_state is None:
-            new_state = advance(ep.state, event.TAG, seq)  # raises IllegalTransitionError
+        new_state = next_state(ep.state, ep.ctx, event, seq)  # raises IllegalTransitionError
         handler = _HANDLERS.get(type(event))
         if handler is not None:
             handler(self, ep, event, seq)
@@ -323,18 +322,43 @@ class Folder:
         ep = self._eps.get(episode_id)
         return ep.state if ep is not None else _S.NEW
 
+    def context_of(self, episode_id: str) -> EpisodeContext:
+        """The facts :func:`upgrade_core.next_state` needs for the next event of ``episode_id``.
+
+        For an id never opened: the journal's open episode and whether the id was closed before (its
+        episode may have been compacted into history).
+        """
+        ep = self._eps.get(episode_id)
+        if ep is not None:
+            return ep.ctx
+        return EpisodeContext(episode_id, open_episode=self._open, closed_before=episode_id in self._closed)
+
+    def check(self, episode_id: str, event: ev.Event) -> EpisodeState:
+        """The state ``event`` would lead ``episode_id`` to; changes nothing (:func:`next_state`).
+
+        Raises:
+            IllegalTransitionError: the event breaks a lifecycle rule in this episode's state and context.
+        """
+        return next_state(self.state_of(episode_id), self.context_of(episode_id), event)
+
+    def reset(self, records: Iterable[ev.Recorded]) -> None:
+        """Forget everything applied and fold ``records`` afresh (after another process rewrote the journal).
+
+        Raises:
+            HistoryError: as :meth:`apply`.
+        """
+        self._clear()
+        self.apply_all(records)
+
     # -- handlers ----------------------------------------------------------------------------------------
     def _opened(self, episode_id: str, e: ev.EpisodeOpened, seq: int, wall: float) -> _Ep:
-        if e.operation != episode_id:
-            raise HistoryError(
-                f"journal seq {seq}: EpisodeOpened names {e.operation!r} in episode {episode_id!r}"
-            )
+        ctx = EpisodeContext(episode_id, kind=e.kind)
         return _Ep(episode_id, _S.OPENED, {
             "kind": e.kind, "source": e.source, "expected_sha256": e.expected_sha256,
             "expected_version": e.expected_version, "from_slot": e.from_slot, "from_version": e.from_version,
             "max_health_attempts": e.max_health_attempts, "stability_s": e.stability_s,
             "health_timeout_s": e.health_timeout_s, "opened_seq": seq, "last_seq": seq, "opened_at": wall,
-        })
+        }, ctx)
 
     def _snapshot(self, e: ev.HistorySnapshot) -> None:
         for summary in e.episodes:
@@ -353,15 +377,16 @@ class Folder:
         f["candidate_sha256"] = e.sha256
         f["candidate_size"] = e.size
         f["staging_path"] = e.staging_path
+        f["installed"] = False
+        _refresh(ep)
 
     def _h_verified(self, ep: _Ep, e: ev.CandidateVerified, seq: int) -> None:
         ep.fields["candidate_version"] = e.version
 
     def _h_installed(self, ep: _Ep, e: ev.CandidateInstalled, seq: int) -> None:
         f = ep.fields
-        if e.slot != f.get("candidate_slot") or e.sha256 != f.get("candidate_sha256"):
-            raise HistoryError(f"journal seq {seq}: CandidateInstalled does not match the staged candidate")
         f["installed"] = True
+        _refresh(ep)
         f["staging_path"] = None
         version = f.get("candidate_version")
         if version is not None:
@@ -374,8 +399,6 @@ class Folder:
 
     def _h_switch_intended(self, ep: _Ep, e: ev.SwitchIntended, seq: int) -> None:
         f = ep.fields
-        if e.candidate_slot != f.get("candidate_slot") or not f.get("installed"):
-            raise HistoryError(f"journal seq {seq}: SwitchIntended before its candidate was installed")
         f["switch_intended"] = True
         f["switch_previous_slot"] = e.previous_slot
         f["switch_last_good"] = e.last_good
@@ -383,8 +406,6 @@ class Folder:
             f["last_good_slot"] = e.last_good
 
     def _h_switch_committed(self, ep: _Ep, e: ev.SwitchCommitted, seq: int) -> None:
-        if e.slot != ep.fields.get("candidate_slot"):
-            raise HistoryError(f"journal seq {seq}: SwitchCommitted names {e.slot}, not the candidate slot")
         ep.fields["switch_landed"] = True
 
     def _h_mirrors(self, ep: _Ep, e: ev.MirrorsSynced, seq: int) -> None:
@@ -400,20 +421,14 @@ class Folder:
         ep.fields["observed_invocation"] = e.invocation_id
 
     def _h_attempt(self, ep: _Ep, e: ev.HealthAttemptStarted, seq: int) -> None:
-        key = _attempt_key(ep.state, e.target, seq, "started")
-        expected = ep.fields.get(key, 0) + 1
-        if e.attempt != expected:
-            raise HistoryError(f"journal seq {seq}: health attempt {e.attempt} where {expected} was due")
-        ep.fields[key] = expected
+        ep.fields["rollback_attempts_started" if e.target == "last_good" else "attempts_started"] = e.attempt
+        _refresh(ep)
 
     def _h_failed(self, ep: _Ep, e: ev.HealthFailed, seq: int) -> None:
-        key = _attempt_key(ep.state, e.target, seq, "failed")
+        key = "rollback_attempts_failed" if e.target == "last_good" else "attempts_failed"
         ep.fields[key] = ep.fields.get(key, 0) + 1
         if e.target == "candidate":
             ep.fields["health_failure"] = e.reason
-
-    def _h_passed(self, ep: _Ep, e: ev.HealthPassed, seq: int) -> None:
-        _attempt_key(ep.state, e.target, seq, "passed")
 
     def _h_committed(self, ep: _Ep, e: ev.UpgradeCommitted, seq: int) -> None:
         ep.fields["committed_version"] = e.version
@@ -434,9 +449,6 @@ class Folder:
             self._failed.add(sha)
 
     def _h_aborted(self, ep: _Ep, e: ev.Aborted, seq: int) -> None:
-        if ep.state in (_S.SWITCHED, _S.RESTARTED) and ep.fields["kind"] != "install":
-            kind = ep.fields["kind"]
-            raise HistoryError(f"journal seq {seq}: Aborted after the switch of a {kind} episode")
         ep.fields["abort_reason"] = e.reason
 
     def _h_unchanged(self, ep: _Ep, e: ev.CandidateUnchanged, seq: int) -> None:
@@ -444,30 +456,15 @@ class Folder:
         ep.fields["staging_path"] = None
 
     def _h_published(self, ep: _Ep, e: ev.ResultPublished, seq: int) -> None:
-        expected = "noop" if ep.state is _S.UNCHANGED else None
-        if expected is not None and e.result.result != expected:
-            raise HistoryError(f"journal seq {seq}: {e.result.result} published for an unchanged candidate")
         ep.fields["published"] = e.result
+        _refresh(ep)
 
     def _h_closed(self, ep: _Ep, e: ev.EpisodeClosed, seq: int) -> None:
         published: UpgradeResult = ep.fields["published"]
-        if e.result != published.result:
-            raise HistoryError(f"journal seq {seq}: closed as {e.result} but published {published.result}")
         self._closed[ep.episode_id] = published
 
     def _h_recovery(self, ep: _Ep, e: ev.RecoveryStarted, seq: int) -> None:
         ep.fields["recoveries"] = ep.fields.get("recoveries", 0) + 1
-
-
-def _attempt_key(state: EpisodeState, target: HealthTarget, seq: int, what: str) -> str:
-    """Which counter a health event feeds; a target that does not fit the state is a HistoryError."""
-    if state is _S.ROLLING_BACK:
-        if target != "last_good":
-            raise HistoryError(f"journal seq {seq}: candidate health event during a rollback")
-        return f"rollback_attempts_{what}"
-    if target != "candidate":
-        raise HistoryError(f"journal seq {seq}: last-good health event before a rollback")
-    return f"attempts_{what}"
 
 
 _HANDLERS: Final[dict[type[ev.Event], Callable[[Folder, _Ep, Any, int], None]]] = {
@@ -484,7 +481,6 @@ _HANDLERS: Final[dict[type[ev.Event], Callable[[Folder, _Ep, Any, int], None]]] 
     ev.RestartObserved: Folder._h_observed,
     ev.HealthAttemptStarted: Folder._h_attempt,
     ev.HealthFailed: Folder._h_failed,
-    ev.HealthPassed: Folder._h_passed,
     ev.UpgradeCommitted: Folder._h_committed,
     ev.RollbackStarted: Folder._h_rollback,
     ev.RolledBack: Folder._h_rolled_back,
@@ -494,6 +490,17 @@ _HANDLERS: Final[dict[type[ev.Event], Callable[[Folder, _Ep, Any, int], None]]] 
     ev.EpisodeClosed: Folder._h_closed,
     ev.RecoveryStarted: Folder._h_recovery,
 }
+
+
+def _refresh(ep: _Ep) -> None:
+    """Rebuild the episode's :class:`EpisodeContext` after a fact the rules need changed (positional: hot)."""
+    f = ep.fields
+    published = f.get("published")
+    ep.ctx = EpisodeContext(
+        ep.episode_id, f["kind"], f.get("candidate_slot"), f.get("candidate_sha256"),
+        f.get("installed", False), f.get("attempts_started", 0), f.get("rollback_attempts_started", 0),
+        published.result if published is not None else None,
+    )
 
 
 def _freeze(episode_id: str, ep: _Ep) -> EpisodeView:

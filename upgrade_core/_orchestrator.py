@@ -1,11 +1,22 @@
 """The async flows of SPEC 4.3-4.5, against the ports of :mod:`upgrade_core.ports` only. No I/O of its own.
 
-Every effect is bracketed: the transition of its completion event is checked with ``advance`` *before*
-the effect (h11's "validate before send"), an intent event is durable before an effect that recovery must
-re-check (``SwitchIntended``, ``RestartRequested``, ``HealthAttemptStarted``, ``RollbackStarted``), and a
-completion event follows it. Journal appends and link flips are shielded from cancellation. After
-``SwitchIntended`` the whole flow is shielded and carries on to a terminal state; before it, a
-cancellation aborts cleanly (``Aborted`` published and closed) and is then re-raised.
+Every append goes through one helper, :class:`CheckedJournal`: the event is checked with THE rule
+(:func:`upgrade_core.next_state`, table and context) *before* the append, so an event that breaks a rule
+never becomes durable. Every effect goes through one bracket (``_Run.bracket``): an intent event is durable
+before an effect that recovery must re-check (``SwitchIntended``, ``RestartRequested``,
+``HealthAttemptStarted``, ``RollbackStarted``), the completion is checked before the effect (h11's
+"validate before send") and appended after it. Journal appends and link flips are shielded from
+cancellation. One loop runs health attempts (candidate, rollback, self-upgrade resume); one builder names
+transient units; recovery carries out the fields of the plan :func:`decide` returned.
+
+Phases: once an episode is open and before ``SwitchIntended``, ANY exception aborts it (``Aborted``
+published and closed): an :class:`~upgrade_core.errors.UpgradeError` then returns the ``aborted`` result, a
+cancellation or another exception (a bug) is re-raised after the abort; only a
+:class:`~upgrade_core.errors.JournalError` (nothing can be journaled) passes through untouched. After
+``SwitchIntended`` the whole flow is shielded and carries on to a terminal state.
+
+Each flow folds the journal once (or uses the caller's :class:`Folder`) and reads ``host.links()`` once at
+its start, again only after a recovery may have changed the host.
 
 The caller holds the host lock (SPEC 4.3 step 1, 4.6 inv. 7); signals are the CLI's.
 """
@@ -13,7 +24,8 @@ The caller holds the host lock (SPEC 4.3 step 1, 4.6 inv. 7); signals are the CL
 from __future__ import annotations
 
 import re
-from typing import Literal
+from collections.abc import Awaitable, Callable
+from typing import Final, Literal, TypeVar
 
 import anyio
 import attrs
@@ -25,26 +37,24 @@ from ._decide import (
     Commit,
     FinishRollback,
     HostFacts,
-    NeedsAttention,
     NoOp,
+    Plan,
     PublishAndClose,
     ResumeHealth,
     Rollback,
     decide,
 )
-from ._events import EpisodeKind, HealthTarget, Slot, Trigger, UpgradeResult, other_slot
+from ._events import EpisodeKind, HealthTarget, Recorded, Slot, Trigger, UpgradeResult, other_slot
 from ._fold import EpisodeView, Folder
-from ._health import Expectation, Failed, HealthJudge, Passed, Pending, Verdict
+from ._health import Expectation, Failed, HealthJudge, Passed, Pending
 from ._state import EpisodeState, advance
 from .errors import (
     AlreadyInstalledError,
-    CandidateError,
-    FetchError,
     HostError,
-    JournalDurabilityError,
+    JournalError,
     NotInstalledError,
     ServiceError,
-    UsageError,
+    UpgradeError,
 )
 from .ports import (
     ArchiveSource,
@@ -53,14 +63,16 @@ from .ports import (
     Host,
     IdSource,
     Journal,
+    LinkState,
     ResultSink,
     ServiceManager,
     Verifier,
 )
 
 _S = EpisodeState
-OPERATION_RE = re.compile(r"[A-Za-z0-9._-]{1,64}")
-"""Operation ids (SPEC 4.3 step 1)."""
+_R = TypeVar("_R")
+OPERATION_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
+"""The operation-id rule (SPEC 4.3 step 1): use ``OPERATION_ID_RE.fullmatch(value)``. The one copy."""
 
 
 @attrs.frozen
@@ -117,7 +129,8 @@ class UpgradeRequest:
         expected_version: ``--expect-version``, or None.
 
     Raises:
-        UsageError: a malformed operation id.
+        ValueError: an operation id not matching :data:`OPERATION_ID_RE` (caller misuse: the agent
+            validates user input first and raises its own usage error).
     """
 
     operation: str
@@ -127,8 +140,8 @@ class UpgradeRequest:
     expected_version: str | None = None
 
     def __attrs_post_init__(self) -> None:
-        if not OPERATION_RE.fullmatch(self.operation):
-            raise UsageError(f"operation id {self.operation!r} must match [A-Za-z0-9._-]{{1,64}}")
+        if not OPERATION_ID_RE.fullmatch(self.operation):
+            raise ValueError(f"operation id {self.operation!r} must match {OPERATION_ID_RE.pattern}")
 
 
 @attrs.frozen
@@ -138,6 +151,22 @@ class RestartScheduled:
     Attributes:
         operation: the episode.
         unit: the transient restart unit's name.
+    """
+
+    operation: str
+    unit: str
+
+
+@attrs.frozen
+class HandedOff:
+    """A ``boot`` recovery handed the health check to a transient unit (SPEC 4.5); the episode stays open.
+
+    That unit (``recover-agent-upgrade --trigger manual``, ordered after the agent unit) owns the episode
+    from now on; the caller reports ``handed_off`` and exits 0.
+
+    Attributes:
+        operation: the open episode.
+        unit: the transient unit's name.
     """
 
     operation: str
@@ -162,56 +191,164 @@ class ResumeOutcome:
     attempts_left: int = 0
 
 
-_PRE_SWITCH_ERRORS = (CandidateError, FetchError, HostError)
+class CheckedJournal:
+    """The one way a flow appends: check with THE rule, append durably (shielded), fold the record.
+
+    Holds the journal port and the :class:`Folder` that mirrors it. :meth:`append` checks the event with
+    :func:`upgrade_core.next_state` against the folder's state and :class:`~upgrade_core.EpisodeContext`
+    *before* anything reaches the journal (h11's "validate before send"), so an event breaking a lifecycle
+    rule raises and the journal is left byte-identical and replayable.
+
+    Args:
+        journal: the journal port (the caller holds the host lock).
+        folder: the folded journal; every append is applied to it.
+    """
+
+    def __init__(self, journal: Journal, folder: Folder) -> None:
+        self.journal = journal
+        self.folder = folder
+
+    def check(self, episode_id: str, event: ev.Event) -> EpisodeState:
+        """The state ``event`` would lead to; appends nothing.
+
+        Raises:
+            IllegalTransitionError: the event breaks a lifecycle rule (SPEC 4.2) in this state and context.
+        """
+        return self.folder.check(episode_id, event)
+
+    def check_kind(self, episode_id: str, event_type: type[ev.Event]) -> None:
+        """The table allows an event of ``event_type`` next (used before an effect whose completion event
+        depends on the effect's outcome; the full rule is checked again at :meth:`append`).
+
+        Raises:
+            IllegalTransitionError: the table has no such transition from the episode's state.
+        """
+        advance(self.folder.state_of(episode_id), event_type.TAG)
+
+    async def append(self, episode_id: str, event: ev.Event) -> Recorded:
+        """Check, append durably (shielded from cancellation), apply to the folder.
+
+        Args:
+            episode_id: the episode (= operation id).
+            event: the event.
+
+        Returns:
+            The durable record.
+
+        Raises:
+            IllegalTransitionError: the event breaks a lifecycle rule; nothing was appended.
+            JournalDurabilityError: the append failed (ENOSPC, poisoned journal); the journal port's error.
+        """
+        self.check(episode_id, event)
+        with anyio.CancelScope(shield=True):
+            record = await self.journal.append(episode_id, event)
+        self.folder.apply(record)
+        return record
+
+
+_PRE_SWITCH_STATES: Final = frozenset({_S.OPENED, _S.FETCHED, _S.STAGED, _S.VERIFIED})
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 class _Run:
-    """One process's view of the journal plus the helpers every flow shares."""
+    """One flow's view of the journal (folded once) plus the helpers every flow shares."""
 
-    def __init__(self, ports: Ports, policy: Policy) -> None:
+    def __init__(self, ports: Ports, policy: Policy, folder: Folder | None) -> None:
         self.p = ports
         self.policy = policy
-        self.folder = Folder()
-        self.folder.apply_all(ports.journal.records())
+        records = ports.journal.records()
+        if folder is None:
+            folder = Folder()
+            folder.apply_all(records)
+        elif folder.last_seq != (records[-1].seq if records else 0):
+            raise ValueError(
+                f"the caller's folder stops at seq {folder.last_seq}, the journal does not: fold it first"
+            )
+        self.folder = folder
+        self.journal = CheckedJournal(ports.journal, folder)
 
     # -- journal -----------------------------------------------------------------------------------------
     def ep(self, op: str) -> EpisodeView:
         return self.folder.episode(op)
 
-    def check(self, op: str, event_type: type[ev.Event]) -> None:
-        """Raise IllegalTransitionError unless ``event_type`` may follow ``op``'s state (before an effect)."""
-        advance(self.folder.state_of(op), event_type.TAG)
-
     async def emit(self, op: str, event: ev.Event) -> None:
-        """Check the transition, append durably (shielded), and fold the record."""
-        advance(self.folder.state_of(op), event.TAG)
-        with anyio.CancelScope(shield=True):
-            record = await self.p.journal.append(op, event)
-        self.folder.apply(record)
+        await self.journal.append(op, event)
+
+    async def bracket(
+        self,
+        op: str,
+        effect: Callable[[], Awaitable[_R]],
+        completion: ev.Event | Callable[[_R], ev.Event],
+        *,
+        kind: type[ev.Event] | None = None,
+        intent: ev.Event | None = None,
+        shield: bool = False,
+    ) -> _R:
+        """intent (durable) -> effect -> completion, the completion checked before the effect.
+
+        Args:
+            op: the episode.
+            effect: the side effect.
+            completion: the completion event, or a function of the effect's outcome building it (then
+                ``kind`` names its class, checked against the table before the effect).
+            kind: the completion's class when ``completion`` is a function.
+            intent: an event made durable before the effect (recovery re-checks the host for it).
+            shield: shield the effect and the completion from cancellation.
+
+        Returns:
+            The effect's outcome.
+        """
+        if intent is not None:
+            await self.emit(op, intent)
+        if isinstance(completion, ev.Event):
+            self.journal.check(op, completion)
+        else:
+            assert kind is not None, "bracket: a completion built from the outcome needs its kind"
+            self.journal.check_kind(op, kind)
+        with anyio.CancelScope(shield=shield):
+            outcome = await effect()
+            event = completion if isinstance(completion, ev.Event) else completion(outcome)
+            await self.emit(op, event)
+        return outcome
+
+    def unit_name(self, purpose: Literal["restart", "recover"], op: str, attempt: int | None = None) -> str:
+        """The one builder of transient unit names (SPEC 4.3 step 6): ``NAME-restart-<op8>-<n>-<rand4>``,
+        ``NAME-recover-<op8>-<rand4>``."""
+        middle = f"{op[:8]}-{attempt}" if attempt is not None else op[:8]
+        return f"{self.policy.agent}-{purpose}-{middle}-{self.p.ids.token_hex(2)}"
 
     # -- publishing ----------------------------------------------------------------------------------------
-    async def publish_close(self, op: str) -> UpgradeResult:
-        """Result to the sink, then ``ResultPublished``, then ``EpisodeClosed`` (SPEC 4.3 step 9, inv. 5)."""
+    async def publish_close(self, op: str, result: UpgradeResult | None = None) -> UpgradeResult:
+        """Result to the sink, then ``ResultPublished``, then ``EpisodeClosed`` (SPEC 4.3 step 9, inv. 5).
+
+        ``result`` is the plan's (recovery), else the episode's terminal result.
+        """
         ep = self.ep(op)
-        result = ep.terminal_result
+        if result is None:
+            result = ep.terminal_result
         if result is None:
             raise AssertionError(f"publish_close: episode {op} in state {ep.state.value} has no result")
         with anyio.CancelScope(shield=True):
             if ep.state is not _S.PUBLISHED:
-                self.check(op, ev.ResultPublished)
-                await self.p.sink.publish(result)
-                await self.emit(op, ev.ResultPublished(result))
+                await self.bracket(op, lambda: self.p.sink.publish(result), ev.ResultPublished(result))
             await self.emit(op, ev.EpisodeClosed(result.result))
         return result
 
     async def abort(self, op: str, reason: str) -> UpgradeResult:
         """Discard staging leftovers, never touch links, journal ``Aborted``, publish, close."""
-        with anyio.CancelScope(shield=True):
-            ep = self.ep(op)
+        ep = self.ep(op)
+
+        async def clean() -> None:
             if ep.staging_path is not None and not ep.installed:
                 await self.p.host.discard_staging(ep.staging_path)
             await self.p.host.sweep_staging()
-            await self.emit(op, ev.Aborted(reason))
+
+        with anyio.CancelScope(shield=True):
+            await self.bracket(op, clean, ev.Aborted(reason), shield=True)
             result = await self.publish_close(op)
         return result
 
@@ -219,52 +356,57 @@ class _Run:
     async def open_episode(self, req: UpgradeRequest, kind: EpisodeKind, from_slot: Slot | None) -> None:
         view = self.folder.view()
         from_version = view.slot_versions.get(from_slot) if from_slot is not None else None
-        await self.p.host.sweep_staging()  # leftovers of an earlier crash (C05); never a slot target
-        await self.emit(req.operation, ev.EpisodeOpened(
+        opened = ev.EpisodeOpened(
             operation=req.operation, kind=kind, source=req.source_redacted,
             expected_sha256=req.expected_sha256, expected_version=req.expected_version,
             from_slot=from_slot, from_version=from_version, max_health_attempts=self.policy.max_attempts,
             stability_s=self.policy.stability_s, health_timeout_s=self.policy.health_timeout_s,
-        ))
+        )
+        # leftovers of an earlier crash (C05); never a slot target
+        await self.bracket(req.operation, self.p.host.sweep_staging, opened)
 
-    async def stage_and_verify(self, req: UpgradeRequest, slot: Slot, current: Slot | None) -> bool:
+    async def stage_and_verify(self, req: UpgradeRequest, slot: Slot, links: LinkState) -> bool:
         """Fetch + stage into ``slot``, noop check, verify, repoint last-good, install. False on noop."""
         op = req.operation
         host = self.p.host
+        current = links.current
         staging_path = await host.prepare_staging(slot)
-        self.check(op, ev.ArchiveFetched)
-        staged = await self.p.source.stage(req.source, req.expected_sha256, staging_path, slot)
-        await self.emit(op, ev.ArchiveFetched(staged.archive_size, staged.archive_sha256))
+        staged = await self.bracket(
+            op, lambda: self.p.source.stage(req.source, req.expected_sha256, staging_path, slot),
+            lambda s: ev.ArchiveFetched(s.archive_size, s.archive_sha256), kind=ev.ArchiveFetched,
+        )
         await self.emit(op, ev.CandidateStaged(staged.slot, staged.sha256, staged.size, staged.staging_path))
         if current is not None and staged.sha256 == await host.slot_sha256(current):
+            version = self.folder.view().slot_versions.get(current)
             with anyio.CancelScope(shield=True):
-                await host.discard_staging(staged.staging_path)
-                version = self.folder.view().slot_versions.get(current)
-                await self.emit(op, ev.CandidateUnchanged(current, version))
+                await self.bracket(
+                    op, lambda: host.discard_staging(staged.staging_path),
+                    ev.CandidateUnchanged(current, version),
+                )
                 await self.publish_close(op)
             return False
-        self.check(op, ev.CandidateVerified)
-        version = await self.p.verifier.verify(staged.staging_path, req.expected_version)
-        await self.emit(op, ev.CandidateVerified(version))
-        if current is not None:
-            links = host.links()
-            if links.last_good != current:
-                # The slot last-good names is about to be overwritten: last-good joins current first.
-                self.check(op, ev.LastGoodRepointed)
-                with anyio.CancelScope(shield=True):
-                    await host.point_last_good(current)
-                    await self.emit(op, ev.LastGoodRepointed(current))
-        self.check(op, ev.CandidateInstalled)
-        with anyio.CancelScope(shield=True):
-            await host.install_staged(staged)
-            await self.emit(op, ev.CandidateInstalled(staged.slot, staged.sha256))
+        await self.bracket(
+            op, lambda: self.p.verifier.verify(staged.staging_path, req.expected_version),
+            ev.CandidateVerified, kind=ev.CandidateVerified,
+        )
+        if current is not None and links.last_good != current:
+            # The slot last-good names is about to be overwritten: last-good joins current first.
+            await self.bracket(op, lambda: host.point_last_good(current), ev.LastGoodRepointed(current),
+                               shield=True)
+        installed = ev.CandidateInstalled(staged.slot, staged.sha256)
+        await self.bracket(op, lambda: host.install_staged(staged), installed, shield=True)
         return True
 
-    async def pre_switch(self, req: UpgradeRequest, slot: Slot, current: Slot | None) -> UpgradeResult | None:
-        """Steps 3-4 with clean aborts: a terminal result (aborted/noop), or None to go on to the switch."""
+    async def pre_switch(self, req: UpgradeRequest, slot: Slot, links: LinkState) -> UpgradeResult | None:
+        """Steps 3-4 under the phase rule: a terminal result (aborted/noop), or None to go on to the switch.
+
+        Before ``SwitchIntended`` any exception aborts the open episode (``Aborted`` published, closed): an
+        :class:`UpgradeError` returns that result; a cancellation or a bug is re-raised after the abort. A
+        :class:`JournalError` passes through (nothing can be journaled).
+        """
         op = req.operation
         try:
-            if not await self.stage_and_verify(req, slot, current):
+            if not await self.stage_and_verify(req, slot, links):
                 result = self.folder.view().result_of(op)
                 assert result is not None
                 return result
@@ -272,37 +414,51 @@ class _Run:
             with anyio.CancelScope(shield=True):
                 await self.abort(op, "interrupted before the switch")
             raise
-        except JournalDurabilityError:
+        except JournalError:
             raise
-        except _PRE_SWITCH_ERRORS as exc:
-            return await self.abort(op, str(exc))
+        except Exception as exc:
+            if self.folder.state_of(op) not in _PRE_SWITCH_STATES:
+                raise  # the episode already reached its verdict (noop): nothing left to abort
+            reason = str(exc) if isinstance(exc, UpgradeError) else f"{type(exc).__name__}: {_one_line(exc)}"
+            result = await self.abort(op, reason)
+            if isinstance(exc, UpgradeError):
+                return result
+            raise
         return None
 
-    async def switch(self, op: str) -> None:
-        """Step 5: ``SwitchIntended`` -> flip ``current`` -> ``SwitchCommitted`` (shielded by the caller)."""
+    async def switch(self, op: str, last_good: Slot | None) -> None:
+        """Step 5: ``SwitchIntended`` -> flip ``current`` -> ``SwitchCommitted`` (shielded by the caller).
+
+        ``last_good`` is what ``last-good`` names now (the flow's one read of the links, plus its own
+        repointing).
+        """
         ep = self.ep(op)
         slot = ep.candidate_slot
         assert slot is not None
-        links = self.p.host.links()
-        await self.emit(op, ev.SwitchIntended(slot, ep.from_slot, links.last_good))
-        self.check(op, ev.SwitchCommitted)  # (after the intent; the intent's state allows it)
-        await self.p.host.point_current(slot)
-        await self.emit(op, ev.SwitchCommitted(slot))
+
+        async def flip() -> None:
+            await self.p.host.point_current(slot)
+
+        await self.bracket(op, flip, ev.SwitchCommitted(slot),
+                           intent=ev.SwitchIntended(slot, ep.from_slot, last_good))
 
     async def sync_mirrors(self, op: str) -> str | None:
         """Mirrors get a copy checked by digest; returns a failure reason, or None."""
         ep = self.ep(op)
-        assert ep.candidate_slot is not None and ep.candidate_sha256 is not None
-        self.check(op, ev.MirrorsSynced)
+        slot, sha = ep.candidate_slot, ep.candidate_sha256
+        assert slot is not None and sha is not None
         try:
-            paths = await self.p.host.sync_mirrors(ep.candidate_slot, ep.candidate_sha256)
+            await self.bracket(op, lambda: self.p.host.sync_mirrors(slot, sha), ev.MirrorsSynced,
+                               kind=ev.MirrorsSynced)
         except HostError as exc:
             return f"mirror sync failed: {exc}"
-        await self.emit(op, ev.MirrorsSynced(paths))
         return None
 
     # -- steps 6-9 ---------------------------------------------------------------------------------------
-    async def after_switch(self, op: str, *, close_open_attempt: bool = False) -> UpgradeResult:
+    async def after_switch(
+        self, op: str, attempts_left: int, *, close_open_attempt: bool = False
+    ) -> UpgradeResult:
+        """Mirrors (once), then the candidate's health phase here or in a handed-off transient unit."""
         ep = self.ep(op)
         if not ep.mirrors_synced and ep.attempts_started == 0:
             failure = await self.sync_mirrors(op)
@@ -313,31 +469,50 @@ class _Run:
             if close_open_attempt:
                 await self.close_attempt(op, "candidate")
             return await self.hand_off_and_wait(op)
-        return await self.health_phase(op, close_open_attempt=close_open_attempt)
+        return await self.health_phase(op, attempts_left, close_open_attempt=close_open_attempt)
 
     async def close_attempt(self, op: str, target: HealthTarget) -> None:
-        ep = self.ep(op)
-        n = ep.attempts_started if target == "candidate" else ep.rollback_attempts_started
+        """Journal a begun, never judged attempt as failed, so it stays spent."""
+        ctx = self.folder.context_of(op)
+        n = ctx.attempts_started if target == "candidate" else ctx.rollback_attempts_started
         await self.emit(op, ev.HealthFailed(n, "attempt interrupted before its verdict", target))
 
-    async def health_phase(self, op: str, *, close_open_attempt: bool = False) -> UpgradeResult:
+    async def health_attempts(
+        self, op: str, target: HealthTarget, slot: Slot, budget: int, *, restart: bool = True
+    ) -> Passed | Failed | None:
+        """THE health-attempt loop (SPEC 4.3 steps 6-8): up to ``budget`` attempts on ``slot``.
+
+        Each attempt is journaled before it runs (``HealthAttemptStarted``, so a crash loop spends its
+        attempts) and after its verdict (``HealthPassed``/``HealthFailed``).
+
+        Returns:
+            :class:`Passed` at the first passing attempt, the last :class:`Failed`, or None when
+            ``budget`` is 0.
+        """
+        verdict: Passed | Failed | None = None
+        for _ in range(budget):
+            ctx = self.folder.context_of(op)
+            n = (ctx.attempts_started if target == "candidate" else ctx.rollback_attempts_started) + 1
+            await self.emit(op, ev.HealthAttemptStarted(n, target))
+            verdict = await self.attempt(op, n, slot, restart=restart)
+            if isinstance(verdict, Passed):
+                await self.emit(op, ev.HealthPassed(n, target))
+                return verdict
+            await self.emit(op, ev.HealthFailed(n, verdict.reason, target))
+        return verdict
+
+    async def health_phase(
+        self, op: str, attempts_left: int, *, close_open_attempt: bool = False
+    ) -> UpgradeResult:
         """Candidate attempts until one passes (commit) or none is left (rollback)."""
         if close_open_attempt:
             await self.close_attempt(op, "candidate")
         ep = self.ep(op)
-        reason = ep.health_failure or "out of health attempts"
-        while ep.health_attempts_left > 0:
-            n = ep.attempts_started + 1
-            await self.emit(op, ev.HealthAttemptStarted(n, "candidate"))
-            assert ep.candidate_slot is not None
-            verdict = await self.attempt(op, n, ep.candidate_slot, restart=True)
-            if isinstance(verdict, Passed):
-                await self.emit(op, ev.HealthPassed(n, "candidate"))
-                return await self.commit(op)
-            assert isinstance(verdict, Failed)
-            await self.emit(op, ev.HealthFailed(n, verdict.reason, "candidate"))
-            reason = verdict.reason
-            ep = self.ep(op)
+        assert ep.candidate_slot is not None
+        verdict = await self.health_attempts(op, "candidate", ep.candidate_slot, attempts_left)
+        if isinstance(verdict, Passed):
+            return await self.commit(op)
+        reason = verdict.reason if verdict is not None else ep.health_failure or "out of health attempts"
         return await self.out_of_attempts(
             op, f"candidate unhealthy after {ep.max_health_attempts} attempt(s): {reason}"
         )
@@ -352,22 +527,22 @@ class _Run:
         ep = self.ep(op)
         if ep.kind == "install" or ep.switch_last_good is None:
             return await self.abort(op, reason)
-        await self.start_rollback(op, reason, ep.switch_last_good)
-        return await self.finish_rollback(op)
+        to_slot = ep.switch_last_good
+        await self.start_rollback(op, reason, to_slot)
+        return await self.finish_rollback(op, to_slot, self.ep(op).rollback_attempts_left)
 
     async def start_rollback(self, op: str, reason: str, to_slot: Slot) -> None:
         await self.emit(op, ev.RollbackStarted(reason, to_slot))
         await self.p.host.point_current(to_slot)
 
-    async def finish_rollback(self, op: str, *, close_open_attempt: bool = False) -> UpgradeResult:
-        """Point ``current`` at the rollback slot (idempotent), health-check it, close the episode."""
+    async def finish_rollback(
+        self, op: str, to_slot: Slot, attempts_left: int, *, close_open_attempt: bool = False
+    ) -> UpgradeResult:
+        """Point ``current`` at ``to_slot`` (idempotent), health-check it, close the episode."""
         if close_open_attempt:
             await self.close_attempt(op, "last_good")
-        ep = self.ep(op)
-        to_slot = ep.rollback_slot
-        assert to_slot is not None
         await self.p.host.point_current(to_slot)
-        if ep.mirrors:
+        if self.ep(op).mirrors:
             # The mirrors got the candidate at the switch; they follow current back (idempotent copies
             # checked by digest), or an operator must look: a mirror must never keep a rolled-back binary.
             try:
@@ -378,23 +553,15 @@ class _Run:
             except HostError as exc:
                 await self.emit(op, ev.AttentionNeeded(f"mirrors not restored to {to_slot}: {exc}"))
                 return await self.publish_close(op)
-        reason = "no attempt left for the last-good"
-        while ep.rollback_attempts_left > 0:
-            n = ep.rollback_attempts_started + 1
-            await self.emit(op, ev.HealthAttemptStarted(n, "last_good"))
-            verdict = await self.attempt(op, n, to_slot, restart=True)
-            if isinstance(verdict, Passed):
-                await self.emit(op, ev.HealthPassed(n, "last_good"))
-                await self.emit(op, ev.RolledBack(to_slot))
-                return await self.publish_close(op)
-            assert isinstance(verdict, Failed)
-            await self.emit(op, ev.HealthFailed(n, verdict.reason, "last_good"))
-            reason = verdict.reason
-            ep = self.ep(op)
+        verdict = await self.health_attempts(op, "last_good", to_slot, attempts_left)
+        if isinstance(verdict, Passed):
+            await self.emit(op, ev.RolledBack(to_slot))
+            return await self.publish_close(op)
+        reason = verdict.reason if verdict is not None else "no attempt left for the last-good"
         await self.emit(op, ev.AttentionNeeded(f"last-good {to_slot} failed its own health check: {reason}"))
         return await self.publish_close(op)
 
-    async def attempt(self, op: str, n: int, slot: Slot, *, restart: bool) -> Verdict:
+    async def attempt(self, op: str, n: int, slot: Slot, *, restart: bool) -> Passed | Failed:
         """One health attempt (SPEC 4.3 steps 6-7): restart through a transient unit, then judge samples."""
         p = self.p
         ep = self.ep(op)
@@ -407,7 +574,7 @@ class _Run:
                 baseline_pid, baseline_inv = before.main_pid, before.invocation_id
             except ServiceError:
                 pass  # no baseline: the new process is recognised by its start time instead
-            name = f"{self.policy.agent}-restart-{op[:8]}-{n}-{p.ids.token_hex(2)}"
+            name = self.unit_name("restart", op, n)
             requested = p.clock.monotonic()
             await self.emit(op, ev.RestartRequested(name, requested))
             try:
@@ -439,9 +606,12 @@ class _Run:
             await p.clock.sleep(self.policy.poll_interval_s)
 
     async def hand_off_and_wait(self, op: str) -> UpgradeResult:
-        """Hand steps 6-9 to a transient ``recover --trigger manual`` unit; poll until the episode closes."""
+        """Hand steps 6-9 to a transient ``recover --trigger manual`` unit; poll until the episode closes.
+
+        The folder is then refolded from disk (the same object: a caller's folder stays current).
+        """
         p = self.p
-        name = f"{self.policy.agent}-recover-{op[:8]}-{p.ids.token_hex(2)}"
+        name = self.unit_name("recover", op)
         await p.journal.relinquish()
         await p.service.hand_off_recovery(name, after_unit=False)
         ep = self.ep(op)
@@ -452,42 +622,46 @@ class _Run:
             folder.apply_all(records)
             result = folder.view().result_of(op)
             if result is not None:
-                self.folder = folder  # the transient unit appended: continue from what is on disk
+                self.folder.reset(records)  # the unit appended (maybe compacted): refold the disk
                 return result
             if p.clock.monotonic() > deadline:
                 raise ServiceError(f"handed-off recovery unit {name} did not close episode {op} in time")
             await p.clock.sleep(self.policy.poll_interval_s)
 
     # -- recovery (SPEC 4.5) -------------------------------------------------------------------------------
-    async def recover_open(self, trigger: Trigger) -> UpgradeResult | None:
-        view = self.folder.view()
-        open_ep = view.open_episode
+    async def recover_open(self, trigger: Trigger) -> UpgradeResult | HandedOff:
+        open_ep = self.folder.view().open_episode
         if open_ep is None:
             return UpgradeResult(None, "noop")
         op = open_ep.episode_id
         with anyio.CancelScope(shield=True):
-            result = await self._recover_episode(op, trigger)
+            await self.emit(op, ev.RecoveryStarted(trigger))
+            plan = await self.decide_plan(op)
+            result = await self.execute(op, plan, trigger)
         return result
 
-    async def _recover_episode(self, op: str, trigger: Trigger) -> UpgradeResult | None:
-        await self.emit(op, ev.RecoveryStarted(trigger))
+    async def decide_plan(self, op: str) -> Plan:
+        """Look at the host (one read of the links) and :func:`decide` from the folded journal."""
         ep = self.ep(op)
         sha = None
         if ep.state is _S.SWITCHING and ep.candidate_slot is not None:
             sha = await self.p.host.slot_sha256(ep.candidate_slot)
-        plan = decide(self.folder.view(), HostFacts(self.p.host.links(), sha))
+        return decide(self.folder.view(), HostFacts(self.p.host.links(), sha))
+
+    async def execute(self, op: str, plan: Plan, trigger: Trigger) -> UpgradeResult | HandedOff:
+        """Carry out ``plan``'s fields as :func:`decide` returned them (never re-derived from the view)."""
         boot = trigger == "boot"
         match plan:
             case Abort(reason=reason):
                 return await self.abort(op, reason)
-            case ResumeHealth(confirm_switch=confirm, close_open_attempt=close):
+            case ResumeHealth(attempts_left=left, confirm_switch=confirm, close_open_attempt=close):
                 if confirm:
-                    assert ep.candidate_slot is not None
-                    await self.emit(op, ev.SwitchCommitted(ep.candidate_slot))
+                    slot = self.ep(op).candidate_slot
+                    assert slot is not None
+                    await self.emit(op, ev.SwitchCommitted(slot))
                 if boot:
-                    await self.boot_hand_off(op, close, "candidate")
-                    return None
-                return await self.after_switch(op, close_open_attempt=close)
+                    return await self.boot_hand_off(op, close, "candidate")
+                return await self.after_switch(op, left, close_open_attempt=close)
             case Commit():
                 return await self.commit(op)
             case Rollback(reason=reason, to_slot=to_slot, close_open_attempt=close):
@@ -495,34 +669,33 @@ class _Run:
                     await self.close_attempt(op, "candidate")
                 await self.start_rollback(op, reason, to_slot)
                 if boot:
-                    await self.boot_hand_off(op, False, "last_good")
-                    return None
-                return await self.finish_rollback(op)
-            case FinishRollback(to_slot=to_slot, close_open_attempt=close):
+                    return await self.boot_hand_off(op, False, "last_good")
+                return await self.finish_rollback(op, to_slot, self.ep(op).rollback_attempts_left)
+            case FinishRollback(to_slot=to_slot, attempts_left=left, close_open_attempt=close):
                 if boot:
                     await self.p.host.point_current(to_slot)
-                    await self.boot_hand_off(op, close, "last_good")
-                    return None
-                return await self.finish_rollback(op, close_open_attempt=close)
-            case PublishAndClose() | CloseOnly():
-                return await self.publish_close(op)
-            case NoOp() | NeedsAttention():
+                    return await self.boot_hand_off(op, close, "last_good")
+                return await self.finish_rollback(op, to_slot, left, close_open_attempt=close)
+            case PublishAndClose(result=result) | CloseOnly(result=result):
+                return await self.publish_close(op, result)
+            case NoOp():
                 pass
         raise AssertionError(f"recover: unexpected plan {plan!r} for open episode {op}")
 
-    async def boot_hand_off(self, op: str, close: bool, target: HealthTarget) -> None:
+    async def boot_hand_off(self, op: str, close: bool, target: HealthTarget) -> HandedOff:
         """Boot trigger: never wait for the agent; journal the spent attempt, hand the check off."""
         if close:
             await self.close_attempt(op, target)
-        name = f"{self.policy.agent}-recover-{op[:8]}-{self.p.ids.token_hex(2)}"
+        name = self.unit_name("recover", op)
         await self.p.service.hand_off_recovery(name, after_unit=True)
+        return HandedOff(op, name)
 
 
-def _current_or_fail(host: Host) -> Slot:
-    current = host.links().current
-    if current is None:
+def _installed_links(host: Host) -> LinkState:
+    links = host.links()
+    if links.current is None:
         raise NotInstalledError(f"not installed: {host.current_link_path()} does not exist")
-    return current
+    return links
 
 
 async def _settle(run: _Run, op: str) -> UpgradeResult | None:
@@ -534,76 +707,100 @@ async def _settle(run: _Run, op: str) -> UpgradeResult | None:
     open_ep = view.open_episode
     if open_ep is not None:
         result = await run.recover_open("upgrade")
+        assert isinstance(result, UpgradeResult)  # only a boot recovery hands off
         if open_ep.episode_id == op:
             return result
     return None
 
 
-async def run_upgrade(ports: Ports, policy: Policy, request: UpgradeRequest) -> UpgradeResult:
+
+
+async def run_upgrade(
+    ports: Ports, policy: Policy, request: UpgradeRequest, *, folder: Folder | None = None
+) -> UpgradeResult:
     """The supervised flow, SPEC 4.3 steps 2-9 (the caller holds the host lock).
 
     Args:
         ports: the world.
         policy: agent name, unit and health policy.
         request: operation id, source, expected digest and version.
+        folder: the caller's already-folded journal (it owns it; the flow applies its own appends to it, so
+            ``folder.state_of(op)`` and ``folder.view()`` are current afterwards), or None to fold
+            ``ports.journal.records()`` here.
 
     Returns:
-        The terminal result: ``committed``, ``noop``, ``aborted`` (bad candidate, fetch error; the reason
+        The terminal result: ``committed``, ``noop``, ``aborted`` (any error before the switch; the reason
         names the URL (redacted) or file), ``rolled_back`` or ``needs_attention``. A closed operation id
         returns its recorded result without doing anything.
 
     Raises:
-        NotInstalledError: ``current`` does not exist (exit 2).
-        JournalDurabilityError: an append failed (exit 3); the episode is left to ``recover``.
-        HistoryError: the journal's history is illegal (exit 3); nothing was touched.
+        ValueError: ``folder`` does not end where the journal ends (caller misuse).
+        NotInstalledError: ``current`` does not exist (exit 2), before any episode opened.
         LayoutConflictError: a link is a real file (exit 2), before anything changed.
+        JournalError: an append failed (exit 3); the episode is left to ``recover``.
+        HistoryError: the journal's history is illegal (exit 3); nothing was touched.
+        Exception: a bug before the switch, re-raised after the episode was aborted; any error after
+            ``SwitchIntended`` leaves the episode to ``recover``.
     """
-    run = _Run(ports, policy)
+    run = _Run(ports, policy, folder)
     settled = await _settle(run, request.operation)
     if settled is not None:
         return settled
-    current = _current_or_fail(ports.host)
+    links = _installed_links(ports.host)
+    current = links.current
+    assert current is not None
     await run.open_episode(request, "upgrade", current)
-    done = await run.pre_switch(request, other_slot(current), current)
+    done = await run.pre_switch(request, other_slot(current), links)
     if done is not None:
         return done
     with anyio.CancelScope(shield=True):
-        await run.switch(request.operation)
-        result = await run.after_switch(request.operation)
+        await run.switch(request.operation, current)  # last-good names current by now (step 3)
+        result = await run.after_switch(request.operation, run.ep(request.operation).health_attempts_left)
     return result
 
 
-async def run_install(ports: Ports, policy: Policy, request: UpgradeRequest) -> UpgradeResult:
+async def run_install(
+    ports: Ports, policy: Policy, request: UpgradeRequest, *, folder: Folder | None = None
+) -> UpgradeResult:
     """Install on a bare host (SPEC 7 ``install``): stage into blue, point ``current`` AND ``last-good``
     at blue, health-check; on failure abort and report (the agent removes what it created).
 
+    Args:
+        ports, policy, request, folder: as :func:`run_upgrade`.
+
+    Returns:
+        ``committed``, or ``aborted`` (a bare host has nothing to roll back to).
+
     Raises:
         AlreadyInstalledError: ``current`` exists (use upgrade; the CLI turns an equal digest into noop).
-        JournalDurabilityError, HistoryError: as :func:`run_upgrade`.
+        JournalError, HistoryError: as :func:`run_upgrade`.
     """
-    run = _Run(ports, policy)
+    run = _Run(ports, policy, folder)
     settled = await _settle(run, request.operation)
     if settled is not None:
         return settled
-    if ports.host.links().current is not None:
+    links = ports.host.links()
+    if links.current is not None:
         raise AlreadyInstalledError(f"already installed at {ports.host.current_link_path()}; use upgrade")
     op = request.operation
     await run.open_episode(request, "install", None)
-    done = await run.pre_switch(request, "blue", None)
+    done = await run.pre_switch(request, "blue", links)
     if done is not None:
         return done
     with anyio.CancelScope(shield=True):
-        await run.switch(op)
-        await ports.host.point_last_good("blue")
-        await run.emit(op, ev.LastGoodRepointed("blue"))
-        result = await run.after_switch(op)
+        await run.switch(op, links.last_good)
+        await run.bracket(op, lambda: ports.host.point_last_good("blue"), ev.LastGoodRepointed("blue"))
+        result = await run.after_switch(op, run.ep(op).health_attempts_left)
     return result
 
 
 async def self_upgrade_prepare(
-    ports: Ports, policy: Policy, request: UpgradeRequest
+    ports: Ports, policy: Policy, request: UpgradeRequest, *, folder: Folder | None = None
 ) -> UpgradeResult | RestartScheduled:
     """The self-upgrade flow (SPEC 4.4): steps 1-5 in the running daemon, then schedule its own restart.
+
+    Args:
+        ports, policy, request, folder: as :func:`run_upgrade`.
 
     Returns:
         :class:`RestartScheduled` (the new process must call :func:`resume_self_upgrade`), or a terminal
@@ -612,45 +809,47 @@ async def self_upgrade_prepare(
     Raises:
         As :func:`run_upgrade`.
     """
-    run = _Run(ports, policy)
+    run = _Run(ports, policy, folder)
     settled = await _settle(run, request.operation)
     if settled is not None:
         return settled
-    current = _current_or_fail(ports.host)
+    links = _installed_links(ports.host)
+    current = links.current
+    assert current is not None
     op = request.operation
     await run.open_episode(request, "self_upgrade", current)
-    done = await run.pre_switch(request, other_slot(current), current)
+    done = await run.pre_switch(request, other_slot(current), links)
     if done is not None:
         return done
     with anyio.CancelScope(shield=True):
-        outcome = await _switch_and_schedule(run, ports, policy, op)
-    return outcome
-
-
-async def _switch_and_schedule(
-    run: _Run, ports: Ports, policy: Policy, op: str
-) -> UpgradeResult | RestartScheduled:
-    await run.switch(op)
-    failure = await run.sync_mirrors(op)
-    if failure is not None:
-        return await run.out_of_attempts(op, failure)
-    name = f"{policy.agent}-restart-{op[:8]}-0-{ports.ids.token_hex(2)}"
-    await run.emit(op, ev.RestartRequested(name, ports.clock.monotonic()))
-    await ports.service.restart(name)
+        await run.switch(op, current)
+        failure = await run.sync_mirrors(op)
+        if failure is not None:
+            return await run.out_of_attempts(op, failure)
+        name = run.unit_name("restart", op, 0)
+        await run.emit(op, ev.RestartRequested(name, ports.clock.monotonic()))
+        await ports.service.restart(name)
     return RestartScheduled(op, name)
 
 
-async def resume_self_upgrade(ports: Ports, policy: Policy) -> ResumeOutcome:
+async def resume_self_upgrade(ports: Ports, policy: Policy, *, folder: Folder | None = None) -> ResumeOutcome:
     """The new process's start-up check (SPEC 4.4): am I the candidate, healthy for the window? Commit.
 
-    Spends one candidate attempt (journaled before it runs). Rollbacks are never run from here (this
-    process lives inside the unit it would restart): on ``failed`` the daemon exits non-zero without
-    serving, and ``OnFailure=`` recovery rolls back once the attempts are spent.
+    Spends one candidate attempt (journaled before it runs) through the same loop as every health check.
+    Rollbacks are never run from here (this process lives inside the unit it would restart): on
+    ``failed`` the daemon exits non-zero without serving, and ``OnFailure=`` recovery rolls back once the
+    attempts are spent.
+
+    Args:
+        ports, policy, folder: as :func:`run_upgrade`.
+
+    Returns:
+        The :class:`ResumeOutcome`.
 
     Raises:
-        JournalDurabilityError, HistoryError: as :func:`run_upgrade`.
+        JournalError, HistoryError: as :func:`run_upgrade`.
     """
-    run = _Run(ports, policy)
+    run = _Run(ports, policy, folder)
     open_ep = run.folder.view().open_episode
     if open_ep is None or open_ep.kind != "self_upgrade":
         return ResumeOutcome("none")
@@ -661,31 +860,30 @@ async def resume_self_upgrade(ports: Ports, policy: Policy) -> ResumeOutcome:
     plan = decide(run.folder.view(), HostFacts(ports.host.links(), sha))
     match plan:
         case ResumeHealth(attempts_left=left, confirm_switch=confirm, close_open_attempt=close):
+            assert ep.candidate_slot is not None
             if confirm:
-                assert ep.candidate_slot is not None
                 await run.emit(op, ev.SwitchCommitted(ep.candidate_slot))
             if close:
                 await run.close_attempt(op, "candidate")
-            n = ep.attempts_started + 1
-            await run.emit(op, ev.HealthAttemptStarted(n, "candidate"))
-            assert ep.candidate_slot is not None
-            verdict = await run.attempt(op, n, ep.candidate_slot, restart=False)
+            verdict = await run.health_attempts(op, "candidate", ep.candidate_slot, 1, restart=False)
             if isinstance(verdict, Passed):
-                await run.emit(op, ev.HealthPassed(n, "candidate"))
                 return ResumeOutcome("committed", await run.commit(op))
             assert isinstance(verdict, Failed)
-            await run.emit(op, ev.HealthFailed(n, verdict.reason, "candidate"))
             return ResumeOutcome("failed", None, verdict.reason, left - 1)
         case Rollback(reason=reason) | Abort(reason=reason) if ep.switch_landed:
             return ResumeOutcome("failed", None, reason, 0)
         case FinishRollback():
             return ResumeOutcome("none")
         case _:
-            result = await run.recover_open("resume")
+            with anyio.CancelScope(shield=True):
+                result = await run.execute(op, plan, "resume")
+            assert isinstance(result, UpgradeResult)  # only a boot recovery hands off
             return ResumeOutcome("none", result)
 
 
-async def recover(ports: Ports, policy: Policy, trigger: Trigger) -> UpgradeResult | None:
+async def recover(
+    ports: Ports, policy: Policy, trigger: Trigger, *, folder: Folder | None = None
+) -> UpgradeResult | HandedOff:
     """``recover-agent-upgrade`` (SPEC 4.5): replay, look at the host, decide, act; crash-safe and repeatable.
 
     Args:
@@ -693,21 +891,25 @@ async def recover(ports: Ports, policy: Policy, trigger: Trigger) -> UpgradeResu
         policy: agent name and polling; the health policy comes from the episode's own record.
         trigger: ``boot`` (never waits for the agent; hands any health check to a transient unit),
             ``on-failure``, ``manual``.
+        folder: as :func:`run_upgrade`.
 
     Returns:
         The terminal result of the episode it closed; ``UpgradeResult(None, "noop")`` when nothing was
-        open; None when a ``boot`` recovery handed the health check to a transient unit (the episode stays
-        open, owned by that unit).
+        open; :class:`HandedOff` when a ``boot`` recovery handed the health check to a transient unit (the
+        episode stays open, owned by that unit).
 
     Raises:
         HistoryError: the journal's order is illegal: links untouched (exit 3).
-        JournalDurabilityError: an append failed (exit 3).
+        JournalError: an append failed, or the journal is unreadable (exit 3).
     """
-    run = _Run(ports, policy)
+    run = _Run(ports, policy, folder)
     return await run.recover_open(trigger)
 
 
 __all__ = [
+    "OPERATION_ID_RE",
+    "CheckedJournal",
+    "HandedOff",
     "Policy",
     "Ports",
     "RestartScheduled",

@@ -9,7 +9,12 @@ Nothing here performs I/O or calls back into anything.
   deterministic. The hot path does not use the machine; it uses :data:`_NEXT`, a dict compiled from the
   machine's own transition list, so what ``advance`` accepts is exactly what the machine accepts.
 - :func:`advance` raises :class:`~upgrade_core.errors.IllegalTransitionError`; ``MachineError`` never
-  leaks.
+  leaks. It knows only the table.
+- :func:`next_state` is THE rule: the table plus every rule that needs the episode's facts
+  (:class:`EpisodeContext`): ``Aborted`` after the switch only for ``install``, the health target and
+  attempt number, the installed candidate, the published result, one open episode at a time. The fold
+  replays with it and the orchestrator checks every event with it *before* the append
+  (:class:`upgrade_core.CheckedJournal`), so an event that breaks a rule never becomes durable.
 - The one-way door (SPEC 4.6 inv. 4): no path starting at ``committed`` reaches ``rolling_back``; checked
   at import (:func:`_check_one_way_door`) and in ``tests/core/test_state.py``.
 """
@@ -18,11 +23,14 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from typing import Final
+from collections.abc import Callable
+from typing import Any, Final
 
+import attrs
 import transitions
 
 from . import _events as ev
+from ._events import EpisodeKind, Slot
 from .errors import IllegalTransitionError
 
 
@@ -88,7 +96,7 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     (S.RESTARTED, ev.HealthFailed.TAG): S.SWITCHED,
     (S.SWITCHED, ev.HealthPassed.TAG): S.HEALTHY,
     (S.RESTARTED, ev.HealthPassed.TAG): S.HEALTHY,
-    # install only (fold checks the kind): a bare host has no last-good to roll back to.
+    # install only (next_state checks the kind): a bare host has no last-good to roll back to.
     (S.SWITCHED, ev.Aborted.TAG): S.ABORTED,
     (S.RESTARTED, ev.Aborted.TAG): S.ABORTED,
     # -- verdicts -----------------------------------------------------------------------------------------
@@ -200,6 +208,165 @@ def advance(state: EpisodeState, event_tag: str, seq: int | None = None) -> Epis
         return _NEXT[(state, event_tag)]
     except KeyError:
         raise IllegalTransitionError(state.value, event_tag, seq) from None
+
+
+@attrs.frozen
+class EpisodeContext:
+    """The facts of one episode (and of the journal around it) that the rules of :func:`next_state` need.
+
+    Built by :class:`upgrade_core.Folder` (:meth:`~upgrade_core.Folder.context_of`) from the episode's
+    folded events; never stored in the journal.
+
+    Attributes:
+        episode_id: the episode the next event belongs to.
+        kind: ``upgrade``, ``install`` or ``self_upgrade``; None before ``EpisodeOpened``.
+        candidate_slot / candidate_sha256: what ``CandidateStaged`` recorded (slot, 64 hex), or None.
+        installed: ``CandidateInstalled`` was journaled.
+        attempts_started: candidate health attempts begun (``HealthAttemptStarted``, target candidate).
+        rollback_attempts_started: last-good health attempts begun during the rollback.
+        published: the result value ``ResultPublished`` recorded (e.g. ``"committed"``), or None.
+        open_episode: the journal's open episode, if another one is open (only consulted for
+            ``EpisodeOpened``).
+        closed_before: the journal already closed an episode with this id (compacted history included).
+    """
+
+    episode_id: str
+    kind: EpisodeKind | None = None
+    candidate_slot: Slot | None = None
+    candidate_sha256: str | None = None
+    installed: bool = False
+    attempts_started: int = 0
+    rollback_attempts_started: int = 0
+    published: str | None = None
+    open_episode: str | None = None
+    closed_before: bool = False
+
+
+def _health_rule(
+    state: EpisodeState,
+    ctx: EpisodeContext,
+    event: ev.HealthAttemptStarted | ev.HealthPassed | ev.HealthFailed,
+) -> str | None:
+    """A health event's target must fit the state; an attempt must be the one due (SPEC 4.3 steps 7-8)."""
+    if state is S.ROLLING_BACK:
+        if event.target != "last_good":
+            return "candidate health event during a rollback"
+        started = ctx.rollback_attempts_started
+    else:
+        if event.target != "candidate":
+            return "last-good health event before a rollback"
+        started = ctx.attempts_started
+    if isinstance(event, ev.HealthAttemptStarted) and event.attempt != started + 1:
+        return f"health attempt {event.attempt} where {started + 1} was due"
+    return None
+
+
+def _opened_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.EpisodeOpened) -> str | None:
+    """An episode id opens once, names its own operation, and only while no other episode is open
+    (SPEC 4.3 step 1, 4.6 inv. 7)."""
+    if event.operation != ctx.episode_id:
+        return f"EpisodeOpened names {event.operation!r} in episode {ctx.episode_id!r}"
+    if ctx.closed_before:
+        return f"episode {ctx.episode_id!r} opened again after closing"
+    if ctx.open_episode is not None and ctx.open_episode != ctx.episode_id:
+        return f"episode {ctx.episode_id!r} opened while {ctx.open_episode!r} is still open"
+    return None
+
+
+def _installed_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.CandidateInstalled) -> str | None:
+    """SPEC 4.3 step 3: the bytes renamed onto the slot are the ones staged and verified."""
+    if event.slot != ctx.candidate_slot or event.sha256 != ctx.candidate_sha256:
+        return "CandidateInstalled does not match the staged candidate"
+    return None
+
+
+def _switch_intended_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.SwitchIntended) -> str | None:
+    """SPEC 4.3 step 5: only an installed candidate is switched to, in its own slot."""
+    if event.candidate_slot != ctx.candidate_slot or not ctx.installed:
+        return "SwitchIntended before its candidate was installed"
+    return None
+
+
+def _switch_committed_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.SwitchCommitted) -> str | None:
+    """SPEC 4.3 step 5: the flip that landed is the candidate's."""
+    if event.slot != ctx.candidate_slot:
+        return f"SwitchCommitted names {event.slot}, not the candidate slot"
+    return None
+
+
+def _aborted_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Aborted) -> str | None:
+    """SPEC 4.2: ``aborted`` is a pre-switch verdict; after the switch only a bare-host install (nothing to
+    roll back to) aborts; every other kind must roll back (SPEC 4.3 step 8)."""
+    if state in (S.SWITCHED, S.RESTARTED) and ctx.kind != "install":
+        return f"Aborted after the switch of a {ctx.kind} episode"
+    return None
+
+
+def _published_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.ResultPublished) -> str | None:
+    """SPEC 4.3 step 4: an unchanged candidate publishes ``noop``, nothing else."""
+    if state is S.UNCHANGED and event.result.result != "noop":
+        return f"{event.result.result} published for an unchanged candidate"
+    return None
+
+
+def _closed_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.EpisodeClosed) -> str | None:
+    """SPEC 4.6 inv. 5: an episode closes with the one result it published."""
+    if event.result != ctx.published:
+        return f"closed as {event.result} but published {ctx.published}"
+    return None
+
+
+_Rule = Callable[[EpisodeState, EpisodeContext, Any], "str | None"]
+_RULES: Final[dict[type[ev.Event], _Rule]] = {
+    ev.EpisodeOpened: _opened_rule,
+    ev.HealthAttemptStarted: _health_rule,
+    ev.HealthPassed: _health_rule,
+    ev.HealthFailed: _health_rule,
+    ev.CandidateInstalled: _installed_rule,
+    ev.SwitchIntended: _switch_intended_rule,
+    ev.SwitchCommitted: _switch_committed_rule,
+    ev.Aborted: _aborted_rule,
+    ev.ResultPublished: _published_rule,
+    ev.EpisodeClosed: _closed_rule,
+}
+"""The rules beyond the table, by event class: each returns why the event breaks it, or None."""
+
+
+def next_state(
+    state: EpisodeState, context: EpisodeContext, event: ev.Event, seq: int | None = None
+) -> EpisodeState:
+    """The state after ``event`` happens in an episode at ``state`` with facts ``context``: THE rule.
+
+    Every transition rule of the lifecycle is checked here and nowhere else: the table
+    (:data:`TRANSITIONS`, SPEC 4.2) and the rules that need the episode's facts (see
+    :class:`EpisodeContext`). Pure; the fold replays with it and the orchestrator checks with it before it
+    appends.
+
+    Args:
+        state: the episode's state before the event (``new`` for an id never opened).
+        context: the episode's facts (:meth:`upgrade_core.Folder.context_of`).
+        event: the event about to be journaled (or being replayed).
+        seq: the record's sequence number, only to name it in the error (None before an append).
+
+    Returns:
+        The next state.
+
+    Raises:
+        IllegalTransitionError: the event cannot follow ``state`` in this context; ``state``, ``event``
+            (the tag) and ``seq`` are attributes, the message names the broken rule.
+    """
+    new = _NEXT.get((state, event.TAG))
+    if new is None:
+        why = None
+        if state is S.NEW and type(event) is not ev.EpisodeOpened:
+            why = f"{event.TAG} for unknown episode {context.episode_id!r}"
+        raise IllegalTransitionError(state.value, event.TAG, seq, why)
+    rule = _RULES.get(type(event))
+    if rule is not None:
+        why = rule(state, context, event)
+        if why is not None:
+            raise IllegalTransitionError(state.value, event.TAG, seq, why)
+    return new
 
 
 def can_advance(state: EpisodeState, event_tag: str) -> bool:

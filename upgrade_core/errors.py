@@ -7,7 +7,10 @@ Roots (in the spirit of python-tuf's data-vs-transport split):
 - :class:`FetchError`: the transport failed (HTTP status, short body, refused redirect, timeout). Exit 1.
 - :class:`HostError`: the host cannot take the upgrade as it stands (lock busy, a file where a link must
   be, no space, ``noexec``, not installed). Exit code per subclass.
-- :class:`ConfigError` / :class:`UsageError`: bad configuration or command line. Exit 2.
+- :class:`JournalError`: the journal cannot be written (:class:`JournalDurabilityError`) or read
+  (:class:`JournalUnreadableError`, with file and offset). Exit 3.
+- :class:`ConfigError` / :class:`UsageError`: bad configuration or command line. Exit 2. Raised by the
+  agent only (the core raises ``ValueError`` for caller misuse); they move to the agent later.
 - :class:`HistoryError`: the journal holds an order of events that the lifecycle forbids. Exit 3.
 - :class:`ServiceError`: ``systemctl``/``systemd-run`` failed or timed out. Exit 1.
 
@@ -130,10 +133,38 @@ class NoExecError(HostError):
     exit_code: ClassVar[int] = 2
 
 
-class JournalDurabilityError(HostError):
-    """The journal could not make an event durable (ENOSPC, EIO) after the episode was opened. Exit 3."""
+# -- journal ---------------------------------------------------------------------------------------
+class JournalError(UpgradeError):
+    """The journal cannot be trusted or written; nothing of it can be journaled. Exit 3.
+
+    Its own root (not a :class:`HostError`): a flow never turns it into an ``aborted`` result, because an
+    abort would itself need the journal.
+    """
 
     exit_code: ClassVar[int] = 3
+
+
+class JournalDurabilityError(JournalError):
+    """The journal could not make an event durable (ENOSPC, EIO, a poisoning fsync error). Exit 3."""
+
+
+class JournalUnreadableError(JournalError):
+    """The journal cannot be read past a record in the middle (SPEC 4.5 "do not guess", SPEC 5). Exit 3.
+
+    Links are left as they are. Raised by the journal port (``agent.wiring.JournalPort``), never guessed
+    around.
+
+    Attributes:
+        path: the journal file.
+        offset: byte offset of the bad record in it.
+        reason: one line.
+    """
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        super().__init__(f"journal unreadable at {path} offset {offset}: {reason}")
+        self.path = path
+        self.offset = offset
+        self.reason = reason
 
 
 # -- configuration and usage -----------------------------------------------------------------------
@@ -157,19 +188,26 @@ class HistoryError(UpgradeError):
 
 
 class IllegalTransitionError(HistoryError):
-    """``advance(state, event)`` found no transition: the event cannot follow that state.
+    """``next_state``/``advance`` refused an event: it cannot follow that state (in that episode's context).
+
+    Raised by the fold on replay and by the orchestrator *before* an append (nothing reaches the journal).
 
     Attributes:
         state: the episode state name before the event.
         event: the event's stable tag.
+        seq: the record's sequence number, or None when refused before an append.
+        reason: the broken rule beyond the table (e.g. "Aborted after the switch of a upgrade episode"),
+            or None when the table itself has no such transition.
     """
 
-    def __init__(self, state: str, event: str, seq: int | None = None) -> None:
+    def __init__(self, state: str, event: str, seq: int | None = None, reason: str | None = None) -> None:
         where = f" at seq {seq}" if seq is not None else ""
-        super().__init__(f"illegal event order{where}: {event} cannot follow state {state}")
+        why = f": {reason}" if reason else ""
+        super().__init__(f"illegal event order{where}: {event} cannot follow state {state}{why}")
         self.state = state
         self.event = event
         self.seq = seq
+        self.reason = reason
 
 
 class ServiceError(UpgradeError):

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from upgrade_core import UpgradeRequest, fold, recover, run_upgrade
+from upgrade_core import HandedOff, UpgradeRequest, UpgradeResult, fold, recover, run_upgrade
 from upgrade_core import _events as ev
 
 from ..sim.host import (
@@ -171,13 +171,13 @@ class CrashMachine(RuleBasedStateMachine):
     @rule(trigger=st.sampled_from(["boot", "on-failure", "manual"]), plan=crash_plans)
     def recover(self, trigger: str, plan: CrashPlan | None) -> None:
         ok, result = self._run(plan, recover, self.w.ports(), SIM_POLICY, trigger)
-        if ok and result is None:
+        if ok and isinstance(result, HandedOff):
             # boot handed the health check to a transient unit: that unit runs now (it may crash too)
             assert self.w.handoffs
             self.w.handoffs.clear()
             ok, result = self._run(None, recover, self.w.ports(), SIM_POLICY, "manual")
         if ok:
-            assert result is not None
+            assert isinstance(result, UpgradeResult)
             RESULTS.add(result.result)
             self._settled()
 

@@ -10,13 +10,11 @@ from upgrade_core import (
     Commit,
     FinishRollback,
     HostFacts,
-    NeedsAttention,
     NoOp,
     Plan,
     PublishAndClose,
     ResumeHealth,
     Rollback,
-    UnreadableJournal,
     UpgradeResult,
     decide,
     fold,
@@ -137,11 +135,14 @@ def test_recovery_decision(name: str, events: list[Event], facts: HostFacts, pla
     assert decide(fold(records(events)), facts) == plan
 
 
-def test_unreadable_journal_leaves_links_and_names_file_and_offset() -> None:
-    plan = decide(UnreadableJournal("/var/lib/upgrade-agent/a/journal/0001.seg", 4096, "bad CRC"), ON_GREEN)
-    assert isinstance(plan, NeedsAttention)
-    assert (plan.path, plan.offset) == ("/var/lib/upgrade-agent/a/journal/0001.seg", 4096)
-    assert "0001.seg" in plan.reason and "4096" in plan.reason
+def test_unreadable_journal_is_an_error_naming_file_and_offset_not_a_plan() -> None:
+    """SPEC 4.5 "journal unreadable in the middle": reading raises; decide never sees it (exit 3)."""
+    from upgrade_core.errors import HostError, JournalError, JournalUnreadableError
+
+    err = JournalUnreadableError("/var/lib/upgrade-agent/a/journal/0001.seg", 4096, "bad CRC")
+    assert (err.path, err.offset, err.exit_code) == ("/var/lib/upgrade-agent/a/journal/0001.seg", 4096, 3)
+    assert "0001.seg" in str(err) and "4096" in str(err)
+    assert isinstance(err, JournalError) and not isinstance(err, HostError)
 
 
 def test_no_row_after_a_commit_ever_rolls_back() -> None:

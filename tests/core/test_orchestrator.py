@@ -9,9 +9,14 @@ import attrs
 import pytest
 
 from upgrade_core import (
+    OPERATION_ID_RE,
+    EpisodeState,
+    Folder,
+    HandedOff,
     Policy,
     RestartScheduled,
     UpgradeRequest,
+    UpgradeResult,
     fold,
     recover,
     resume_self_upgrade,
@@ -20,7 +25,7 @@ from upgrade_core import (
     self_upgrade_prepare,
 )
 from upgrade_core import _events as ev
-from upgrade_core.errors import AlreadyInstalledError, NotInstalledError, UsageError
+from upgrade_core.errors import AlreadyInstalledError, NotInstalledError, UpgradeError, UsageError
 
 from ..sim.host import SIM_POLICY, Behavior, CrashPlan, SimCrash, World, make_candidate
 from ..sim.invariants import check_settled, events_by_episode
@@ -200,9 +205,11 @@ async def test_boot_recovery_never_waits_journals_the_spent_attempt_and_hands_of
         await run_upgrade(w.ports(), SIM_POLICY, request())
     w.crash("power")
     now = w.now
-    assert await recover(w.ports(), SIM_POLICY, "boot") is None
+    handed = await recover(w.ports(), SIM_POLICY, "boot")
+    assert isinstance(handed, HandedOff) and handed.operation == "op1"
     assert w.now == now  # no health polling at boot
     assert w.handoffs and w.handoffs[0][1] is True  # after_unit
+    assert w.handoffs[0][0] == handed.unit
     assert tags(w)[-2:] == ["RecoveryStarted", "HealthFailed"]
     result = await recover(w.ports(), SIM_POLICY, "manual")
     assert result is not None and result.result == "committed"
@@ -287,10 +294,14 @@ async def test_recover_with_nothing_open_is_noop() -> None:
     assert w.records == []
 
 
-def test_bad_operation_id_is_a_usage_error() -> None:
-    with pytest.raises(UsageError, match="must match") as info:
-        UpgradeRequest("a b", "x", "x")
-    assert info.value.exit_code == 2
+@pytest.mark.parametrize("bad", ["a b", "", "x" * 65, "a/b", "é"])
+def test_bad_operation_id_is_caller_misuse(bad: str) -> None:
+    """The core's one operation-id rule (SPEC 4.3 step 1); the agent validates user input first (exit 2)."""
+    assert not OPERATION_ID_RE.fullmatch(bad)
+    with pytest.raises(ValueError, match="must match") as info:
+        UpgradeRequest(bad, "x", "x")
+    assert not isinstance(info.value, UpgradeError)
+    assert OPERATION_ID_RE.fullmatch("x" * 64) and UpgradeRequest("op-1.2_3", "x", "x")
 
 
 async def test_mirrors_follow_current_back_on_rollback() -> None:
@@ -308,3 +319,89 @@ async def test_mirrors_get_the_candidate_on_commit() -> None:
     result = await run_upgrade(w.ports(), SIM_POLICY, request())
     assert result.result == "committed"
     assert w.mirror_files == {"/m": w.slot_sha("green")}
+
+
+# -- issue 9: the pre-switch phase rule, the caller's folder, one fold and one links() read per flow ---------
+class _Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("error", "returned"),
+    [(UsageError("unsupported scheme ftp"), True), (AttributeError("a bug"), False), (_Boom("x"), False)],
+    ids=["usage-error-aborts-and-returns", "bug-aborts-then-raises", "foreign-aborts-then-raises"],
+)
+async def test_any_error_before_the_switch_aborts_the_episode(
+    error: Exception, returned: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Phase rule, not a list of types: the journal never keeps an episode open for a pre-switch error."""
+    from ..sim.host import SimVerifier
+
+    async def verify(self: object, path: str, expected_version: str | None) -> str:
+        raise error
+
+    monkeypatch.setattr(SimVerifier, "verify", verify)
+    w = world()
+    if returned:
+        result = await run_upgrade(w.ports(), SIM_POLICY, request())
+        assert (result.result, result.reason) == ("aborted", str(error))
+    else:
+        with pytest.raises(type(error)):
+            await run_upgrade(w.ports(), SIM_POLICY, request())
+    assert tags(w)[-3:] == ["Aborted", "ResultPublished", "EpisodeClosed"]
+    assert (w.current, w.last_good) == ("blue", "blue")
+    assert fold(w.replay()).open_episode is None
+    check_settled(w)
+
+
+async def test_a_journal_error_before_the_switch_is_not_journaled(monkeypatch: pytest.MonkeyPatch) -> None:
+    from upgrade_core.errors import JournalDurabilityError
+
+    from ..sim.host import SimJournal
+
+    real = SimJournal.append
+
+    async def append(self: SimJournal, episode_id: str, event: ev.Event) -> object:
+        if isinstance(event, ev.CandidateVerified):
+            raise JournalDurabilityError("no space left")
+        return await real(self, episode_id, event)
+
+    monkeypatch.setattr(SimJournal, "append", append)
+    w = world()
+    with pytest.raises(JournalDurabilityError):
+        await run_upgrade(w.ports(), SIM_POLICY, request())
+    assert tags(w)[-1] == "CandidateStaged"  # left to recover; no Aborted could be journaled anyway
+
+
+async def test_a_callers_folder_is_used_and_kept_current() -> None:
+    w = world()
+    folder = Folder()
+    folder.apply_all(w.ports(crashable=False).journal.records())
+    result = await run_upgrade(w.ports(), SIM_POLICY, request(), folder=folder)
+    assert result.result == "committed"
+    assert folder.state_of("op1") is EpisodeState.CLOSED
+    assert folder.view() == fold(w.replay())
+    handed = await recover(w.ports(), SIM_POLICY, "manual", folder=folder)
+    assert isinstance(handed, UpgradeResult) and handed.result == "noop"
+
+
+async def test_one_upgrade_reads_the_links_once() -> None:
+    w = world()
+    await run_upgrade(w.ports(), SIM_POLICY, request())
+    assert w.per_method.get("host.links") == 1
+
+
+async def test_transient_unit_names_follow_one_pattern() -> None:
+    w = world(EXITS)
+    await run_upgrade(w.ports(), SIM_POLICY, request("op123456789"))
+    units = [e.unit for e in events_by_episode(w)["op123456789"] if isinstance(e, ev.RestartRequested)]
+    assert units and all(re.fullmatch(r"agent-restart-op123456-\d-[0-9a-f]{4}", u) for u in units), units
+
+
+async def test_a_stale_callers_folder_is_refused_before_anything_happens() -> None:
+    w = world()
+    await run_upgrade(w.ports(), SIM_POLICY, request())
+    n = len(w.records)
+    with pytest.raises(ValueError, match="fold it first"):
+        await run_upgrade(w.ports(), SIM_POLICY, request("op2"), folder=Folder())
+    assert len(w.records) == n

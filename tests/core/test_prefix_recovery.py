@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from upgrade_core import UpgradeRequest, recover, run_upgrade
+from upgrade_core import HandedOff, UpgradeRequest, recover, run_upgrade
 from upgrade_core import _events as ev
 
 from ..sim.host import SIM_POLICY, Behavior, CrashPlan, FaultKind, SimCrash, World, make_candidate
@@ -52,7 +52,7 @@ async def test_cut_after_every_prefix_then_recover(kind: str, fault: FaultKind) 
         assert len(cut) == k
         if fault == "power":
             handed = await recover(w.ports(), SIM_POLICY, "boot")
-            if handed is None:
+            if isinstance(handed, HandedOff):
                 assert w.handoffs and w.handoffs[-1][1] is True
         result = await recover(w.ports(), SIM_POLICY, "manual")
         assert result is not None
@@ -84,6 +84,6 @@ async def test_fault_around_every_port_call_then_recover(kind: str) -> None:
                 w.crash(fault)  # type: ignore[arg-type]
                 check_always(w)
                 trigger = "boot" if fault == "power" else "manual"
-                if await recover(w.ports(), SIM_POLICY, trigger) is None:
+                if isinstance(await recover(w.ports(), SIM_POLICY, trigger), HandedOff):
                     await recover(w.ports(), SIM_POLICY, "manual")
                 check_settled(w)

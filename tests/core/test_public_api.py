@@ -18,7 +18,7 @@ def test_flows_are_coroutine_functions() -> None:
     for fn in (upgrade_core.run_upgrade, upgrade_core.run_install, upgrade_core.self_upgrade_prepare,
                upgrade_core.resume_self_upgrade, upgrade_core.recover):
         assert inspect.iscoroutinefunction(fn)
-    for fn in (upgrade_core.fold, upgrade_core.decide, upgrade_core.advance):
+    for fn in (upgrade_core.fold, upgrade_core.decide, upgrade_core.advance, upgrade_core.next_state):
         assert not inspect.iscoroutinefunction(fn)
 
 

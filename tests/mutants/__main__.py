@@ -11,6 +11,9 @@ Mutants:
 - ``c``: ``last-good`` is pointed at the candidate when the switch happens, before the commit.
 - ``d``: the simulated journal skips the fsync of ``SwitchIntended`` (a dropped durability barrier).
 - ``e``: the real journal (``journal/_writer.py``) drops the fdatasync of every appended batch.
+- ``f``: the orchestrator's checked append (``CheckedJournal.append``) appends without the pre-check, so
+  an event breaking a lifecycle rule is made durable first (issue 9); killed by
+  ``tests/core/test_rule_pairs.py``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ TESTS: dict[str, list[str]] = {
     "c_last_good_moved_at_switch": ["tests/core/test_orchestrator.py", "tests/core/test_prefix_recovery.py"],
     "d_journal_fsync_dropped": ["tests/core/test_prefix_recovery.py", "tests/core/test_crash_stateful.py"],
     "e_real_journal_fdatasync_dropped": ["tests/journal"],
+    "f_append_without_precheck": ["tests/core/test_rule_pairs.py"],
 }
 FAILED = re.compile(r"^FAILED (.+?)(?: - .*)?$", re.MULTILINE)
 
