@@ -1,7 +1,7 @@
 """The agent's configuration: one TOML file -> frozen attrs classes, via ``tomllib`` and ``cattrs`` (SPEC 3).
 
 Every key but ``agent.name`` has the default SPEC 3 gives. Unknown keys and bad values are refused with one
-:class:`~upgrade_core.errors.ConfigError` line naming the file and the dotted key, e.g.::
+:class:`~agent.errors.ConfigError` line naming the file and the dotted key, e.g.::
 
     /etc/upgrade-agent/demo.toml: agent.member_policy: must be "exact" or "select"
 
@@ -30,8 +30,6 @@ from cattrs.errors import (
     IterableValidationNote,
 )
 
-from upgrade_core.errors import ConfigError
-
 from .config_fast import (
     DEFAULT_LOCK_PATH,
     DEFAULT_STATE_DIR,
@@ -41,6 +39,7 @@ from .config_fast import (
     read_paths_fast,
     substitute,
 )
+from .errors import ConfigError
 
 __all__ = [
     "AgentConfig",

@@ -68,8 +68,8 @@ def substitute(value: str, name: str, arch: str | None, machine: str | None = No
 
 
 def _config_error(message: str) -> Exception:
-    # Imported lazily: upgrade_core pulls in attrs and cattrs, which the fast path must not pay for.
-    from upgrade_core.errors import ConfigError
+    # Imported lazily: the fast path imports the standard library only until it knows there is work.
+    from .errors import ConfigError
 
     return ConfigError(message)
 
@@ -91,7 +91,7 @@ def discover_config_path(
         The path to load, as given (not checked for existence when explicitly named: the loader reports it).
 
     Raises:
-        upgrade_core.errors.ConfigError: none or several ``*.toml`` in ``config_dir`` (exit 2).
+        agent.errors.ConfigError: none or several ``*.toml`` in ``config_dir`` (exit 2).
     """
     if cli_path:
         return cli_path
@@ -135,7 +135,7 @@ def read_paths_fast(path: str) -> tuple[str, str, str]:
         ``(name, state_dir, lock_path)``, paths absolute and normalised as the full loader gives them.
 
     Raises:
-        upgrade_core.errors.ConfigError: from the full loader, when the quick read found a problem.
+        agent.errors.ConfigError: from the full loader, when the quick read found a problem.
     """
     try:
         with open(path, "rb") as f:

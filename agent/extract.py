@@ -58,13 +58,13 @@ from upgrade_core.errors import (
     ArchiveLimitError,
     ArchiveRejectedError,
     ArchiveTruncatedError,
-    ConfigError,
     DigestMismatchError,
     HostError,
     NoSpaceError,
     UpgradeError,
 )
 
+from .errors import ConfigError
 from .fetch import ChunkSink
 
 __all__ = ["ExtractLimits", "ExtractResult", "MemberPolicy", "extract", "extract_sync", "member_parts"]

@@ -53,9 +53,9 @@ from upgrade_core.errors import (
     FetchLengthMismatchError,
     FetchRedirectError,
     FetchTimeoutError,
-    UsageError,
 )
 
+from .errors import UsageError
 from .redact import redact_url
 
 __all__ = [
@@ -64,10 +64,12 @@ __all__ = [
     "FetchPolicy",
     "FetchResult",
     "ProgressCallback",
+    "SourceTarget",
     "check_http_allowed",
     "check_redirect",
     "fetch",
     "parse_sha256",
+    "parse_source",
     "same_origin",
 ]
 
@@ -136,6 +138,55 @@ def parse_sha256(value: str | None) -> str | None:
     if not _SHA256_RE.fullmatch(digest):
         raise UsageError(f"--sha256: expected 64 hex digits (optionally 'sha256:' first), got {value!r}")
     return digest.lower()
+
+
+@attrs.frozen
+class SourceTarget:
+    """Where a source points, from its syntax alone (nothing is opened or resolved).
+
+    Attributes:
+        scheme: ``https``, ``http``, ``file``, or ``path`` for a plain path.
+        local_path: the local file for ``file://`` URLs and plain paths; None for http(s).
+    """
+
+    scheme: Literal["https", "http", "file", "path"]
+    local_path: str | None
+
+
+def parse_source(source: str) -> SourceTarget:
+    """Classify an archive source by its syntax (SPEC 6 Fetch): the one place that knows the schemes.
+
+    Args:
+        source: ``https://``/``http://``/``file://`` URL or a plain path; may carry secrets.
+
+    Returns:
+        The :class:`SourceTarget`.
+
+    Raises:
+        UsageError: an empty source, an unsupported scheme (``ftp:``, ``data:``, ...), an http(s) URL with
+            no host or an unparsable port, or a ``file://`` URL naming a host. The message shows the
+            redacted source only (case C08).
+    """
+    shown = redact_url(source)
+    if not source:
+        raise UsageError("the archive source is empty")
+    if "://" not in source:
+        return SourceTarget("path", source)
+    scheme = source.split("://", 1)[0].lower()
+    try:
+        parts = urlsplit(source)
+        host, _port = parts.hostname, parts.port
+    except ValueError:
+        raise UsageError(f"{shown}: not a valid URL") from None
+    if scheme in ("http", "https"):
+        if not host:
+            raise UsageError(f"{shown}: the URL names no host")
+        return SourceTarget("https" if scheme == "https" else "http", None)
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise UsageError(f"{shown}: file:// URLs must name a local path (no host)")
+        return SourceTarget("file", unquote(parts.path))
+    raise UsageError(f"{shown}: unsupported source scheme {scheme!r} (https, http, file or a path)")
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
@@ -254,19 +305,12 @@ async def fetch(
     Cancellation: no effect beyond the chunks already handed to ``sink``.
     """
     shown = redact_url(source)
+    target = parse_source(source)
     try:
         with anyio.fail_after(policy.timeout_s):
-            if "://" not in source:
-                return await _fetch_file(source, source, policy, sink, max_bytes, progress)
-            scheme = source.split("://", 1)[0].lower()
-            if scheme in ("http", "https"):
+            if target.local_path is None:
                 return await _fetch_http(source, policy, sink, headers, max_bytes, progress, ssl_context)
-            if scheme == "file":
-                parts = urlsplit(source)
-                if parts.netloc not in ("", "localhost"):
-                    raise UsageError(f"{shown}: file:// URLs must name a local path (no host)")
-                return await _fetch_file(unquote(parts.path), shown, policy, sink, max_bytes, progress)
-            raise UsageError(f"{shown}: unsupported source scheme {scheme!r} (https, http, file or a path)")
+            return await _fetch_file(target.local_path, shown, policy, sink, max_bytes, progress)
     except TimeoutError:
         raise FetchTimeoutError(
             f"{shown}: transfer did not finish within download.timeout_s = {policy.timeout_s:g} s"

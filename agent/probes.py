@@ -13,10 +13,10 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from upgrade_core.errors import ConfigError
 from upgrade_core.ports import HealthProbe
 
 from ._bounded_run import BoundedRunTimeout, run_bounded
+from .errors import ConfigError
 from .redact import redact_url
 
 __all__ = ["CommandProbe", "HttpProbe", "NullProbe", "make_probe"]

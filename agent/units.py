@@ -1,3 +1,4 @@
+
 """The agent's systemd unit files, rendered as text (SPEC 3, 6): no I/O, no systemd needed.
 
 The agent unit, ``NAME-recover.service`` (its ``OnFailure=``) and ``NAME-recover-boot.service`` (ordered
@@ -13,7 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from upgrade_core.errors import ConfigError
+from .errors import ConfigError
 
 __all__ = [
     "check_abs",

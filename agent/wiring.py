@@ -30,6 +30,7 @@ from agent.lock import HostLock
 from journal import JournalFullError, JournalPoisonedError, JournalWriter
 from upgrade_core import EVENT_CODEC, Event, Policy, Ports, Recorded
 from upgrade_core.errors import JournalDurabilityError, JournalUnreadableError
+from upgrade_core.errors import JournalError as CoreJournalError
 from upgrade_core.ports import ArchiveSource
 
 if TYPE_CHECKING:
@@ -41,6 +42,24 @@ KILL_HOOK_ENV = "UPGRADE_AGENT_TEST_KILL_AFTER"
 def journal_dir(cfg: AgentConfig) -> str:
     """``state_dir/journal``: where the journal's segments live."""
     return os.path.join(cfg.host.state_dir, "journal")
+
+
+def journal_error(exc: Exception, directory: str) -> CoreJournalError:
+    """Translate a :mod:`journal` failure into the core's error of the same cause (exit 3), at this edge.
+
+    A corrupt or undecodable record keeps its file and offset (:class:`JournalUnreadableError`); ENOSPC and
+    a poisoning fsync error are :class:`JournalDurabilityError`; anything else (a newer format, a closed
+    writer) keeps the journal's own message.
+    """
+    from journal import JournalCorruptError, JournalDecodeError
+
+    if isinstance(exc, JournalCorruptError | JournalDecodeError):
+        return JournalUnreadableError(exc.path or directory, exc.offset, exc.reason)
+    if isinstance(exc, JournalFullError):
+        return JournalDurabilityError(f"journal append failed, no space left: {exc}")
+    if isinstance(exc, JournalPoisonedError):
+        return JournalDurabilityError(f"journal append failed, journal poisoned: {exc}")
+    return CoreJournalError(str(exc))
 
 
 def _parse_kill_hook(value: str | None) -> tuple[str, int] | None:
@@ -105,13 +124,13 @@ class JournalPort:
         Raises:
             JournalUnreadableError: a corrupt or undecodable record; names its file and offset (exit 3).
         """
-        from journal import JournalCorruptError, JournalDecodeError, replay
+        from journal import JournalError as StoreError
+        from journal import replay
 
         try:
             rep = await anyio.to_thread.run_sync(replay, self._writer.directory, EVENT_CODEC)
-        except (JournalCorruptError, JournalDecodeError) as exc:
-            reason = getattr(exc, "reason", None) or str(exc)
-            raise JournalUnreadableError(exc.path or self._writer.directory, exc.offset, reason) from None
+        except StoreError as exc:
+            raise journal_error(exc, self._writer.directory) from None
         self._reread = rep.records
         return rep.records
 
@@ -123,10 +142,8 @@ class JournalPort:
         """
         try:
             record = await self._writer.append(episode_id, event)
-        except JournalFullError as exc:
-            raise JournalDurabilityError(f"journal append failed, no space left: {exc}") from None
-        except JournalPoisonedError as exc:
-            raise JournalDurabilityError(f"journal append failed, journal poisoned: {exc}") from None
+        except (JournalFullError, JournalPoisonedError) as exc:
+            raise journal_error(exc, self._writer.directory) from None
         if self._on_event is not None:
             self._on_event(record)
         if self._kill is not None:
@@ -213,7 +230,8 @@ async def wire(
         lock: the host lock the caller holds; released by :meth:`JournalPort.relinquish` on a hand-off.
 
     Raises:
-        journal.JournalCorruptError, journal.JournalVersionError: the journal cannot be trusted.
+        JournalError: the journal cannot be trusted (corrupt: :class:`JournalUnreadableError` with file and
+            offset; a newer format), exit 3.
     """
     from agent.clock import SystemClock
     from agent.extract import ExtractLimits
@@ -227,7 +245,12 @@ async def wire(
     # SPEC 3: missing parents of state_dir are 0755, state_dir itself 0700 (the journal's own mkdir would
     # make every missing parent 0700).
     durable.make_dirs(cfg.host.state_dir, 0o755, leaf_mode=0o700)
-    writer: JournalWriter[Event] = await JournalWriter.open(journal_dir(cfg), EVENT_CODEC)
+    from journal import JournalError as StoreError
+
+    try:
+        writer: JournalWriter[Event] = await JournalWriter.open(journal_dir(cfg), EVENT_CODEC)
+    except StoreError as exc:
+        raise journal_error(exc, journal_dir(cfg)) from None
     journal = JournalPort(writer, on_event, lock)
     source = source_override or ArchiveSourceImpl(
         download=FetchPolicy(

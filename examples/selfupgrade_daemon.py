@@ -8,14 +8,15 @@ shebang pointed at an interpreter that can import the project (``agent/harness/r
     selfupgrade-daemon serve --config PATH [--port N]
 
 At start-up ``serve`` starts its HTTP server, then calls the library's resume entry point
-(:func:`upgrade_core.resume_self_upgrade`): if it is the candidate of an open self-upgrade episode it holds
-healthy for the stability window and commits; if the episode has no attempts left it exits 1 without
-serving, so systemd's ``Restart=`` and start limit end in ``OnFailure=`` -> ``recover-agent-upgrade
---trigger on-failure`` -> rollback, with no operator action. When another process holds the host lock
+(:meth:`agent.session.Session.resume_self_upgrade`): if it is the candidate of an open self-upgrade
+episode it holds healthy for the stability window and commits; if the episode has no attempts left it
+exits 1 without serving, so systemd's ``Restart=`` and start limit end in ``OnFailure=`` ->
+``recover-agent-upgrade --trigger on-failure`` -> rollback, with no operator action. When another process
+holds the host lock
 (a recovery owns the episode) it just serves.
 
 ``POST /upgrade?archive=URL[&sha256=HEX][&operation=ID]`` runs steps 1-5 in this process
-(:func:`upgrade_core.self_upgrade_prepare`): fetch, verify, switch, then schedule its own restart through a
+(:meth:`agent.session.Session.self_upgrade`): fetch, verify, switch, then schedule its own restart through a
 transient unit, answering 202 with the operation id (or 200 with a terminal result such as ``aborted``).
 
 ``BEHAVIOUR``: ``good`` serves /healthz with 200; ``unhealthy`` answers 503 (a candidate that passes its
@@ -43,35 +44,19 @@ def _config_path(argv: list[str]) -> str:
     return discover_config_path(None)
 
 
-async def _with_ports(config_path: str, body):  # type: ignore[no-untyped-def]
-    from agent.config import load_config
-    from agent.wiring import wire
-
-    cfg = load_config(config_path)
-    wired = await wire(cfg, config_path)
-    try:
-        return await body(wired)
-    finally:
-        await wired.journal.writer.aclose()
-
-
-def _locked(config_path: str):  # type: ignore[no-untyped-def]
-    from agent.config import load_config
-    from agent.lock import HostLock
-
-    return HostLock(load_config(config_path).host.lock_path)
-
-
 def resume(config_path: str) -> int:
     """The start-up call: 0 to serve, 1 to exit without serving (SPEC 4.4)."""
     import anyio
 
-    from upgrade_core import resume_self_upgrade
+    from agent.session import open_session
     from upgrade_core.errors import LockBusyError
 
+    async def run():  # type: ignore[no-untyped-def]
+        async with open_session(config_path) as s:
+            return await s.resume_self_upgrade()
+
     try:
-        with _locked(config_path):
-            outcome = anyio.run(_with_ports, config_path, lambda w: resume_self_upgrade(w.ports, w.policy))
+        outcome = anyio.run(run)
     except LockBusyError:
         print(f"{NAME} {VERSION}: another process owns the open episode; serving", flush=True)
         return 0
@@ -81,25 +66,24 @@ def resume(config_path: str) -> int:
 
 def upgrade(config_path: str, archive: str, sha256: str | None, operation: str | None) -> tuple[int, dict]:
     """Steps 1-5 of the self-upgrade flow in this process; returns (HTTP status, JSON body)."""
-    import uuid
-
     import anyio
 
-    from agent.redact import redact_url
-    from upgrade_core import RestartScheduled, UpgradeRequest, self_upgrade_prepare
+    from agent.session import open_session
+    from upgrade_core import RestartScheduled
     from upgrade_core.errors import UpgradeError
 
-    request = UpgradeRequest(operation or uuid.uuid4().hex, archive, redact_url(archive), sha256, None)
+    async def run():  # type: ignore[no-untyped-def]
+        async with open_session(config_path) as s:
+            request = s.request(archive, sha256=sha256, operation=operation)
+            return request.operation, await s.self_upgrade(request)
+
     try:
-        with _locked(config_path):
-            out = anyio.run(
-                _with_ports, config_path, lambda w: self_upgrade_prepare(w.ports, w.policy, request)
-            )
+        op, out = anyio.run(run)
     except UpgradeError as exc:
-        return 409, {"operation": request.operation, "error": str(exc)}
+        return 409, {"operation": operation, "error": str(exc), "exit_code": exc.exit_code}
     if isinstance(out, RestartScheduled):
         return 202, {"operation": out.operation, "restart_unit": out.unit}
-    return 200, {"operation": out.operation, "result": out.result, "reason": out.reason}
+    return 200, {"operation": op, "result": out.result, "reason": out.reason}
 
 
 def serve(config_path: str, port: int) -> int:

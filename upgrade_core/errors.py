@@ -167,19 +167,6 @@ class JournalUnreadableError(JournalError):
         self.reason = reason
 
 
-# -- configuration and usage -----------------------------------------------------------------------
-class ConfigError(UpgradeError):
-    """The configuration file is missing, ambiguous, or has an unknown key or bad value. Exit 2."""
-
-    exit_code: ClassVar[int] = 2
-
-
-class UsageError(UpgradeError):
-    """The command line is wrong (bad operation id, bad digest syntax, ...). Exit 2."""
-
-    exit_code: ClassVar[int] = 2
-
-
 # -- history and services --------------------------------------------------------------------------
 class HistoryError(UpgradeError):
     """The journal's events are in an order the lifecycle forbids; nothing is guessed. Exit 3."""

@@ -1,18 +1,18 @@
 """The command implementations behind :mod:`agent.cli` (SPEC 7), one module per command family.
 
 Each ``cmd_*`` takes the parsed arguments and returns an :class:`Outcome`: the JSON payload (the shapes
-SPEC 7 pins), a human summary, and the exit code. Errors are raised, and :func:`describe_error` maps them
-to one line and an exit code in one place.
+SPEC 7 pins), a human summary, and the exit code. The work itself is the embedding session's
+(:class:`agent.session.Session`); a command parses, asks the session, and prints. Errors are raised, and
+:func:`describe_error` maps them to one line and an exit code in one place.
 
 - :mod:`~agent.commands.upgrade`: ``upgrade`` (and ``--preflight``), ``recover``;
-- :mod:`~agent.commands.install`: ``install``, adoption, the undo of a failed install;
+- :mod:`~agent.commands.install`: ``install`` (and adoption);
 - :mod:`~agent.commands.readers`: ``status``, ``history``, ``units``, ``host-root``;
 - :mod:`~agent.commands.journal`: ``journal verify|dump|compact``;
 - :mod:`~agent.commands.removal`: ``reset``, ``uninstall``;
 - :mod:`~agent.commands.demo`: ``demo``;
-- shared: :mod:`~agent.commands.episode` (the frame of a writing command), :mod:`~agent.commands.signals`,
-  :mod:`~agent.commands.progress`, :mod:`~agent.commands.outcome` (result payloads),
-  :mod:`~agent.commands.common`.
+- shared: :mod:`~agent.commands.common` (the session of ``--config``, a writing run),
+  :mod:`~agent.commands.signals`, :mod:`~agent.commands.progress`, :mod:`~agent.commands.outcome` (result payloads).
 
 Readers (``status``, ``history``, ``journal verify|dump``, ``units``, ``host-root``) never write and never
 create ``state_dir`` or the lock. Writers take the host lock, non-blocking, and hold it until their

@@ -1,27 +1,51 @@
-"""Small helpers every command uses: the configuration named by ``--config``, stderr lines, times."""
+"""Small helpers every command uses: the session named by ``--config``, a writing run under the signal
+rules, stderr lines, times."""
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
+import contextlib
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from typing import TypeVar
 
-from agent.config import AgentConfig, discover_config_path, load_config
+import anyio
+
+from agent.session import Session
+from upgrade_core import UpgradeResult
+
+T = TypeVar("T")
 
 
-def load_args(args: argparse.Namespace) -> tuple[AgentConfig, str]:
-    """The configuration named by ``--config`` (or discovered) and its absolute path.
+def cli_session(args: argparse.Namespace, *, label: str = "download") -> Session:
+    """The :class:`~agent.session.Session` of the configuration named by ``--config`` (or discovered), with
+    the CLI's progress display and event log on stderr.
 
     Raises:
         ConfigError: the file is missing, unreadable or invalid (exit 2).
     """
-    path = discover_config_path(args.config)
-    return load_config(path), os.path.abspath(path)
+    from agent.commands.progress import Progress, event_logger
+
+    return Session.load(args.config, progress=Progress(label), on_event=event_logger(True))
+
+
+def run_writing(
+    session: Session, args: argparse.Namespace, flow: Callable[[], Awaitable[T]]
+) -> T | UpgradeResult:
+    """Run one of ``session``'s writing methods to its end under the signal rules of SPEC 4.3 step 10
+    (:func:`agent.commands.signals.run_with_signals`), with the progress display shown meanwhile."""
+    from agent.commands.progress import Progress
+    from agent.commands.signals import run_with_signals
+
+    progress = session.progress
+    with progress if isinstance(progress, Progress) else contextlib.nullcontext():
+        return anyio.run(run_with_signals, session, flow, args.json)
 
 
 def log(message: str) -> None:
     """One ``upgrade-agent: ...`` line on stderr."""
+    import sys
+
     sys.stderr.write(f"upgrade-agent: {message}\n")
     sys.stderr.flush()
 

@@ -7,10 +7,9 @@ from typing import Any
 
 import anyio
 
-from agent.commands.common import load_args, rfc3339
-from agent.commands.episode import seal
+from agent.commands.common import rfc3339
 from agent.commands.outcome import Outcome
-from agent.config import AgentConfig
+from agent.session import Session
 from upgrade_core import EVENT_CODEC
 
 
@@ -19,13 +18,11 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
     from agent.wiring import journal_dir
     from journal import JournalCorruptError, replay
 
-    cfg, config_path = load_args(args)
-    directory = journal_dir(cfg)
+    session = Session.load(args.config)
+    directory = journal_dir(session.config)
     if args.action == "compact":
-        from agent.lock import HostLock
-
-        with HostLock(cfg.host.lock_path):
-            return anyio.run(_compact, cfg, config_path)
+        count = anyio.run(session.compact)
+        return Outcome({"compacted": True, "records": count}, f"compacted; {count} records remain")
     if args.action == "verify":
         try:
             rep = replay(directory, EVENT_CODEC)
@@ -61,15 +58,3 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
         for r in records
     )
     return Outcome({"records": records}, human or "empty journal")
-
-
-async def _compact(cfg: AgentConfig, config_path: str) -> Outcome:
-    from agent.wiring import wire
-
-    wired = await wire(cfg, config_path)
-    try:
-        await seal(wired)
-        count = len(wired.journal.records())
-    finally:
-        await wired.journal.writer.aclose()
-    return Outcome({"compacted": True, "records": count}, f"compacted; {count} records remain")

@@ -8,42 +8,14 @@ import os
 
 import anyio
 
-from agent.commands.common import load_args, log
 from agent.commands.outcome import Outcome
-from agent.commands.readers import agent_units
-from agent.config import AgentConfig
-from agent.host import AgentHost
 from agent.provision import Provisioner
-from upgrade_core.errors import UpgradeError
-
-
-async def reset_units(cfg: AgentConfig, config_path: str, host: AgentHost) -> list[str]:
-    from agent.wiring import service_manager
-
-    service = service_manager(cfg, config_path)
-    names = list(agent_units(cfg, config_path, host))
-    for unit in names:
-        try:
-            await service.stop(unit)
-        except UpgradeError as exc:
-            log(f"stop {unit}: {exc}")
-    try:
-        await service.disable(*names)
-    except UpgradeError as exc:
-        log(f"disable: {exc}")
-    removed: list[str] = await service.remove_units(names)
-    await service.daemon_reload()
-    return removed
+from agent.session import Session
 
 
 def cmd_reset(args: argparse.Namespace) -> Outcome:
     """``reset``: stop, disable and remove the three units, daemon-reload."""
-    from agent.lock import HostLock
-
-    cfg, config_path = load_args(args)
-    host = AgentHost.from_config(cfg)
-    with HostLock(cfg.host.lock_path):
-        removed = anyio.run(reset_units, cfg, config_path, host)
+    removed = anyio.run(Session.load(args.config).reset)
     return Outcome({"removed": removed}, "\n".join(f"removed {p}" for p in removed) or "nothing to remove")
 
 
@@ -70,12 +42,11 @@ def cmd_uninstall(args: argparse.Namespace) -> Outcome:
     from agent import durable
     from agent.lock import HostLock
 
-    cfg, config_path = load_args(args)
-    host = AgentHost.from_config(cfg)
+    session = Session.load(args.config)
+    cfg, host = session.config, session.host
     _refuse_read_only(host.layout.agent_dir, cfg.host.state_dir)
-    lock = HostLock(cfg.host.lock_path)
-    with lock:
-        removed = anyio.run(reset_units, cfg, config_path, host)
+    with HostLock(cfg.host.lock_path):
+        removed = anyio.run(session.remove_units)
         removed += Provisioner(host).remove_layout()
         if os.path.lexists(cfg.host.state_dir):
             shutil.rmtree(cfg.host.state_dir)

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeVar
 
 import anyio
 
@@ -15,37 +16,53 @@ from agent.commands.common import log
 from upgrade_core import UpgradeResult
 from upgrade_core.errors import Interrupted
 
+T = TypeVar("T")
+
+
+class EpisodeWatch(Protocol):
+    """What the signal rules read from the running session (:class:`agent.session.Session` has all three)."""
+
+    @property
+    def switch_started(self) -> bool: ...  # the open episode passed ``SwitchIntended``
+
+    @property
+    def handed_off(self) -> bool: ...  # a transient unit owns the episode now
+
+    @property
+    def last_published(self) -> UpgradeResult | None: ...  # e.g. ``aborted`` after a cancellation
+
+# SIGHUP is an operator's ssh session dropping: handled as SIGTERM is (case C26).
+_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 
 async def run_with_signals(
-    flow: Callable[[], Awaitable[UpgradeResult]],
-    switch_started: Callable[[], bool],
-    handed_off: Callable[[], bool],
-    last_result: Callable[[], UpgradeResult | None],
-    json_mode: bool,
-) -> UpgradeResult:
-    """Run ``flow`` under SPEC 4.3 step 10: SIGINT/SIGTERM before ``switch intended`` cancels it (the
-    orchestrator aborts, publishes ``aborted`` and closes; exit 1); after it, the flow carries on to a
-    terminal state; a second signal exits 130 at once, leaving the episode to ``recover``.
+    session: EpisodeWatch, flow: Callable[[], Awaitable[T]], json_mode: bool
+) -> T | UpgradeResult:
+    """Run ``flow`` (one of ``session``'s writing methods) under SPEC 4.3 step 10.
+
+    SIGINT, SIGTERM or SIGHUP before ``switch intended`` cancels it (the orchestrator aborts, publishes
+    ``aborted`` and closes; that result is returned, exit 1); after it, the flow carries on to a terminal
+    state; a second signal exits 130 at once, leaving the episode to ``recover``.
 
     Raises:
         Interrupted: cancelled, but no published result could be found (exit 130).
     """
-    result: list[UpgradeResult] = []
+    result: list[T] = []
 
     async def watch(scope: anyio.CancelScope) -> None:
         count = 0
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with anyio.open_signal_receiver(*_SIGNALS) as signals:
             async for signum in signals:
                 count += 1
                 name = signal.Signals(signum).name
                 if count >= 2:
                     owner = (
                         "the handed-off recovery unit finishes the episode"
-                        if handed_off()
+                        if session.handed_off
                         else "run recover-agent-upgrade to finish the episode"
                     )
                     _stop_now(f"{name} again: stopping now; {owner}", json_mode)
-                if switch_started():
+                if session.switch_started:
                     log(f"{name}: the switch has started; carrying on to a terminal state (again: stop now)")
                 else:
                     log(f"{name}: aborting before the switch")
@@ -69,7 +86,7 @@ async def run_with_signals(
         _defer_late_signals(json_mode)
     if result:
         return result[0]
-    aborted = last_result()
+    aborted = session.last_published
     if aborted is None:
         raise Interrupted("interrupted before the switch")
     return aborted
@@ -98,5 +115,5 @@ def _defer_late_signals(json_mode: bool) -> None:
             return
         _stop_now(f"{name} again: stopping now", json_mode)
 
-    signal.signal(signal.SIGINT, late)
-    signal.signal(signal.SIGTERM, late)
+    for signum in _SIGNALS:
+        signal.signal(signum, late)

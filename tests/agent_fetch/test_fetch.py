@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.errors import UsageError
 from agent.extract import ExtractLimits
 from agent.fetch import FetchPolicy, check_http_allowed, check_redirect, fetch, parse_sha256, same_origin
 from agent.redact import redact_url
@@ -24,7 +25,6 @@ from upgrade_core.errors import (
     FetchLengthMismatchError,
     FetchRedirectError,
     FetchTimeoutError,
-    UsageError,
 )
 
 from ._archives import Entry, compress, tar_bytes, tree

@@ -1,3 +1,4 @@
+
 """agent.config: SPEC 3 keys and defaults, strict values, discovery, {name}/{arch}, the fast reader."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 import agent.config as config_mod
 from agent.config import AgentConfig, load_config, parse_config
 from agent.config_fast import FAST_SCHEMA, discover_config_path, plausibly_valid, read_paths_fast
-from upgrade_core.errors import ConfigError
+from agent.errors import ConfigError
 
 MINIMAL = '[agent]\nname = "demo-agent"\n'
 

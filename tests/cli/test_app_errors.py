@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,11 +17,16 @@ from upgrade_core.errors import JournalDurabilityError, LockBusyError, NoSpaceEr
 pytestmark = pytest.mark.anyio
 
 
+def _watch(*, switch_started: bool) -> SimpleNamespace:
+    """What ``run_with_signals`` reads from a session: no hand-off, nothing published."""
+    return SimpleNamespace(switch_started=switch_started, handed_off=False, last_published=None)
+
+
 @pytest.fixture(autouse=True)
 def _restore_signal_handlers() -> Iterator[None]:
     """The wrapper leaves "late signal" handlers installed (the CLI process exits right after); restore
     pytest's own."""
-    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     yield
     for s, handler in saved.items():
         signal.signal(s, handler)
@@ -32,7 +38,7 @@ async def test_a_flow_error_leaves_the_signal_wrapper_unwrapped(error: Exception
         raise error
 
     with pytest.raises(type(error)) as info:
-        await run_with_signals(flow, lambda: False, lambda: False, lambda: None, json_mode=False)
+        await run_with_signals(_watch(switch_started=False), flow, json_mode=False)
     assert info.value is error
 
 
@@ -54,6 +60,6 @@ async def test_a_signal_after_the_flow_finished_does_not_kill_the_command() -> N
     async def flow() -> UpgradeResult:
         return done
 
-    assert await run_with_signals(flow, lambda: True, lambda: False, lambda: None, json_mode=False) is done
+    assert await run_with_signals(_watch(switch_started=True), flow, json_mode=False) is done
     os.kill(os.getpid(), signal.SIGTERM)  # default disposition would end this process
     assert signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, signal.SIG_IGN)

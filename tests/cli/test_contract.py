@@ -230,7 +230,7 @@ def test_usage_errors_exit_2_with_one_json_object(rig: Rig, argv: list[str]) -> 
 
 def test_upgrade_on_a_bare_host_exits_2_and_creates_nothing(rig: Rig) -> None:
     before = snapshot(rig.base)
-    run = rig.cli("upgrade", "--archive", "/srv/none.tar.gz")
+    run = rig.cli("upgrade", "--archive", str(rig.config))
     err = run.error_payload(2)
     assert "not installed" in err["error"]
     assert snapshot(rig.base) == before
@@ -240,7 +240,7 @@ def test_upgrade_on_a_bare_host_exits_2_and_creates_nothing(rig: Rig) -> None:
 def test_bad_sha256_syntax_exits_2_before_touching_anything(rig: Rig, sha: str) -> None:
     rig.install_by_hand()
     before = snapshot(rig.base)
-    run = rig.cli("upgrade", "--archive", "/srv/none.tar.gz", "--sha256", sha)
+    run = rig.cli("upgrade", "--archive", str(rig.config), "--sha256", sha)
     err = run.error_payload(2)
     assert "--sha256" in err["error"]
     assert snapshot(rig.base) == before
@@ -250,7 +250,7 @@ def test_bad_sha256_syntax_exits_2_before_touching_anything(rig: Rig, sha: str) 
 def test_bad_operation_id_exits_2_before_touching_anything(rig: Rig, op: str) -> None:
     rig.install_by_hand()
     before = snapshot(rig.base)
-    run = rig.cli("upgrade", "--archive", "/srv/none.tar.gz", "--operation", op)
+    run = rig.cli("upgrade", "--archive", str(rig.config), "--operation", op)
     err = run.error_payload(2)
     assert "operation" in err["error"]
     assert snapshot(rig.base) == before
@@ -259,7 +259,8 @@ def test_bad_operation_id_exits_2_before_touching_anything(rig: Rig, op: str) ->
 # -- the host lock ------------------------------------------------------------------------------------
 def test_upgrade_while_the_lock_is_held_exits_75(rig: Rig, tmp_path: Path) -> None:
     rig.install_by_hand()
-    archive = tmp_path / "none.tar.gz"
+    archive = tmp_path / "never-read.tar.gz"
+    archive.write_bytes(b"")  # checked to exist (bad input never opens an episode), never read
     with HostLock(str(rig.lock_path)):
         before = snapshot(rig.base)
         run = rig.cli("upgrade", "--archive", str(archive))
@@ -292,14 +293,14 @@ def test_journal_compact_while_the_lock_is_held_exits_75(rig: Rig) -> None:
 def test_preflight_reports_a_busy_lock_with_75_and_creates_nothing(rig: Rig) -> None:
     rig.install_by_hand()
     before = snapshot(rig.base)
-    free = rig.cli("upgrade", "--archive", "/srv/none.tar.gz", "--preflight")
+    free = rig.cli("upgrade", "--archive", str(rig.config), "--preflight")
     assert free.code == 0, free
     plan = free.payload()
     assert plan["preflight"] is True and plan["lock"] == "free" and plan["inactive_slot"] == "green"
     assert plan["open_episode"] is None and all(isinstance(p, str) for p in plan["plan"]) and plan["plan"]
     assert snapshot(rig.base) == before  # no lock file, no state_dir
     with HostLock(str(rig.lock_path)):
-        busy = rig.cli("upgrade", "--archive", "/srv/none.tar.gz", "--preflight")
+        busy = rig.cli("upgrade", "--archive", str(rig.config), "--preflight")
     assert busy.code == 75, busy
     assert busy.payload()["lock"] == "busy"
 
@@ -572,7 +573,7 @@ def test_entry_function_main_upgrade(
     rig: Rig, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        sys, "argv", ["agent-upgrade", "--archive", "/srv/a.tar.gz", "--config", str(rig.config), "--json"]
+        sys, "argv", ["agent-upgrade", "--archive", str(rig.config), "--config", str(rig.config), "--json"]
     )
     with pytest.raises(SystemExit) as exited:
         cli.main_upgrade()

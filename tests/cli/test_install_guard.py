@@ -26,11 +26,19 @@ def _current(rig: Rig) -> Path:
     return rig.agent_dir / f"{rig.name}-current"
 
 
+def _never_read(tmp_path: Path) -> str:
+    """An archive path that exists (bad input is refused before the layout is looked at) and is never read."""
+    path = tmp_path / "never-read.tar.gz"
+    path.write_bytes(b"")
+    return str(path)
+
+
 def test_install_over_a_layout_without_its_current_link_is_refused(rig: Rig, tmp_path: Path) -> None:
     _current(rig).unlink()
     (rig.agent_dir / "operator-notes.txt").write_text("keep\n")
+    archive = _never_read(tmp_path)
     before = snapshot(tmp_path)
-    run = rig.cli("install", "--archive", str(tmp_path / "never-read.tar.gz"))
+    run = rig.cli("install", "--archive", archive)
     err = run.error_payload(2)
     assert "partial layout" in err["error"] and str(rig.agent_dir) in err["error"]
     assert snapshot(tmp_path) == before
@@ -41,8 +49,9 @@ def test_a_regular_file_where_current_must_be_is_refused(rig: Rig, tmp_path: Pat
     current = _current(rig)
     current.unlink()
     shutil.copy(rig.slot("blue"), current)
+    archive = _never_read(tmp_path)
     before = snapshot(tmp_path)
-    run = rig.cli(command, "--archive", str(tmp_path / "never-read.tar.gz"))
+    run = rig.cli(command, "--archive", archive)
     err = run.error_payload(2)
     assert str(current) in err["error"], err
     assert snapshot(tmp_path) == before

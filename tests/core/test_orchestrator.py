@@ -8,6 +8,7 @@ import anyio
 import attrs
 import pytest
 
+from agent.errors import UsageError
 from upgrade_core import (
     OPERATION_ID_RE,
     EpisodeState,
@@ -25,7 +26,7 @@ from upgrade_core import (
     self_upgrade_prepare,
 )
 from upgrade_core import _events as ev
-from upgrade_core.errors import AlreadyInstalledError, NotInstalledError, UpgradeError, UsageError
+from upgrade_core.errors import AlreadyInstalledError, NotInstalledError, UpgradeError
 
 from ..sim.host import SIM_POLICY, Behavior, CrashPlan, SimCrash, World, make_candidate
 from ..sim.invariants import check_settled, events_by_episode

@@ -11,9 +11,10 @@ import anyio
 import pytest
 
 from agent._bounded_run import BoundedRunTimeout, run_bounded
+from agent.errors import ConfigError
 from agent.systemd import SystemdServiceManager
 from tests._proc import wait_dead
-from upgrade_core.errors import ConfigError, ServiceError
+from upgrade_core.errors import ServiceError
 
 from .conftest import write_script
 

@@ -1,3 +1,4 @@
+
 """Health probes against real things: a loopback HTTP server, real commands, real process groups."""
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import anyio
 import pytest
 
 from agent.clock import SystemClock
+from agent.errors import ConfigError
 from agent.probes import CommandProbe, HttpProbe, NullProbe, make_probe
 from tests._proc import wait_dead
-from upgrade_core.errors import ConfigError
 
 pytestmark = pytest.mark.anyio
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent.errors import ConfigError
 from agent.harness.sandbox import PrivateSystemd
 from agent.units import exec_line, quote_exec_word, render_agent_unit, render_units
-from upgrade_core.errors import ConfigError
 
 from .conftest import PYTHON, wait_for
 

@@ -1,0 +1,709 @@
+"""The embedding session: one object that owns load -> lock -> wire -> run -> close -> compaction.
+
+The CLI, ``examples/selfupgrade_daemon.py`` and any daemon or integration that embeds upgrade-core ask a
+:class:`Session` for work instead of assembling those steps by hand::
+
+    async with open_session("/etc/upgrade-agent/demo-agent.toml") as s:
+        result = await s.upgrade(s.request("https://releases.example/demo-agent-1.1.0.tar.gz",
+                                           sha256="…"))
+        print(result.result, result.to_version)
+
+Rules it keeps for every caller:
+
+- **Input first.** :meth:`Session.request` checks the source, digest, operation id and expected version
+  (:mod:`agent.request`) before anything is locked, created or journaled (exit 2, journal unchanged).
+- **One writer.** Every method that writes takes the host lock (non-blocking: :class:`LockBusyError`,
+  exit 75) for exactly the duration of its episode, opens the journal, folds it once into a
+  :class:`~upgrade_core.Folder` that the flow keeps up to date, and closes the journal and releases the lock
+  on the way out, also when cancelled. A boot-time or in-unit hand-off releases both early (the transient
+  unit owns the episode from then on).
+- **Errors by phase.** A failure after ``SwitchIntended`` is re-raised as :class:`EpisodeLeftOpenError`
+  (exit 3: the candidate may be active and ``recover`` finishes the episode), whatever its type; before it
+  the orchestrator has already aborted the episode.
+- **Compaction** (SPEC 5) runs best effort after each closed episode, from the same fold.
+
+Readers (:meth:`Session.status`, :meth:`Session.view`) take no lock and never write or create anything.
+Signals are the caller's: a CLI cancels the running method (before the switch the episode is aborted and
+published) and reads :attr:`Session.switch_started` / :attr:`Session.handed_off` /
+:attr:`Session.last_published` to decide what to say.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Literal
+
+import anyio
+import attrs
+
+from upgrade_core import (
+    EpisodeView,
+    Folder,
+    HandedOff,
+    JournalView,
+    Policy,
+    Ports,
+    Recorded,
+    RestartScheduled,
+    ResultPublished,
+    ResumeOutcome,
+    Slot,
+    Trigger,
+    UpgradeRequest,
+    UpgradeResult,
+    fold,
+    summarize_history,
+)
+from upgrade_core.errors import (
+    AlreadyInstalledError,
+    EpisodeLeftOpenError,
+    JournalError,
+    NotInstalledError,
+    UpgradeError,
+)
+
+from .config import AgentConfig, discover_config_path, load_config
+from .errors import UsageError
+from .host import AgentHost
+from .request import make_request
+
+__all__ = ["EpisodeInfo", "Preflight", "ServiceInfo", "Session", "SlotInfo", "Status", "open_session"]
+
+ProgressCallback = Callable[[int, int | None], None]
+EventCallback = Callable[[Recorded], None]
+
+
+# -- typed read results ---------------------------------------------------------------------------------
+@attrs.frozen
+class SlotInfo:
+    """One slot as ``status`` shows it (SPEC 7).
+
+    Attributes:
+        slot: ``blue`` or ``green``.
+        path: the slot file's absolute path.
+        sha256: 64 lowercase hex of the slot's bytes, None when missing or empty (C12).
+        version: the version its binary reported when installed, as far as the journal knows.
+    """
+
+    slot: Slot
+    path: str
+    sha256: str | None
+    version: str | None
+
+
+@attrs.frozen
+class ServiceInfo:
+    """The agent unit as systemd shows it; every field None when systemd could not be asked.
+
+    Attributes:
+        active_state / sub_state: ``ActiveState`` / ``SubState``.
+        main_pid: ``MainPID``, None when there is no main process.
+        exe: ``/proc/<MainPID>/exe`` resolved.
+    """
+
+    active_state: str | None = None
+    sub_state: str | None = None
+    main_pid: int | None = None
+    exe: str | None = None
+
+
+@attrs.frozen
+class EpisodeInfo:
+    """The open episode, if any: its operation id and lifecycle state (SPEC 4.2)."""
+
+    operation: str
+    state: str
+
+
+@attrs.frozen
+class Status:
+    """What ``status`` reports (SPEC 7), from the journal and the links; no binary is run.
+
+    Attributes:
+        agent: NAME.
+        current / last_good: the slots the links name, None on a bare host.
+        service: the agent unit.
+        episode: the open episode, None when every episode is closed.
+        service_error: why ``service`` is empty, when systemd could not be asked.
+    """
+
+    agent: str
+    current: SlotInfo | None
+    last_good: SlotInfo | None
+    service: ServiceInfo
+    episode: EpisodeInfo | None
+    service_error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The SPEC 7 ``status`` JSON object."""
+        doc = attrs.asdict(self)
+        doc.pop("service_error")
+        return doc
+
+
+@attrs.frozen
+class Preflight:
+    """What ``upgrade --preflight`` reports (SPEC 7).
+
+    Attributes:
+        plan: the steps an upgrade would take, one line each.
+        inactive_slot: the slot the candidate would be staged into.
+        lock: ``free`` or ``busy``.
+        open_episode: the operation id of an open episode that would be recovered first, or None.
+    """
+
+    plan: tuple[str, ...]
+    inactive_slot: Slot
+    lock: Literal["free", "busy"]
+    open_episode: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        """The SPEC 7 ``upgrade --preflight`` JSON object."""
+        return {"preflight": True, "plan": list(self.plan), "inactive_slot": self.inactive_slot,
+                "lock": self.lock, "open_episode": self.open_episode}
+
+
+# -- the session ------------------------------------------------------------------------------------------
+class Session:
+    """One configuration's upgrade-core, for a CLI command or an embedding daemon. Use :func:`open_session`.
+
+    Attributes:
+        config: the loaded configuration.
+        config_path: its absolute path (units and hand-offs name it).
+        host: the host layout (the ``Host`` port).
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        config_path: str,
+        *,
+        progress: ProgressCallback | None = None,
+        on_event: EventCallback | None = None,
+    ) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.host = AgentHost.from_config(config)
+        self.progress = progress
+        self._on_event = on_event
+        self._folder: Folder | None = None
+        self._journal: Any = None
+        self._last_published: UpgradeResult | None = None
+        self._running = False
+
+    @classmethod
+    def load(
+        cls,
+        config_path: str | None = None,
+        *,
+        progress: ProgressCallback | None = None,
+        on_event: EventCallback | None = None,
+    ) -> Session:
+        """Load the configuration (see :func:`open_session`); creates nothing, takes no lock.
+
+        Raises:
+            ConfigError: no, several, or an invalid configuration (exit 2).
+        """
+        path = discover_config_path(config_path)
+        return cls(load_config(path), os.path.abspath(path), progress=progress, on_event=on_event)
+
+    # -- input -----------------------------------------------------------------------------------------
+    def request(
+        self,
+        archive: str,
+        *,
+        sha256: str | None = None,
+        operation: str | None = None,
+        expect_version: str | None = None,
+    ) -> UpgradeRequest:
+        """A checked request (see :func:`agent.request.make_request`); nothing is locked or created.
+
+        Raises:
+            UsageError: a bad source, digest, operation id or expected version (exit 2).
+        """
+        return make_request(
+            archive,
+            allow_http=self.config.download.allow_http,
+            sha256=sha256,
+            operation=operation,
+            expect_version=expect_version,
+        )
+
+    # -- what a signal handler needs -------------------------------------------------------------------
+    @property
+    def switch_started(self) -> bool:
+        """True while the running method's open episode has passed ``SwitchIntended`` (no abort possible)."""
+        if self._folder is None:
+            return False
+        ep = self._folder.view().open_episode
+        return ep is not None and ep.switch_intended
+
+    @property
+    def handed_off(self) -> bool:
+        """True once the running method handed its episode to a transient unit (and released the lock)."""
+        return self._journal is not None and bool(self._journal.relinquished)
+
+    @property
+    def last_published(self) -> UpgradeResult | None:
+        """The newest result this session published (e.g. ``aborted`` after a cancellation), or None."""
+        return self._last_published
+
+    # -- writers -----------------------------------------------------------------------------------------
+    async def upgrade(self, request: UpgradeRequest) -> UpgradeResult:
+        """The supervised flow (SPEC 4.3): fetch, verify, switch, restart, health-check, commit or roll back.
+
+        Returns:
+            The terminal result (``committed``, ``noop``, ``aborted``, ``rolled_back``, ``needs_attention``);
+            a closed operation id returns its recorded result and does nothing.
+
+        Raises:
+            NotInstalledError, LayoutConflictError: checked before the lock (exit 2).
+            LockBusyError: another process holds the host lock (exit 75).
+            EpisodeLeftOpenError: a failure after the switch (exit 3; ``recover`` finishes the episode).
+            JournalError: the journal is corrupt, newer or could not be written (exit 3).
+        """
+        from upgrade_core import run_upgrade
+
+        self._require_installed()
+        return await self._write(lambda p, pol, f: run_upgrade(p, pol, request, folder=f))
+
+    async def recover(self, trigger: Trigger = "manual") -> UpgradeResult | HandedOff:
+        """``recover`` (SPEC 4.5): replay, look at the host, finish or roll back the open episode.
+
+        Args:
+            trigger: ``boot`` (never waits for the agent: any health check is handed to a transient unit,
+                returned as :class:`~upgrade_core.HandedOff`), ``on-failure`` or ``manual``.
+
+        Returns:
+            The closed episode's result; ``UpgradeResult(None, "noop")`` when nothing was open.
+
+        Raises:
+            LockBusyError: the holder owns the episode (exit 75).
+            JournalError, HistoryError: the journal cannot be trusted; links untouched (exit 3).
+        """
+        from upgrade_core import recover
+
+        return await self._write(lambda p, pol, f: recover(p, pol, trigger, folder=f))
+
+    async def self_upgrade(self, request: UpgradeRequest) -> UpgradeResult | RestartScheduled:
+        """The self-upgrade flow, steps 1-5 in this process (SPEC 4.4); the restart is scheduled.
+
+        Returns:
+            :class:`~upgrade_core.RestartScheduled` (the new process calls :meth:`resume_self_upgrade`), or a
+            terminal result (``aborted``, ``noop``, or this operation's recorded result).
+
+        Raises:
+            As :meth:`upgrade`.
+        """
+        from upgrade_core import self_upgrade_prepare
+
+        self._require_installed()
+        return await self._write(lambda p, pol, f: self_upgrade_prepare(p, pol, request, folder=f))
+
+    async def resume_self_upgrade(self) -> ResumeOutcome:
+        """The new process's start-up check (SPEC 4.4): the candidate holds healthy for the window -> commit.
+
+        Raises:
+            LockBusyError: another process (a recovery) owns the episode; the caller just serves.
+            JournalError, HistoryError: as :meth:`upgrade`.
+        """
+        from upgrade_core import resume_self_upgrade
+
+        return await self._write(lambda p, pol, f: resume_self_upgrade(p, pol, folder=f))
+
+    async def compact(self) -> int:
+        """Seal closed episodes and keep ``journal.keep_episodes`` (SPEC 5) under the host lock.
+
+        Returns:
+            The number of records left in the journal.
+        """
+
+        async def nothing(_p: Ports, _pol: Policy, folder: Folder) -> int:
+            return folder.last_seq
+
+        await self._write(nothing)
+        assert self._journal is not None
+        return len(self._journal.records())
+
+    def _require_installed(self) -> None:
+        """Raise before the lock: LayoutConflictError (a file where a link must be), NotInstalledError."""
+        self.host.links()
+        if not self.host.is_installed():
+            raise NotInstalledError(
+                f"{self.host.current_link_path()}: not installed; run `upgrade-agent install`"
+            )
+
+    async def _write(
+        self,
+        flow: Callable[[Ports, Policy, Folder], Awaitable[Any]],
+        *,
+        source_override: Any = None,
+        after: Callable[[Any], Awaitable[None]] | None = None,
+    ) -> Any:
+        """Lock, open the journal, fold once, run ``flow``, compact, close, unlock (see the module doc)."""
+        from .lock import HostLock
+        from .wiring import wire
+
+        if self._running:
+            raise RuntimeError("Session: one write at a time")
+        self._running = True
+        try:
+            with HostLock(self.config.host.lock_path) as lock:
+                wired = await wire(
+                    self.config,
+                    self.config_path,
+                    progress=self.progress,
+                    on_event=self._seen,
+                    source_override=source_override,
+                    lock=lock,
+                )
+                self._journal = wired.journal
+                folder = Folder()
+                folder.apply_all(wired.journal.records())
+                self._folder = folder
+                try:
+                    try:
+                        out = await flow(wired.ports, wired.policy, folder)
+                        if after is not None:
+                            await after(out)
+                    except (UpgradeError, OSError) as exc:
+                        if isinstance(exc, JournalError) or not self.switch_started or self.handed_off:
+                            raise
+                        raise EpisodeLeftOpenError(
+                            f"{exc}; the episode is left open after its switch: run recover-agent-upgrade"
+                        ) from exc
+                    await self._compact(wired, folder)
+                    return out
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await wired.journal.writer.aclose()
+        finally:
+            self._running = False
+
+    def _seen(self, record: Recorded) -> None:
+        if isinstance(record.event, ResultPublished):
+            self._last_published = record.event.result
+        if self._on_event is not None:
+            self._on_event(record)
+
+    async def _compact(self, wired: Any, folder: Folder) -> None:
+        """Best effort after a close (SPEC 5): the episode is already closed and published."""
+        if wired.journal.relinquished:  # a handed-off recovery unit owns the journal now
+            return
+        view = folder.view()
+
+        def is_closed(episode_id: str) -> bool:
+            ep = view.episodes.get(episode_id)
+            return ep is None or not ep.is_open
+
+        try:
+            keep = self.config.journal.keep_episodes
+            await wired.journal.writer.compact(keep, is_closed, summarize_history)
+        except Exception as exc:  # best effort: report, never fail a finished command
+            _log(f"journal compaction skipped: {exc}")
+
+    async def install(self, request: UpgradeRequest | None = None) -> UpgradeResult:
+        """``install`` (SPEC 7): a bare host -> blue, both links, the units, start and health-check.
+
+        Without ``request``: adopt what is there (a plain executable at ``R/bin/NAME`` or under
+        ``host.legacy_root``, or a legacy layout, SPEC 3). On an installed host: the same member digest as
+        ``current`` is ``noop``. A failed install (any result but ``committed``/``noop``, or an error)
+        removes the units and layout it made; the journal keeps the episode.
+
+        Raises:
+            UsageError: nothing to adopt (exit 2).
+            LayoutConflictError: the host is not bare and not installed (exit 2), before the lock.
+            AlreadyInstalledError: installed with another binary; use upgrade (exit 2).
+            LockBusyError: the host lock is held (exit 75).
+        """
+        import uuid
+
+        from .provision import Provisioner
+
+        provision = Provisioner(self.host)
+        source_override: Any = None
+        legacy = False
+        if request is None:
+            found = provision.find_adoptable()
+            if found is None:
+                if self.host.is_installed():
+                    return UpgradeResult(None, "noop", slot=self.host.links().current)
+                raise UsageError(
+                    f"nothing to adopt at {self.host.layout.bin_link} or under host.legacy_root; "
+                    "pass --archive"
+                )
+            legacy = found.kind == "legacy_layout"
+            request = UpgradeRequest(uuid.uuid4().hex, found.source, found.source)
+            source_override = _PlainFileSource()
+        if legacy:
+            return await self._write(lambda p, pol, f: self._adopt_legacy(provision))
+        if self.host.is_installed():
+            return await self._write(
+                lambda p, pol, f: self._install_again(p, request), source_override=source_override
+            )
+        provision.check_bare()  # before the lock file too: a refusal leaves the host untouched
+        return await self._write(
+            lambda p, pol, f: self._install_bare(p, pol, f, request, provision),
+            source_override=source_override,
+        )
+
+    async def _install_bare(
+        self, ports: Ports, policy: Policy, folder: Folder, request: UpgradeRequest, provision: Any
+    ) -> UpgradeResult:
+        from upgrade_core import run_install
+
+        provision.check_bare()
+        provision.create_layout_dirs()
+        done = False
+        try:
+            await self._install_units(ports.service)
+            result = await run_install(ports, policy, request, folder=folder)
+            if result.result == "committed":
+                provision.ensure_compat_link()
+            done = result.result in ("committed", "noop")
+            return result
+        finally:
+            if not done:  # SPEC 7: a failed install removes what it created (the journal keeps the episode)
+                with anyio.CancelScope(shield=True):
+                    await self.remove_units()
+                    provision.remove_layout()
+
+    async def _install_again(self, ports: Ports, request: UpgradeRequest) -> UpgradeResult:
+        """Already installed: the same member digest as ``current`` -> noop; else AlreadyInstalledError."""
+        from upgrade_core import other_slot
+
+        current = self.host.links().current
+        assert current is not None
+        inactive = other_slot(current)
+        path = await self.host.prepare_staging(inactive)
+        try:
+            staged = await ports.source.stage(request.source, request.expected_sha256, path, inactive)
+        finally:
+            await self.host.discard_staging(path)
+        if staged.sha256 == await self.host.slot_sha256(current):
+            return UpgradeResult(None, "noop", slot=current)
+        raise AlreadyInstalledError(f"{self.host.current_link_path()}: already installed; use upgrade")
+
+    async def _adopt_legacy(self, provision: Any) -> UpgradeResult:
+        provision.adopt()
+        service = self._service()
+        await self._install_units(service)
+        await service.start()
+        return UpgradeResult(None, "noop", slot=self.host.links().current, reason="adopted legacy layout")
+
+    # -- units -------------------------------------------------------------------------------------------
+    def units(self) -> dict[str, str]:
+        """The rendered unit files, file name -> text (SPEC 6): the agent unit and both recovery units."""
+        from .units import render_units
+        from .wiring import recover_executable
+
+        cfg = self.config
+        return render_units(
+            name=cfg.agent.name,
+            unit=cfg.agent.unit,
+            current_link=self.host.current_link_path(),
+            exec_args=cfg.agent.exec_args,
+            max_attempts=cfg.health.max_attempts,
+            recover_exe=recover_executable(),
+            config_path=self.config_path,
+        )
+
+    async def reset(self) -> list[str]:
+        """``reset``: stop, disable and remove the units, daemon-reload, under the host lock.
+
+        Returns:
+            The unit files removed.
+
+        Raises:
+            LockBusyError: the host lock is held (exit 75).
+        """
+        from .lock import HostLock
+
+        with HostLock(self.config.host.lock_path):
+            return await self.remove_units()
+
+    def _service(self) -> Any:
+        from .wiring import service_manager
+
+        return service_manager(self.config, self.config_path)
+
+    async def _install_units(self, service: Any) -> None:
+        """Write the units, daemon-reload, enable the agent and the boot-time recovery unit."""
+        from .units import recover_boot_unit_name
+
+        await service.write_units(self.units())
+        await service.daemon_reload()
+        await service.enable(self.config.agent.unit, recover_boot_unit_name(self.config.agent.name))
+
+    async def remove_units(self) -> list[str]:
+        """Stop, disable and remove the units (stop/disable failures are logged, not fatal); the caller
+        holds the host lock (:meth:`reset` takes it).
+
+        Returns:
+            The unit files removed.
+        """
+        service = self._service()
+        names = list(self.units())
+        for unit in names:
+            try:
+                await service.stop(unit)
+            except UpgradeError as exc:
+                _log(f"stop {unit}: {exc}")
+        try:
+            await service.disable(*names)
+        except UpgradeError as exc:
+            _log(f"disable: {exc}")
+        removed: list[str] = await service.remove_units(names)
+        await service.daemon_reload()
+        return removed
+
+    # -- readers -----------------------------------------------------------------------------------------
+    def view(self) -> JournalView:
+        """The folded journal, read-only: no lock, nothing written or created (SPEC 5 readers).
+
+        Raises:
+            JournalError: the journal is corrupt or of a newer format (exit 3, naming file and offset).
+            HistoryError: its order of events is illegal (exit 3).
+        """
+        from journal import JournalError as StoreError
+        from journal import replay
+        from upgrade_core import EVENT_CODEC
+
+        from .wiring import journal_dir, journal_error
+
+        directory = journal_dir(self.config)
+        try:
+            rep = replay(directory, EVENT_CODEC)
+        except StoreError as exc:
+            raise journal_error(exc, directory) from None
+        return fold(rep.records)
+
+    def preflight(self, request: UpgradeRequest) -> Preflight:
+        """``upgrade --preflight`` (SPEC 7): the plan, from the links, the journal and a lock probe.
+
+        No fetch, no directory, no lock file created (an existing lock is tested with a shared flock on
+        an ``O_RDONLY`` open).
+
+        Raises:
+            NotInstalledError, LayoutConflictError: as :meth:`upgrade` (exit 2).
+            JournalError, HistoryError: as :meth:`view` (exit 3).
+        """
+        from upgrade_core import other_slot
+
+        from .lock import probe_lock
+
+        self._require_installed()
+        links = self.host.links()
+        assert links.current is not None
+        inactive = other_slot(links.current)
+        lock = probe_lock(self.config.host.lock_path)
+        view = self.view()
+        open_ep = view.open_episode.episode_id if view.open_episode else None
+        cfg = self.config
+        plan = []
+        if open_ep is not None:
+            plan.append(f"recover the open episode {open_ep} first")
+        prior = view.result_of(request.operation)
+        if prior is not None:
+            plan.append(
+                f"operation {request.operation} already closed as {prior.result}: print it, do nothing"
+            )
+        else:
+            plan += [
+                f"fetch {request.source_redacted}"
+                + (" and check its sha256" if request.expected_sha256 else ""),
+                f"extract {cfg.agent.member} into a staging file for the inactive slot {inactive}",
+                "run its version command"
+                + (f", expect {request.expected_version}" if request.expected_version else ""),
+                f"switch current from {links.current} to {inactive} (last-good stays {links.current})",
+                f"restart {cfg.agent.unit} through a transient unit and health-check it "
+                f"({cfg.health.max_attempts} attempts, {cfg.health.stability_s} s stable)",
+                "commit, or roll back to last-good",
+            ]
+        return Preflight(tuple(plan), inactive, lock, open_ep)
+
+    async def status(self) -> Status:
+        """Slots, links, service and open episode (SPEC 7 ``status``); never runs a binary, never writes.
+
+        Raises:
+            LayoutConflictError: a real file stands where a link must be (exit 2).
+            JournalError, HistoryError: as :meth:`view`.
+        """
+        from .wiring import service_manager
+
+        view = self.view()
+        links = self.host.links()
+        slots = {slot for slot in (links.current, links.last_good) if slot is not None}
+        digests = {slot: await self.host.slot_sha256(slot) for slot in slots}
+
+        def info(slot: Slot | None) -> SlotInfo | None:
+            if slot is None:
+                return None
+            return SlotInfo(slot, self.host.slot_path(slot), digests[slot], view.slot_versions.get(slot))
+
+        service, error = ServiceInfo(), None
+        try:
+            snap = await service_manager(self.config, self.config_path).snapshot()
+            service = ServiceInfo(snap.active_state, snap.sub_state, snap.main_pid or None, snap.exe)
+        except UpgradeError as exc:
+            error = str(exc)
+        ep: EpisodeView | None = view.open_episode
+        return Status(
+            agent=self.config.agent.name,
+            current=info(links.current),
+            last_good=info(links.last_good),
+            service=service,
+            episode=None if ep is None else EpisodeInfo(ep.episode_id, ep.state.value),
+            service_error=error,
+        )
+
+
+@asynccontextmanager
+async def open_session(
+    config_path: str | None = None,
+    *,
+    progress: ProgressCallback | None = None,
+    on_event: EventCallback | None = None,
+) -> AsyncIterator[Session]:
+    """Open a :class:`Session` on one configuration (SPEC 3): ``async with open_session(path) as s: ...``.
+
+    Loading creates nothing and takes no lock; each writing method takes and releases the host lock itself.
+
+    Args:
+        config_path: the TOML file; None: ``$UPGRADE_AGENT_CONFIG``, else the only
+            ``/etc/upgrade-agent/*.toml``.
+        progress: ``progress(bytes_so_far, total_or_None)`` during downloads.
+        on_event: called after each durable journal append (e.g. a log line).
+
+    Raises:
+        ConfigError: no, several, or an invalid configuration (exit 2, naming the file and key).
+    """
+    yield Session.load(config_path, progress=progress, on_event=on_event)
+
+
+
+
+def _log(message: str) -> None:
+    import sys
+
+    sys.stderr.write(f"upgrade-agent: {message}\n")
+    sys.stderr.flush()
+
+
+class _PlainFileSource:
+    """An :class:`~upgrade_core.ports.ArchiveSource` for adoption: the "archive" is a plain executable."""
+
+    async def stage(self, source: str, expected_sha256: str | None, staging_path: str, slot: Slot) -> Any:
+        """Copy ``source`` into ``staging_path`` durably; its digest is computed from the copy."""
+        from upgrade_core.ports import StagedCandidate
+
+        from . import durable
+
+        def copy() -> tuple[str, int]:
+            durable.copy_file_durable(source, staging_path, 0o755)
+            return durable.file_sha256(staging_path), os.stat(staging_path).st_size
+
+        sha, size = await anyio.to_thread.run_sync(copy)
+        return StagedCandidate(slot, staging_path, sha, size, sha, size)
