@@ -179,8 +179,8 @@ def parse_source(source: str) -> SourceTarget:
     except ValueError:
         raise UsageError(f"{shown}: not a valid URL") from None
     if scheme in ("http", "https"):
-        if not host:
-            raise UsageError(f"{shown}: the URL names no host")
+        if not host or any(c.isspace() or c in "<>\"\\^`{|}" for c in host):
+            raise UsageError(f"{shown}: the URL names no valid host")
         return SourceTarget("https" if scheme == "https" else "http", None)
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):

@@ -34,8 +34,8 @@ def redact_url(s: str) -> str:
     except ValueError:
         scheme = s.split("://", 1)[0]
         return f"{scheme}://{_UNPARSABLE}" if scheme.isalnum() else _UNPARSABLE
-    if not parts.scheme:
-        return s
+    if not parts.scheme:  # "://" but no valid scheme before it (e.g. "my_scheme://u:pw@h"): show nothing
+        return _UNPARSABLE
     if ":" in host:  # IPv6 literal: urlsplit strips the brackets
         host = f"[{host}]"
     netloc = host if port is None else f"{host}:{port}"

@@ -53,6 +53,8 @@ def check_source(source: str, allow_http: AllowHttp) -> str:
         st = os.stat(target.local_path)
     except OSError as exc:
         raise UsageError(f"--archive {shown}: {exc.strerror or exc}") from None
+    except ValueError:  # a NUL byte: no such path can exist
+        raise UsageError(f"--archive {shown}: not a valid path") from None
     if not stat.S_ISREG(st.st_mode):
         raise UsageError(f"--archive {shown}: not a regular file")
     return shown

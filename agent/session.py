@@ -67,6 +67,7 @@ from upgrade_core.errors import (
 from .config import AgentConfig, discover_config_path, load_config
 from .errors import UsageError
 from .host import AgentHost
+from .logline import log
 from .request import make_request
 
 __all__ = ["EpisodeInfo", "Preflight", "ServiceInfo", "Session", "SlotInfo", "Status", "open_session"]
@@ -340,7 +341,6 @@ class Session:
         flow: Callable[[Ports, Policy, Folder], Awaitable[Any]],
         *,
         source_override: Any = None,
-        after: Callable[[Any], Awaitable[None]] | None = None,
     ) -> Any:
         """Lock, open the journal, fold once, run ``flow``, compact, close, unlock (see the module doc)."""
         from .lock import HostLock
@@ -349,6 +349,7 @@ class Session:
         if self._running:
             raise RuntimeError("Session: one write at a time")
         self._running = True
+        self._folder, self._journal, self._last_published = None, None, None
         try:
             with HostLock(self.config.host.lock_path) as lock:
                 wired = await wire(
@@ -360,20 +361,14 @@ class Session:
                     lock=lock,
                 )
                 self._journal = wired.journal
-                folder = Folder()
-                folder.apply_all(wired.journal.records())
-                self._folder = folder
                 try:
+                    folder = Folder()
+                    folder.apply_all(wired.journal.records())
+                    self._folder = folder
                     try:
                         out = await flow(wired.ports, wired.policy, folder)
-                        if after is not None:
-                            await after(out)
-                    except (UpgradeError, OSError) as exc:
-                        if isinstance(exc, JournalError) or not self.switch_started or self.handed_off:
-                            raise
-                        raise EpisodeLeftOpenError(
-                            f"{exc}; the episode is left open after its switch: run recover-agent-upgrade"
-                        ) from exc
+                    except Exception as exc:
+                        raise self._by_phase(exc) from exc
                     await self._compact(wired, folder)
                     return out
                 finally:
@@ -381,6 +376,20 @@ class Session:
                         await wired.journal.writer.aclose()
         finally:
             self._running = False
+
+    def _by_phase(self, exc: Exception) -> Exception:
+        """Errors by phase (issue 9): after ``SwitchIntended`` any failure but a journal one leaves the
+        episode to ``recover`` (exit 3), whatever its type; before it the orchestrator has aborted."""
+        from journal import JournalError as StoreError
+
+        from ._groups import sole_error
+
+        error = sole_error(exc)
+        if isinstance(error, JournalError | StoreError) or not self.switch_started or self.handed_off:
+            return error if isinstance(error, Exception) else exc
+        return EpisodeLeftOpenError(
+            f"{error}; the episode is left open after its switch: run recover-agent-upgrade"
+        )
 
     def _seen(self, record: Recorded) -> None:
         if isinstance(record.event, ResultPublished):
@@ -402,13 +411,20 @@ class Session:
             keep = self.config.journal.keep_episodes
             await wired.journal.writer.compact(keep, is_closed, summarize_history)
         except Exception as exc:  # best effort: report, never fail a finished command
-            _log(f"journal compaction skipped: {exc}")
+            log(f"journal compaction skipped: {exc}")
 
-    async def install(self, request: UpgradeRequest | None = None) -> UpgradeResult:
+    async def install(
+        self,
+        request: UpgradeRequest | None = None,
+        *,
+        sha256: str | None = None,
+        expect_version: str | None = None,
+    ) -> UpgradeResult:
         """``install`` (SPEC 7): a bare host -> blue, both links, the units, start and health-check.
 
         Without ``request``: adopt what is there (a plain executable at ``R/bin/NAME`` or under
-        ``host.legacy_root``, or a legacy layout, SPEC 3). On an installed host: the same member digest as
+        ``host.legacy_root``, or a legacy layout, SPEC 3), checked against ``sha256`` (of the binary) and
+        ``expect_version`` as an archive would be. On an installed host: the same member digest as
         ``current`` is ``noop``. A failed install (any result but ``committed``/``noop``, or an error)
         removes the units and layout it made; the journal keeps the episode.
 
@@ -418,8 +434,6 @@ class Session:
             AlreadyInstalledError: installed with another binary; use upgrade (exit 2).
             LockBusyError: the host lock is held (exit 75).
         """
-        import uuid
-
         from .provision import Provisioner
 
         provision = Provisioner(self.host)
@@ -435,7 +449,7 @@ class Session:
                     "pass --archive"
                 )
             legacy = found.kind == "legacy_layout"
-            request = UpgradeRequest(uuid.uuid4().hex, found.source, found.source)
+            request = self.request(found.source, sha256=sha256, expect_version=expect_version)
             source_override = _PlainFileSource()
         if legacy:
             return await self._write(lambda p, pol, f: self._adopt_legacy(provision))
@@ -550,11 +564,11 @@ class Session:
             try:
                 await service.stop(unit)
             except UpgradeError as exc:
-                _log(f"stop {unit}: {exc}")
+                log(f"stop {unit}: {exc}")
         try:
             await service.disable(*names)
         except UpgradeError as exc:
-            _log(f"disable: {exc}")
+            log(f"disable: {exc}")
         removed: list[str] = await service.remove_units(names)
         await service.daemon_reload()
         return removed
@@ -684,12 +698,6 @@ async def open_session(
 
 
 
-
-def _log(message: str) -> None:
-    import sys
-
-    sys.stderr.write(f"upgrade-agent: {message}\n")
-    sys.stderr.flush()
 
 
 class _PlainFileSource:

@@ -1,4 +1,3 @@
-
 """The agent's systemd unit files, rendered as text (SPEC 3, 6): no I/O, no systemd needed.
 
 The agent unit, ``NAME-recover.service`` (its ``OnFailure=``) and ``NAME-recover-boot.service`` (ordered

@@ -72,14 +72,13 @@ def append_durable() -> dict[str, Any]:
     """One writer, one durable append at a time vs ``os.write`` + ``os.fdatasync`` of the same bytes."""
     import anyio
 
-    from journal import JournalWriter
-    from journal._framing import encode_envelope, encode_frame
+    from journal import JournalWriter, encode_records
     from upgrade_core.codec import EVENT_CODEC
 
     directory = _harness.disk_dir("append_durable")
     event = _payload_event()
     payload = EVENT_CODEC.encode(event)
-    frame, _ = encode_frame(1, encode_envelope(b"0123456789abcdef", time.time(), payload), 0)
+    frame, _ = encode_records(1, [(b"0123456789abcdef", time.time(), payload)], prev_chain=0)
 
     async def ours() -> float:
         async with await JournalWriter.open(directory / "journal", EVENT_CODEC) as w:
@@ -136,8 +135,7 @@ def append_group() -> dict[str, Any]:
     """64 concurrent writers vs the same 64 frames joined, one ``os.write`` + one ``os.fdatasync``."""
     import anyio
 
-    from journal import JournalWriter
-    from journal._framing import encode_envelope, encode_frame
+    from journal import JournalWriter, encode_records
     from upgrade_core.codec import EVENT_CODEC
 
     directory = _harness.disk_dir("append_group")
@@ -187,15 +185,10 @@ def append_group() -> dict[str, Any]:
             return best / GROUP
 
     def baseline() -> float:
-        frames, chain = [], 0
-        for i in range(GROUP):
-            frame, chain = encode_frame(
-                i + 1,
-                encode_envelope(f"writer-{i:02d}".encode(), time.time(), EVENT_CODEC.encode(event)),
-                chain,
-            )
-            frames.append(frame)
-        data = b"".join(frames)
+        entries = [
+            (f"writer-{i:02d}".encode(), time.time(), EVENT_CODEC.encode(event)) for i in range(GROUP)
+        ]
+        data, _chain = encode_records(1, entries, prev_chain=0)
         fd = os.open(directory / "baseline.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             best = float("inf")
@@ -233,18 +226,16 @@ def append_group() -> dict[str, Any]:
 
 def replay_100k() -> dict[str, Any]:
     """Replay + decode + fold of a 100k-event journal vs ``json.loads`` of the same payloads from memory."""
-    from journal import replay
-    from journal._framing import encode_envelope, encode_frame, encode_segment_header
+    from journal import encode_records, replay
     from upgrade_core import fold
     from upgrade_core.codec import EVENT_CODEC
 
     directory = _harness.disk_dir("replay") / "journal"
     directory.mkdir()
-    # The segment is built with the writer's own framing functions (identical bytes, without 100k fsyncs).
-    header = encode_segment_header(1)
-    chain = int.from_bytes(header[28:32], "little")
-    parts, payloads = [header], []
-    seq, n = 1, 0
+    # The segment is built with the writer's own framing (identical bytes, without 100k fsyncs).
+    entries: list[tuple[bytes, float, bytes]] = []
+    payloads: list[bytes] = []
+    n = 0
     while n < REPLAY_EVENTS:
         op = f"{n:032x}"
         for event in _episode(op):
@@ -252,15 +243,14 @@ def replay_100k() -> dict[str, Any]:
                 break
             data = EVENT_CODEC.encode(event)
             payloads.append(data)
-            frame, chain = encode_frame(seq, encode_envelope(op.encode(), 1.7e9 + seq, data), chain)
-            parts.append(frame)
-            seq += 1
+            entries.append((op.encode(), 1.7e9 + n + 1, data))
             n += 1
+    segment, _chain = encode_records(1, entries)
     with open(directory / f"{1:020d}.jnl", "wb") as f:
-        f.write(b"".join(parts))
+        f.write(segment)
         os.fsync(f.fileno())
-    size = sum(map(len, parts))
-    del parts
+    size = len(segment)
+    del segment, entries
 
     def ours() -> None:
         result = replay(directory, EVENT_CODEC)

@@ -72,18 +72,21 @@ def upgrade(config_path: str, archive: str, sha256: str | None, operation: str |
     from upgrade_core import RestartScheduled
     from upgrade_core.errors import UpgradeError
 
+    op = [operation]
+
     async def run():  # type: ignore[no-untyped-def]
         async with open_session(config_path) as s:
             request = s.request(archive, sha256=sha256, operation=operation)
-            return request.operation, await s.self_upgrade(request)
+            op[0] = request.operation  # the episode to recover if anything fails after it opened
+            return await s.self_upgrade(request)
 
     try:
-        op, out = anyio.run(run)
+        out = anyio.run(run)
     except UpgradeError as exc:
-        return 409, {"operation": operation, "error": str(exc), "exit_code": exc.exit_code}
+        return 409, {"operation": op[0], "error": str(exc), "exit_code": exc.exit_code}
     if isinstance(out, RestartScheduled):
         return 202, {"operation": out.operation, "restart_unit": out.unit}
-    return 200, {"operation": op, "result": out.result, "reason": out.reason}
+    return 200, {"operation": op[0], "result": out.result, "reason": out.reason}
 
 
 def serve(config_path: str, port: int) -> int:

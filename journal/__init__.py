@@ -29,6 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from ._framing import encode_records
     from ._records import SNAPSHOT_EPISODE, Codec, Record, Replay, TornTail
     from ._writer import CompactStats, JournalWriter
 
@@ -49,12 +50,14 @@ __all__ = [
     "Replay",
     "Scan",
     "TornTail",
+    "encode_records",
     "live_tail",
     "replay",
     "scan",
 ]
 
 _LAZY = {
+    "encode_records": "_framing",
     "SNAPSHOT_EPISODE": "_records",
     "Codec": "_records",
     "Record": "_records",

@@ -34,6 +34,11 @@ from __future__ import annotations
 import struct
 from zlib import crc32
 
+# Not ``typing.TYPE_CHECKING``: this module is on the boot-time no-op path (SPEC 9 ``recover.noop``).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
 MAGIC = b"\x8bUCJ\r\n\x1a\n"
 FORMAT_VERSION = 1
 ALIGN = 8
@@ -328,3 +333,33 @@ def decode_envelope(buf: bytes | memoryview, start: int = 0, end: int | None = N
         raise ValueError("episode id runs past the record")
     episode_id = bytes(buf[pos : pos + eid_len]).decode("utf-8")
     return Envelope(wall_time, episode_id, covers, pos + eid_len)
+
+
+def encode_records(
+    first_seq: int, entries: Iterable[tuple[bytes, float, bytes]], prev_chain: int | None = None
+) -> tuple[bytes, int]:
+    """The bytes a writer appends for ``entries``, framed and chained exactly as it frames them.
+
+    For tools that must build a journal without an fsync per record (the replay benchmark) or measure the
+    bare cost of writing the same bytes (the append baselines); the writer itself appends through
+    :func:`encode_frame` and :func:`encode_envelope`.
+
+    Args:
+        first_seq: the sequence number of the first entry; the rest follow by +1.
+        entries: ``(episode_id bytes, wall-clock seconds, codec bytes)`` per record.
+        prev_chain: the chain CRC to continue from; None starts a new segment (its header is included
+            and the first frame chains to the header's CRC).
+
+    Returns:
+        (the bytes, the last frame's chain CRC).
+    """
+    parts: list[bytes] = []
+    if prev_chain is None:
+        header = encode_segment_header(first_seq)
+        parts.append(header)
+        prev_chain = _U32.unpack_from(header, SEGMENT_HEADER_SIZE - 4)[0]
+    chain = prev_chain
+    for seq, (episode_id, wall_time, payload) in enumerate(entries, first_seq):
+        frame, chain = encode_frame(seq, encode_envelope(episode_id, wall_time, payload), chain)
+        parts.append(frame)
+    return b"".join(parts), chain

@@ -9,8 +9,8 @@ Roots (in the spirit of python-tuf's data-vs-transport split):
   be, no space, ``noexec``, not installed). Exit code per subclass.
 - :class:`JournalError`: the journal cannot be written (:class:`JournalDurabilityError`) or read
   (:class:`JournalUnreadableError`, with file and offset). Exit 3.
-- :class:`ConfigError` / :class:`UsageError`: bad configuration or command line. Exit 2. Raised by the
-  agent only (the core raises ``ValueError`` for caller misuse); they move to the agent later.
+- Usage and configuration errors (exit 2) are the agent's (:mod:`agent.errors`): the core never sees a
+  command line or a TOML file, and raises ``ValueError`` for caller misuse.
 - :class:`HistoryError`: the journal holds an order of events that the lifecycle forbids. Exit 3.
 - :class:`ServiceError`: ``systemctl``/``systemd-run`` failed or timed out. Exit 1.
 

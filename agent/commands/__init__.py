@@ -12,7 +12,8 @@ SPEC 7 pins), a human summary, and the exit code. The work itself is the embeddi
 - :mod:`~agent.commands.removal`: ``reset``, ``uninstall``;
 - :mod:`~agent.commands.demo`: ``demo``;
 - shared: :mod:`~agent.commands.common` (the session of ``--config``, a writing run),
-  :mod:`~agent.commands.signals`, :mod:`~agent.commands.progress`, :mod:`~agent.commands.outcome` (result payloads).
+  :mod:`~agent.commands.signals`, :mod:`~agent.commands.progress`,
+  :mod:`~agent.commands.outcome` (result payloads).
 
 Readers (``status``, ``history``, ``journal verify|dump``, ``units``, ``host-root``) never write and never
 create ``state_dir`` or the lock. Writers take the host lock, non-blocking, and hold it until their

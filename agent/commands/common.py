@@ -42,14 +42,6 @@ def run_writing(
         return anyio.run(run_with_signals, session, flow, args.json)
 
 
-def log(message: str) -> None:
-    """One ``upgrade-agent: ...`` line on stderr."""
-    import sys
-
-    sys.stderr.write(f"upgrade-agent: {message}\n")
-    sys.stderr.flush()
-
-
 def rfc3339(ts: float | None) -> str | None:
     """A wall-clock timestamp as RFC 3339 UTC to the second (``...Z``), None for None."""
     if ts is None:

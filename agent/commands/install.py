@@ -7,6 +7,7 @@ import argparse
 
 from agent.commands.common import cli_session, run_writing
 from agent.commands.outcome import Outcome, result_outcome
+from agent.fetch import parse_sha256
 
 
 def cmd_install(args: argparse.Namespace) -> Outcome:
@@ -19,7 +20,11 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
         LockBusyError: the host lock is held (exit 75).
     """
     session = cli_session(args)
-    request = None
-    if args.archive is not None:
+    if args.archive is None:  # adopt what is there, checked against --sha256 / --expect-version
+        request = None
+        parse_sha256(args.sha256)  # a malformed digest is refused before the host is looked at
+    else:
         request = session.request(args.archive, sha256=args.sha256, expect_version=args.expect_version)
-    return result_outcome(run_writing(session, args, lambda: session.install(request)))
+    sha, version = args.sha256, args.expect_version
+    result = run_writing(session, args, lambda: session.install(request, sha256=sha, expect_version=version))
+    return result_outcome(result)

@@ -8,7 +8,7 @@ from typing import Any
 
 import attrs
 
-from agent.commands.common import log
+from agent.logline import log
 
 
 def event_logger(verbose: bool) -> Callable[[Any], None]:

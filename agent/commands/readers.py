@@ -8,8 +8,9 @@ from typing import Any
 
 import anyio
 
-from agent.commands.common import log, rfc3339
+from agent.commands.common import rfc3339
 from agent.commands.outcome import Outcome
+from agent.logline import log
 from agent.provision import Provisioner
 from agent.session import Session
 

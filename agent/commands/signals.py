@@ -12,7 +12,7 @@ from typing import Protocol, TypeVar
 import anyio
 
 from agent._groups import sole_error
-from agent.commands.common import log
+from agent.logline import log
 from upgrade_core import UpgradeResult
 from upgrade_core.errors import Interrupted
 

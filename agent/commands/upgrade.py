@@ -6,8 +6,9 @@ import argparse
 
 import attrs
 
-from agent.commands.common import cli_session, log, run_writing
+from agent.commands.common import cli_session, run_writing
 from agent.commands.outcome import Outcome, result_outcome, result_payload
+from agent.logline import log
 from upgrade_core import HandedOff, UpgradeResult
 
 

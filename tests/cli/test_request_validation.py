@@ -38,6 +38,9 @@ def _cases(tmp: Path) -> dict[str, list[str]]:
         "bad operation id": ["--archive", "/etc/hostname", "--operation", "no spaces allowed"],
         "operation id too long": ["--archive", "/etc/hostname", "--operation", "x" * 65],
         "bad expected version": ["--archive", "/etc/hostname", "--expect-version", "latest"],
+        "nul byte in a file url": ["--archive", "file:///tmp/x%00y.tar.gz"],
+        "no valid scheme, secrets": ["--archive", f"my_scheme://user:{SECRET}@host/x?sig={TOKEN}"],
+        "host with a space": ["--archive", "https://exa mple.com/x.tar.gz"],
     }
 
 
@@ -56,6 +59,9 @@ CASE_NAMES = [
     "bad operation id",
     "operation id too long",
     "bad expected version",
+    "nul byte in a file url",
+    "no valid scheme, secrets",
+    "host with a space",
 ]
 
 
