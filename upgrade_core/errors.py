@@ -133,6 +133,24 @@ class NoExecError(HostError):
     exit_code: ClassVar[int] = 2
 
 
+class HostRefusedError(HostError):
+    """The host refused: permission, ownership, file type, read-only file system; nothing was changed.
+
+    Exit 4 (SPEC 10). Raised before any write when a path the agent would open, create or remove fails its
+    checks (case C23): a symlink, FIFO, device, directory or hard link where a regular file of ours must
+    be; a directory owned by another user or writable by group or others; EACCES, EPERM or EROFS.
+
+    Attributes:
+        path: the path refused.
+    """
+
+    exit_code: ClassVar[int] = 4
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(f"{path}: {what}; nothing was changed")
+        self.path = path
+
+
 # -- journal ---------------------------------------------------------------------------------------
 class JournalError(UpgradeError):
     """The journal cannot be trusted or written; nothing of it can be journaled. Exit 3.
