@@ -40,6 +40,7 @@ from .config_fast import (
     substitute,
 )
 from .errors import ConfigError
+from .units import check_agent_unit
 
 __all__ = [
     "AgentConfig",
@@ -414,6 +415,10 @@ def parse_config(doc: Mapping[str, Any], source: str, machine: str | None = None
         key, message = problems[0] if problems else ("(top level)", str(e))
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise ConfigError(f"{source}: {key}: {message}{more}") from None
+    try:
+        check_agent_unit(cfg.agent.name, cfg.agent.unit)
+    except ConfigError as e:
+        raise ConfigError(f"{source}: {e}") from None
     return cfg
 
 

@@ -182,7 +182,8 @@ _Check = Any
 FAST_SCHEMA: dict[str, dict[str, _Check]] = {
     "agent": {
         "name": lambda v: isinstance(v, str) and NAME_RE.fullmatch(v) is not None,
-        "unit": lambda v: _text(v) and v != "",
+        # a plain .service that is not one of the agent's own; anything else: the full loader decides
+        "unit": lambda v: _text(v) and v.endswith(".service") and "@" not in v and "-recover" not in v,
         "exec_args": _argv,
         "version_args": _argv,
         "member": lambda v: _text(v) and v != "",

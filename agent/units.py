@@ -18,8 +18,10 @@ from .errors import ConfigError
 __all__ = [
     "check_abs",
     "check_name",
+    "check_agent_unit",
     "check_unit",
     "exec_line",
+    "owner_header",
     "quote_exec_word",
     "recover_boot_unit_name",
     "recover_unit_name",
@@ -27,6 +29,7 @@ __all__ = [
     "render_recover_boot_unit",
     "render_recover_unit",
     "render_units",
+    "unit_owner",
 ]
 
 _NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -36,6 +39,16 @@ _UNIT_RE: Final = re.compile(r"[A-Za-z0-9:_.@\\-]{1,246}\.(service|socket|target
 _SAFE_WORD_RE: Final = re.compile(r"[A-Za-z0-9_@%+=:,./$-]+")
 _C_ESCAPES: Final = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 _HEADER: Final = "# Written by upgrade-agent (upgrade-core). Rewritten on install; local edits are lost.\n"
+# The first line of every unit file the agent writes (render_units): whose it is. Install rewrites, and
+# reset/uninstall remove, only a unit file whose first line names this agent (issue 10 item 3).
+_OWNER_PREFIX: Final = "# Managed by upgrade-agent for "
+_OWNER_SUFFIX: Final = "; do not edit"
+_OWNER_RE: Final = re.compile(re.escape(_OWNER_PREFIX) + r"([a-z0-9][a-z0-9._-]{0,62})" + re.escape(_OWNER_SUFFIX))
+# Units written before the owner line existed start with _HEADER; their Description names the agent.
+_LEGACY_DESCRIPTION_RE: Final = re.compile(
+    r"Description=(?:([a-z0-9][a-z0-9._-]{0,62}) \(blue/green binary managed by upgrade-agent\)"
+    r"|Recover an interrupted ([a-z0-9][a-z0-9._-]{0,62}) upgrade\b.*)"
+)
 
 
 # ----------------------------------------------------------------------------------------------- names
@@ -49,6 +62,46 @@ def check_unit(unit: str, key: str = "agent.unit") -> None:
     """Raise ``ConfigError`` (naming ``key``) unless ``unit`` is a valid systemd unit name."""
     if not _UNIT_RE.fullmatch(unit):
         raise ConfigError(f"{key}: {unit!r} is not a valid systemd unit name (systemd.unit(5))")
+
+
+def check_agent_unit(name: str, unit: str) -> None:
+    """Raise ``ConfigError`` naming ``agent.unit`` unless ``unit`` can be the agent unit of ``name``.
+
+    A plain ``.service`` (no socket, timer or other type; no template ``x@.service`` or instance
+    ``x@y.service``), and none of the agent's own units (those :func:`render_units` adds besides it, e.g.
+    ``NAME-recover.service``), so the agent unit never overwrites or is overwritten by one of them.
+    """
+    check_unit(unit)
+    if not unit.endswith(".service"):
+        raise ConfigError(f"agent.unit: {unit} must be a .service unit")
+    if "@" in unit:
+        raise ConfigError(f"agent.unit: {unit} is a template or instance unit; name a plain .service")
+    own = set(render_units(name=name, unit=f"{name}.service", current_link="/", exec_args=(),
+                           max_attempts=1, recover_exe="/", config_path="/")) - {f"{name}.service"}
+    if unit in own:
+        raise ConfigError(f"agent.unit: {unit} is one of upgrade-agent's own units for {name}")
+
+
+def owner_header(name: str) -> str:
+    """The first line of every unit file written for agent ``name``:
+    ``# Managed by upgrade-agent for NAME; do not edit``."""
+    return f"{_OWNER_PREFIX}{name}{_OWNER_SUFFIX}\n"
+
+
+def unit_owner(text: str) -> str | None:
+    """The agent a unit file's text was written for, from its first line; None when upgrade-agent did
+    not write it. A unit written before the owner line existed (first line the old generic header) is
+    attributed to the agent its ``Description=`` names."""
+    first, _, rest = text.partition("\n")
+    m = _OWNER_RE.fullmatch(first)
+    if m:
+        return m.group(1)
+    if first + "\n" == _HEADER:
+        for line in rest.splitlines():
+            d = _LEGACY_DESCRIPTION_RE.fullmatch(line)
+            if d:
+                return d.group(1) or d.group(2)
+    return None
 
 
 def check_abs(path: str, key: str) -> None:
@@ -242,12 +295,13 @@ def render_units(
     recover_exe: str,
     config_path: str,
 ) -> dict[str, str]:
-    """All three unit files, keyed by file name (what ``upgrade-agent units`` prints, SPEC 7).
+    """All the agent's unit files, keyed by file name (what ``upgrade-agent units`` prints, SPEC 7); each
+    starts with :func:`owner_header` (the set of units the agent owns is exactly what this returns).
 
     Raises:
-        ConfigError: as the three render functions.
+        ConfigError: as the render functions.
     """
-    return {
+    units = {
         unit: render_agent_unit(
             name=name, unit=unit, current_link=current_link, exec_args=exec_args, max_attempts=max_attempts
         ),
@@ -258,6 +312,7 @@ def render_units(
             name=name, unit=unit, recover_exe=recover_exe, config_path=config_path
         ),
     }
+    return {fname: owner_header(name) + text for fname, text in units.items()}
 
 
 # ----------------------------------------------------------------------------------------------- helpers

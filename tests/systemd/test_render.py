@@ -16,7 +16,11 @@ from agent.units import exec_line, quote_exec_word, render_agent_unit, render_un
 
 from .conftest import PYTHON, wait_for
 
-HEADER = "# Written by upgrade-agent (upgrade-core). Rewritten on install; local edits are lost.\n"
+# The first line names the owner: install rewrites and reset/uninstall remove only such a unit file.
+HEADER = (
+    "# Managed by upgrade-agent for demo-agent; do not edit\n"
+    "# Written by upgrade-agent (upgrade-core). Rewritten on install; local edits are lost.\n"
+)
 
 GOLDEN_AGENT = HEADER + """\
 [Unit]
