@@ -99,12 +99,18 @@ def _emit(args: argparse.Namespace, payload: dict[str, Any], human: str | None) 
     sys.stdout.flush()
 
 
-def _fail(args: argparse.Namespace | None, message: str, code: int) -> int:
+def _fail(
+    args: argparse.Namespace | None, message: str, code: int, cleanup_errors: Sequence[str] = ()
+) -> int:
     message = "; ".join(part.strip() for part in message.splitlines() if part.strip())  # one line, always
     sys.stderr.write(f"{PROG}: {message}\n")
+    for line in cleanup_errors:  # the first error is the result; what its clean-up could not do follows
+        sys.stderr.write(f"{PROG}: clean-up: {line}\n")
     sys.stderr.flush()
     if args is not None and getattr(args, "json", False):
-        payload = {"error": message, "exit_code": code}
+        payload: dict[str, Any] = {"error": message, "exit_code": code}
+        if cleanup_errors:
+            payload["cleanup_errors"] = list(cleanup_errors)
         sys.stdout.write(json.dumps(payload) + "\n")
         sys.stdout.flush()
     return code
@@ -139,7 +145,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         code, message = commands.describe_error(exc)
         if code is None:
             raise
-        return _fail(args, message, code)
+        from agent._groups import sole_error
+
+        return _fail(args, message, code, getattr(sole_error(exc), "cleanup_errors", None) or ())
     _emit(args, outcome.payload, outcome.human)
     if outcome.stderr:
         sys.stderr.write(outcome.stderr.rstrip("\n") + "\n")

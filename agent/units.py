@@ -17,8 +17,8 @@ from .errors import ConfigError
 
 __all__ = [
     "check_abs",
-    "check_name",
     "check_agent_unit",
+    "check_name",
     "check_unit",
     "exec_line",
     "owner_header",
@@ -43,7 +43,9 @@ _HEADER: Final = "# Written by upgrade-agent (upgrade-core). Rewritten on instal
 # reset/uninstall remove, only a unit file whose first line names this agent (issue 10 item 3).
 _OWNER_PREFIX: Final = "# Managed by upgrade-agent for "
 _OWNER_SUFFIX: Final = "; do not edit"
-_OWNER_RE: Final = re.compile(re.escape(_OWNER_PREFIX) + r"([a-z0-9][a-z0-9._-]{0,62})" + re.escape(_OWNER_SUFFIX))
+_OWNER_RE: Final = re.compile(
+    re.escape(_OWNER_PREFIX) + r"([a-z0-9][a-z0-9._-]{0,62})" + re.escape(_OWNER_SUFFIX)
+)
 # Units written before the owner line existed start with _HEADER; their Description names the agent.
 _LEGACY_DESCRIPTION_RE: Final = re.compile(
     r"Description=(?:([a-z0-9][a-z0-9._-]{0,62}) \(blue/green binary managed by upgrade-agent\)"
@@ -79,7 +81,7 @@ def check_agent_unit(name: str, unit: str) -> None:
     own = set(render_units(name=name, unit=f"{name}.service", current_link="/", exec_args=(),
                            max_attempts=1, recover_exe="/", config_path="/")) - {f"{name}.service"}
     if unit in own:
-        raise ConfigError(f"agent.unit: {unit} is one of upgrade-agent's own units for {name}")
+        raise ConfigError(f"agent.unit: {unit} is one of the units upgrade-agent itself renders for {name}")
 
 
 def owner_header(name: str) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+import attrs
+
 from agent.commands.common import cli_session, run_writing
 from agent.commands.outcome import Outcome, result_outcome
 from agent.fetch import parse_sha256
@@ -27,4 +29,13 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
         request = session.request(args.archive, sha256=args.sha256, expect_version=args.expect_version)
     sha, version = args.sha256, args.expect_version
     result = run_writing(session, args, lambda: session.install(request, sha256=sha, expect_version=version))
-    return result_outcome(result)
+    outcome = result_outcome(result)
+    payload, human, lines = dict(outcome.payload), outcome.human or "", []
+    if session.repaired is not None:  # an installed host: what was missing or drifted and is now repaired
+        payload["repaired"] = list(session.repaired)
+        human += "".join(f"\nrepaired {p}" for p in session.repaired)
+    if session.cleanup_errors:  # the result stays the install's; the clean-up's problems go with it
+        payload["cleanup_errors"] = list(session.cleanup_errors)
+        lines = [f"upgrade-agent: clean-up: {e}" for e in session.cleanup_errors]
+    stderr = "\n".join(([outcome.stderr] if outcome.stderr else []) + lines) or None
+    return attrs.evolve(outcome, payload=payload, human=human, stderr=stderr)

@@ -1,22 +1,41 @@
-"""``reset`` (the three units) and ``uninstall`` (units, layout, ``state_dir``, lock; never the legacy
-root or the configuration)."""
+"""``reset`` (the agent's units) and ``uninstall`` (units, layout, ``state_dir`` files, lock; never the
+legacy root or the configuration): only what the install record lists, by the rules of
+:mod:`agent.install_record`."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import stat
 
 import anyio
 
 from agent.commands.outcome import Outcome
-from agent.provision import Provisioner
+from agent.install_record import Cleanup, Remover
 from agent.session import Session
 
 
 def cmd_reset(args: argparse.Namespace) -> Outcome:
-    """``reset``: stop, disable and remove the three units, daemon-reload."""
-    removed = anyio.run(Session.load(args.config).reset)
-    return Outcome({"removed": removed}, "\n".join(f"removed {p}" for p in removed) or "nothing to remove")
+    """``reset``: stop, disable and remove the agent's units (those it wrote), daemon-reload."""
+    return _cleanup_outcome(anyio.run(Session.load(args.config).reset))
+
+
+def _cleanup_outcome(out: Cleanup) -> Outcome:
+    """``{"removed": [...], "kept": [...], "notes": [...]}``; a removal the host refused is the command's
+    error (the first one), the others go with it as ``cleanup_errors``.
+
+    Raises:
+        HostError: a removal failed (exit 1); ``cleanup_errors`` on it lists the rest.
+    """
+    from upgrade_core.errors import HostError
+
+    if out.errors:
+        error = HostError(out.errors[0])
+        error.cleanup_errors = out.errors[1:]  # type: ignore[attr-defined]
+        raise error
+    lines = [f"removed {p}" for p in out.removed] + out.kept + out.notes
+    payload = {"removed": out.removed, "kept": out.kept, "notes": out.notes}
+    return Outcome(payload, "\n".join(lines) or "nothing to remove")
 
 
 def _refuse_read_only(*paths: str) -> None:
@@ -36,21 +55,33 @@ def _refuse_read_only(*paths: str) -> None:
 
 
 def cmd_uninstall(args: argparse.Namespace) -> Outcome:
-    """``uninstall``: reset, then the layout, ``state_dir`` and the lock; never the legacy root or config."""
-    import shutil
-
+    """``uninstall``: reset, then what the install record lists (or, with no record, only the layout files
+    carrying the agent's marker), the files the agent wrote in ``state_dir``, and the lock. Never the legacy
+    root, the configuration, a mount point, a non-empty directory, or anything else in ``state_dir``."""
     from agent import durable
+    from agent.install_record import remove_state_files
     from agent.lock import HostLock
 
     session = Session.load(args.config)
     cfg, host = session.config, session.host
     _refuse_read_only(host.layout.agent_dir, cfg.host.state_dir)
     with HostLock(cfg.host.lock_path):
-        removed = anyio.run(session.remove_units)
-        removed += Provisioner(host).remove_layout()
-        if os.path.lexists(cfg.host.state_dir):
-            shutil.rmtree(cfg.host.state_dir)
-            removed.append(cfg.host.state_dir)
-    if durable.remove_if_present(cfg.host.lock_path):
-        removed.append(cfg.host.lock_path)
-    return Outcome({"removed": removed}, "\n".join(f"removed {p}" for p in removed) or "nothing to remove")
+        record = session.install_record()  # refused (a symlink, another agent's) before anything changes
+        out = anyio.run(session.remove_units, record)
+        remover = Remover(host.layout, cfg.host.unit_dir, host.legacy_root)
+        out.extend(remover.remove(record.entries) if record.exists else remover.remove_marked_layout())
+        if record.exists:
+            try:
+                record.forget([e.path for e in record.entries if not os.path.lexists(e.path)])
+            except OSError as e:
+                out.errors.append(f"{record.path}: cannot update the install record: {e.strerror}")
+        out.extend(remove_state_files(cfg.host.state_dir))
+    try:
+        st = os.lstat(cfg.host.lock_path)
+        if stat.S_ISREG(st.st_mode) and durable.remove_if_present(cfg.host.lock_path):
+            out.removed.append(cfg.host.lock_path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        out.errors.append(f"{cfg.host.lock_path}: cannot remove: {e.strerror}")
+    return _cleanup_outcome(out)

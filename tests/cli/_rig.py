@@ -171,7 +171,14 @@ class Rig:
         (self.root / "bin").mkdir()
         os.symlink(f"../lib/{self.name}/{self.name}-current", self.root / "bin" / self.name)
         self.unit_dir.mkdir()
-        (self.unit_dir / f"{self.name}.service").write_text("[Service]\nExecStart=/bin/true\n")
+        for name, text in self.rendered_units().items():  # as install writes them: no drift to repair
+            (self.unit_dir / name).write_text(text)
+
+    def rendered_units(self) -> dict[str, str]:
+        """The unit files this configuration renders (what ``install`` writes), file name -> text."""
+        from agent.session import Session
+
+        return Session.load(str(self.config)).units()
 
     def host_facts(self) -> dict[str, Any]:
         """What must not change when an upgrade is refused: both links, both slots (sha256 and mode),

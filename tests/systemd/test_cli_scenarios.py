@@ -355,6 +355,48 @@ def test_reset_then_uninstall_leave_nothing_and_remove_nothing_else(make_env: Ma
     assert tree(env.work) == before  # a reader creates nothing
 
 
+def test_reset_then_install_restores_the_units_and_the_service(make_env: MakeEnv) -> None:
+    """Issue 10 item 4: ``reset`` removes the units (the service is gone); ``install`` with the same archive
+    is ``noop``, exit 0, and repairs: ``repaired`` lists every unit file the agent renders, they are written
+    again, enabled, and the agent started. ``status`` shows the service active, its MainPID running the
+    ``current`` link (blue, v1's bytes), and a canary in the unit directory is byte-identical."""
+    env = make_env()
+    v1 = env.release("1.0.0")
+    canary = env.sandbox.unit_dir / f"{env.name}-canary.txt"
+    canary.write_text("not the agent's\n")
+    canary_before = tree(env.sandbox.unit_dir)[canary.name]
+    env.install(v1)
+    rendered = env.cli("units")
+    assert rendered.code == 0 and rendered.json is not None
+    unit_files = sorted(str(env.sandbox.unit_dir / n) for n in rendered.json["units"])
+
+    reset = env.cli("reset")
+    assert reset.code == 0, reset.stderr
+    assert reset.json is not None and sorted(reset.json["removed"]) == unit_files
+    assert env.show()["LoadState"] == "not-found"
+
+    again = env.cli("install", "--archive", v1.url, "--sha256", v1.sha256)
+    assert again.code == 0, again.stderr
+    assert again.json is not None and again.json["result"] == "noop", again
+    assert sorted(again.json["repaired"]) == unit_files, again.json
+    assert all((env.sandbox.unit_dir / n).read_text() == t for n, t in rendered.json["units"].items())
+
+    def healthy() -> bool:
+        try:
+            env.assert_running("blue", v1)
+        except (AssertionError, OSError):
+            return False
+        return True
+
+    poll(healthy, 20.0, "the repaired agent unit to run v1 and answer /healthz")
+    status = env.cli("status")
+    assert status.code == 0 and status.json is not None, status.stderr
+    assert status.json["service"]["active_state"] == "active" and status.json["service"]["main_pid"], status
+    assert status.json["current"]["slot"] == "blue"
+    assert tree(env.sandbox.unit_dir)[canary.name] == canary_before
+    canary.unlink()
+
+
 def test_preflight_fetches_nothing_creates_nothing_and_reports_the_lock(make_env: MakeEnv) -> None:
     """``upgrade --preflight`` (SPEC 7): no fetch, no directories, no lock file; the plan's JSON keys; a
     held lock -> ``lock: busy``, exit 75; not installed -> exit 2, still creating nothing."""
