@@ -105,8 +105,10 @@ def test_units_are_ours_only_with_this_agents_header(tmp_path: Path) -> None:
     theirs.write_text(owner_header("other") + "[Unit]\n")
     plain.write_text("[Unit]\n")
     legacy = tmp_path / "d.service"
-    legacy.write_text("# Written by upgrade-agent (upgrade-core). Rewritten on install; local edits are lost.\n"
-                      f"[Unit]\nDescription={NAME} (blue/green binary managed by upgrade-agent)\n")
+    legacy.write_text(
+        "# Written by upgrade-agent (upgrade-core). Rewritten on install; local edits are lost.\n"
+        f"[Unit]\nDescription={NAME} (blue/green binary managed by upgrade-agent)\n"
+    )
     fifo = tmp_path / "e.service"
     os.mkfifo(fifo)
     assert remover.unit_is_ours(str(ours)) == (True, "")
