@@ -432,11 +432,14 @@ _RESULT_FILE_RE: Final = re.compile(
 _RECORD_TEMP_RE: Final = re.compile(r"\.install\.json\.tmp-[0-9a-f]{16}")
 
 
-def remove_state_files(state_dir: str) -> Cleanup:
+def remove_state_files(state_dir: str, *, keep_record: bool = False) -> Cleanup:
     """``uninstall``: remove the files the agent writes in ``state_dir`` (journal segments and temps in
     ``journal/``, ``results/<operation>.json``, the install record and its temps), then each of
     ``journal/``, ``results/`` and ``state_dir`` with ``rmdir`` if left empty. Never follows a symlink,
     never removes another file, a mount point or a non-empty directory. Never raises for a host condition.
+
+    Args:
+        keep_record: keep the install record (it still lists what was kept, for a later uninstall).
     """
     out = Cleanup()
     try:
@@ -463,7 +466,8 @@ def remove_state_files(state_dir: str) -> Cleanup:
             continue
         _remove_matching(directory, pattern, out)
         _rmdir_if_empty(directory, out)
-    _remove_matching(state_dir, re.compile(re.escape(RECORD_NAME) + "|" + _RECORD_TEMP_RE.pattern), out)
+    names = _RECORD_TEMP_RE.pattern + ("" if keep_record else "|" + re.escape(RECORD_NAME))
+    _remove_matching(state_dir, re.compile(names), out)
     _rmdir_if_empty(state_dir, out)
     return out
 

@@ -75,7 +75,7 @@ def cmd_uninstall(args: argparse.Namespace) -> Outcome:
                 record.forget([e.path for e in record.entries if not os.path.lexists(e.path)])
             except OSError as e:
                 out.errors.append(f"{record.path}: cannot update the install record: {e.strerror}")
-        out.extend(remove_state_files(cfg.host.state_dir))
+        out.extend(remove_state_files(cfg.host.state_dir, keep_record=bool(record.entries)))
     try:
         st = os.lstat(cfg.host.lock_path)
         if stat.S_ISREG(st.st_mode) and durable.remove_if_present(cfg.host.lock_path):
