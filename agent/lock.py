@@ -39,7 +39,8 @@ def _refused(path: str, what: str) -> Exception:
 def _open_lock_file(path: str) -> int:
     """Open (creating 0600) the lock file through its checked directory (SPEC 10): every existing
     ancestor passes :func:`agent.ownership.check_ancestors`, a missing directory is created 0755, and the
-    file must be a regular file of ours, never a symlink, FIFO or hard link (:func:`journal.safefs.open_file`).
+    file must be a regular file of ours, never a symlink, FIFO or hard link
+    (:func:`journal.safefs.open_file`).
 
     Raises:
         HostRefusedError: a path on the way or the file fails its check, or EACCES/EROFS (exit 4).

@@ -136,7 +136,8 @@ def open_state_dir(state_dir: str, *, create: bool) -> int | None:
     except JournalRefusedError as exc:
         raise refused(exc) from None
     except OSError as exc:
-        raise _refuse(getattr(exc, "filename", None) or state_dir, f"cannot create: {exc.strerror or exc}") from None
+        where = getattr(exc, "filename", None) or state_dir
+        raise _refuse(where, f"cannot create: {exc.strerror or exc}") from None
 
 
 def _check_subdirs(state_fd: int, state_dir: str) -> None:

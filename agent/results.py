@@ -18,8 +18,8 @@ from typing import Any, cast, get_args
 import anyio
 import anyio.to_thread
 
-from upgrade_core import OPERATION_ID_RE, SLOTS, ResultValue, Slot, UpgradeResult
 from journal import JournalRefusedError, safefs
+from upgrade_core import OPERATION_ID_RE, SLOTS, ResultValue, Slot, UpgradeResult
 from upgrade_core.errors import HostError, HostRefusedError, NoSpaceError
 
 from .ownership import open_state_dir, refused
@@ -124,7 +124,8 @@ def _write_result(dir_fd: int, path: str, data: bytes) -> None:
             os.fsync(dir_fd)
             return
     tmp = f".{name}.tmp-{os.urandom(8).hex()}"
-    fd = safefs.open_file(dir_fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, os.path.join(os.path.dirname(path), tmp), _MODE)
+    tmp_path = os.path.join(os.path.dirname(path), tmp)
+    fd = safefs.open_file(dir_fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, tmp_path, _MODE)
     try:
         try:
             os.fchmod(fd, _MODE)

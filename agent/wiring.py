@@ -28,9 +28,8 @@ from agent.host import AgentHost
 from agent.lock import HostLock
 from journal import JournalFullError, JournalPoisonedError, JournalWriter
 from upgrade_core import EVENT_CODEC, Event, Policy, Ports, Recorded
-from upgrade_core.errors import JournalDurabilityError, JournalUnreadableError
+from upgrade_core.errors import JournalDurabilityError, JournalUnreadableError, UpgradeError
 from upgrade_core.errors import JournalError as CoreJournalError
-from upgrade_core.errors import UpgradeError
 from upgrade_core.ports import ArchiveSource
 
 if TYPE_CHECKING:
@@ -245,12 +244,11 @@ async def wire(
     from agent.clock import SystemClock
     from agent.extract import ExtractLimits
     from agent.fetch import FetchPolicy
+    from agent.ownership import journal_owner, owner_error, prepare_state
     from agent.probes import make_probe
     from agent.results import FileResultSink
     from agent.source import ArchiveSourceImpl
     from agent.verify import VerifierImpl
-
-    from agent.ownership import journal_owner, owner_error, prepare_state
 
     host = AgentHost.from_config(cfg)
     # SPEC 3 and 10: missing parents of state_dir are 0755, state_dir itself 0700; an existing one (and

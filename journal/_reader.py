@@ -36,8 +36,8 @@ from ._framing import (
     decode_segment_header,
     valid_frame_after,
 )
-from .safefs import check_parent, open_dir, read_file
 from .errors import JournalCorruptError, JournalDecodeError, JournalRefusedError, JournalVersionError
+from .safefs import check_parent, open_dir, read_file
 
 # Not ``typing.TYPE_CHECKING``: importing typing costs several ms at boot (mypy treats this name as True).
 TYPE_CHECKING = False
@@ -234,7 +234,7 @@ def read_owner_at(dir_fd: int, directory: str) -> dict[str, str] | None:
         doc = json.loads(data)
     except ValueError:
         doc = None
-    if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in doc.items()):
+    if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
         raise JournalCorruptError(path, 0, "the owner record is not a JSON object of strings")
     return doc
 

@@ -11,6 +11,7 @@ base name.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from . import safefs
@@ -114,10 +115,8 @@ def remove_durable(dir_fd: int, paths: list[str]) -> None:
         return
     for path in paths:
         if safefs.check_entry(dir_fd, _name(path), path):
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.unlink(_name(path), dir_fd=dir_fd)
-            except FileNotFoundError:
-                pass
     os.fsync(dir_fd)
 
 

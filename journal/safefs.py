@@ -198,7 +198,8 @@ def open_file(dir_fd: int, name: str, flags: int, path: str, mode: int = 0o600) 
         except OSError:
             lst2 = None
         if lst2 is not None and not stat.S_ISREG(lst2.st_mode):
-            raise _refuse(path, f"is {kind(lst2.st_mode)}, not a regular file; refused, never opened") from None
+            what = f"is {kind(lst2.st_mode)}, not a regular file; refused, never opened"
+            raise _refuse(path, what) from None
         raise _refuse(path, f"cannot open: {exc.strerror or exc}") from None
     try:
         check_owned(os.fstat(fd), path, directory=False)

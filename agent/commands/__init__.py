@@ -40,7 +40,7 @@ __all__ = ["COMMANDS", "Outcome", "describe_error", "run_command"]
 
 
 EXIT_HOST_REFUSED = 4
-"""SPEC 10: the host refused (permission, ownership, file type, read-only file system); nothing was changed."""
+"""SPEC 10: the host refused (permission, ownership, file type, read-only file system); nothing changed."""
 
 # errno values that mean "the host refused" (exit 4), not "rolled back or aborted" (exit 1 keeps only that).
 _REFUSED_ERRNOS = frozenset(

@@ -291,7 +291,7 @@ def test_fast_reader_agrees_with_full_loader_generated(
     path = write(tmp_path, f"[agent]\nname = {json.dumps(name)}\n[host]\n{host}")
     try:
         cfg = load_config(path)
-    except ConfigError as refused:  # e.g. a path that normalises to "/" (SPEC 10): the quick reader refuses too
+    except ConfigError as refused:  # e.g. a path that normalises to "/" (SPEC 10): the quick reader too
         with pytest.raises(ConfigError) as fast:
             read_paths_fast(path)
         assert str(fast.value) == str(refused)

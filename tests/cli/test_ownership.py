@@ -119,7 +119,9 @@ def _upgrade(rig: Rig) -> Run:
 
 # -- (a) a state_dir prepared by another user ------------------------------------------------------------
 @pytest.mark.parametrize("command", ["install", "upgrade", "recover", "recover-boot", "status"])
-def test_c23_state_dir_prepared_by_nobody_with_a_symlink_at_the_live_segment(base: Path, command: str) -> None:
+def test_c23_state_dir_prepared_by_nobody_with_a_symlink_at_the_live_segment(
+    base: Path, command: str
+) -> None:
     """Situation: ``nobody`` created ``state_dir`` (0777) and ``state_dir/journal`` before the agent ever
     ran, with a symlink where the live segment goes, pointing at a root-owned canary. (``state_dir``'s parent
     is a sticky, root-owned, world-writable directory like ``/tmp``, which the ancestor rule accepts, so the
@@ -252,8 +254,11 @@ def test_c25_second_configuration_sharing_a_state_dir_is_refused_naming_both(bas
     b.install_by_hand()
     b.config.write_text(b.config_text().replace(str(b.state_dir), str(a.state_dir)))
     (base / "b" / "archive.tar.gz").write_bytes(b"x")
-    for argv in (["recover"], ["recover", "--trigger", "boot"], ["status"], ["history"], ["journal", "verify"],
-                 ["upgrade", "--archive", str(base / "b" / "archive.tar.gz")]):
+    commands = (
+        ["recover"], ["recover", "--trigger", "boot"], ["status"], ["history"], ["journal", "verify"],
+        ["upgrade", "--archive", str(base / "b" / "archive.tar.gz")],
+    )
+    for argv in commands:
         run = run_bounded(b, *argv)
         error = assert_refused(run, 2)
         assert (
@@ -330,7 +335,7 @@ async def test_two_writers_in_one_process_never_interleave(tmp_path: Path) -> No
     assert [r.seq for r in replay(d, EVENT_CODEC).records] == [1, 2]
 
 
-# -- (e) configuration: system directories and overlaps -------------------------------------------------------
+# -- (e) configuration: system directories and overlaps ---------------------------------------------------
 @pytest.mark.parametrize(
     ("host", "key", "expected"),
     [
@@ -364,7 +369,7 @@ def test_config_refuses_system_directories_and_overlaps(
     assert snapshot(base) == before
 
 
-# -- the whole kind: every path under state_dir, every replacement --------------------------------------------
+# -- the whole kind: every path under state_dir, every replacement ----------------------------------------
 TARGETS = ("state_dir", "journal", "segment", "owner", "results", "result", "lock")
 DIRECTORY_TARGETS = {"state_dir", "journal", "results"}
 KINDS = ("symlink", "fifo", "directory", "hardlink", "other_uid", "mode_0777")
