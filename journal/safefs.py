@@ -179,18 +179,24 @@ def open_file(dir_fd: int, name: str, flags: int, path: str, mode: int = 0o600) 
             foreign owner, group/world-writable), or EACCES/EPERM.
     """
     assert not flags & os.O_TRUNC, "check before changing: truncate with ftruncate after open_file"
+    created_here = False
     if not flags & os.O_EXCL:
         try:
             lst = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             if not flags & os.O_CREAT:
                 raise
-            flags |= os.O_EXCL  # created by us now, or someone raced us: then refuse below
+            flags |= os.O_EXCL  # created by us now; if someone else creates it first, check theirs
+            created_here = True
         else:
             check_owned(lst, path, directory=False)
     try:
         fd = os.open(name, flags | FILE_FLAGS, mode, dir_fd=dir_fd)
-    except (FileNotFoundError, FileExistsError):
+    except FileExistsError:
+        if created_here:  # a concurrent creator won the race: open (and check) what it made
+            return open_file(dir_fd, name, flags & ~(os.O_CREAT | os.O_EXCL), path, mode)
+        raise
+    except FileNotFoundError:
         raise
     except OSError as exc:
         try:
