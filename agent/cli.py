@@ -5,7 +5,8 @@ Output contract: with ``--json`` every exit prints exactly one JSON object on st
 and ``exit_code``); progress and logs go to stderr only. Without ``--json`` a short human summary goes to
 stdout. Every expected failure is one line on stderr (``upgrade-agent: <message>``) and a documented exit
 code, never a traceback. Exit codes: 0 committed/noop, 1 rolled_back/aborted, 2 usage/config/not
-installed/already installed, 3 needs_attention/journal corrupt or poisoned, 75 busy, 130 interrupted twice.
+installed/already installed, 3 needs_attention/journal corrupt or poisoned, 4 the host refused (SPEC 10),
+75 busy, 130 interrupted twice.
 
 The no-op ``recover`` path stays lean (SPEC 9 ``recover.noop``): it imports only the standard library until
 it knows there is work.
@@ -22,6 +23,14 @@ from typing import Any
 __all__ = ["main", "main_recover", "main_upgrade"]
 
 PROG = "upgrade-agent"
+EXIT_CODES_HELP = """exit codes:
+  0    committed or noop; recover left no open episode
+  1    rolled_back or aborted: the host runs its previous good binary
+  2    usage, configuration, not installed, already installed
+  3    needs_attention; journal corrupt, newer or poisoned; a failure after the switch
+  4    the host refused: permission, ownership, file type, read-only file system; nothing was changed
+  75   busy: another process holds the host lock (or the journal)
+  130  interrupted twice"""
 EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
 
 
@@ -57,7 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
         own_version = version("upgrade-core")
     except PackageNotFoundError:
         own_version = "0+unknown"
-    parser = _ArgumentParser(prog=PROG, description="Crash-safe blue/green upgrades of a host daemon.")
+    parser = _ArgumentParser(
+        prog=PROG,
+        description="Crash-safe blue/green upgrades of a host daemon.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"{PROG} {own_version}")
     _add_common(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)

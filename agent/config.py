@@ -40,6 +40,7 @@ from .config_fast import (
     substitute,
 )
 from .errors import ConfigError
+from .pathrules import path_problem
 from .units import check_agent_unit
 
 __all__ = [
@@ -390,6 +391,19 @@ def _substituted(cfg: AgentConfig, machine: str | None) -> AgentConfig:
     )
 
 
+def _check_paths(host: HostSection) -> None:
+    """SPEC 10 rules across keys (:func:`agent.pathrules.path_problem`), after substitution and
+    normalisation: no system directory itself, no ``host.root``/``host.state_dir`` overlap, no lock file
+    inside ``host.root``.
+
+    Raises:
+        _BadValue: naming the key.
+    """
+    problem = path_problem(host.root, host.state_dir, host.lock_path)
+    if problem is not None:
+        raise _BadValue(*problem)
+
+
 def parse_config(doc: Mapping[str, Any], source: str, machine: str | None = None) -> AgentConfig:
     """Structure, validate and substitute an already parsed TOML document.
 
@@ -403,13 +417,16 @@ def parse_config(doc: Mapping[str, Any], source: str, machine: str | None = None
 
     Raises:
         ConfigError: ``source: dotted.key: message`` for the first problem in file order (unknown key,
-            missing ``agent.name``, wrong type, bad value, ``{arch}`` on an unsupported machine).
+            missing ``agent.name``, wrong type, bad value, ``{arch}`` on an unsupported machine), then the
+            cross-key path rules of SPEC 10 (a system directory, ``host.root``/``host.state_dir`` overlap,
+            a lock inside ``host.root``).
     """
     if "source" in doc:
         raise ConfigError(f"{source}: source: unknown key")
     try:
         cfg = _CONVERTER.structure(doc, AgentConfig)
         cfg = attrs.evolve(_substituted(cfg, machine), source=source)
+        _check_paths(cfg.host)
     except (ClassValidationError, _BadValue) as e:
         problems = _errors(e, "")
         key, message = problems[0] if problems else ("(top level)", str(e))

@@ -30,6 +30,7 @@ CONFIG_ENV = "UPGRADE_AGENT_CONFIG"
 CONFIG_DIR = "/etc/upgrade-agent"
 DEFAULT_STATE_DIR = "/var/lib/upgrade-agent/{name}"
 DEFAULT_LOCK_PATH = "/run/upgrade-agent/{name}.lock"
+DEFAULT_ROOT = "/opt/upgrade-agent"
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 
 # platform.machine() spellings -> the release-archive spelling of SPEC 3 ``{arch}``.
@@ -256,7 +257,8 @@ def _fast_values(doc: dict[str, Any]) -> tuple[str, str, str]:
         raise ValueError("bad name")
     arch = machine_arch()
     out = []
-    for key, default in (("state_dir", DEFAULT_STATE_DIR), ("lock_path", DEFAULT_LOCK_PATH)):
+    for key, default in (("state_dir", DEFAULT_STATE_DIR), ("lock_path", DEFAULT_LOCK_PATH),
+                         ("root", DEFAULT_ROOT)):
         raw = host.get(key, default)
         if not isinstance(raw, str):
             raise TypeError(key)
@@ -264,4 +266,8 @@ def _fast_values(doc: dict[str, Any]) -> tuple[str, str, str]:
         if not os.path.isabs(value):
             raise ValueError(key)
         out.append(os.path.normpath(value))
+    from .pathrules import path_problem  # SPEC 10: never accept what the full loader refuses
+
+    if path_problem(out[2], out[0], out[1]) is not None:
+        raise ValueError("let the full loader name the key")
     return name, out[0], out[1]

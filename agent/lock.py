@@ -11,8 +11,11 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 from types import TracebackType
 from typing import Literal
+
+from journal import JournalRefusedError, safefs
 
 from .durable import make_dirs
 
@@ -25,6 +28,41 @@ def _host_error(message: str) -> Exception:
     from upgrade_core.errors import HostError
 
     return HostError(message)
+
+
+def _refused(path: str, what: str) -> Exception:
+    from upgrade_core.errors import HostRefusedError
+
+    return HostRefusedError(path, what)
+
+
+def _open_lock_file(path: str) -> int:
+    """Open (creating 0600) the lock file through its checked directory (SPEC 10): every existing
+    ancestor passes :func:`agent.ownership.check_ancestors`, a missing directory is created 0755, and the
+    file must be a regular file of ours, never a symlink, FIFO or hard link
+    (:func:`journal.safefs.open_file`).
+
+    Raises:
+        HostRefusedError: a path on the way or the file fails its check, or EACCES/EROFS (exit 4).
+    """
+    from .ownership import check_ancestors
+
+    directory = os.path.dirname(path) or "."
+    check_ancestors(path)
+    try:
+        if not os.path.lexists(directory):
+            make_dirs(directory, 0o755)
+            check_ancestors(path)
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            safefs.check_parent(os.fstat(dfd), directory)
+            return safefs.open_file(dfd, os.path.basename(path), os.O_RDWR | os.O_CREAT, path, 0o600)
+        finally:
+            os.close(dfd)
+    except JournalRefusedError as e:
+        raise _refused(e.path or path, e.what) from None
+    except OSError as e:
+        raise _refused(e.filename or path, f"cannot open the host lock: {e.strerror or e}") from None
 
 
 def _busy_error(message: str) -> Exception:
@@ -60,17 +98,14 @@ class HostLock:
         Raises:
             upgrade_core.errors.LockBusyError: another process holds it (exit 75); the message names the
                 file and, when known, the holder's pid.
-            upgrade_core.errors.HostError: the lock file or its directory cannot be created or opened
-                (read-only, a symlink at ``path``, ...).
+            upgrade_core.errors.HostRefusedError: the lock file or a directory on its way is not ours (a
+                symlink, FIFO or hard link at ``path``, a foreign owner, writable by others) or cannot be
+                created or opened (EACCES, EROFS); exit 4, nothing changed.
             RuntimeError: this object already holds it.
         """
         if self._fd is not None:
             raise RuntimeError(f"{self.path}: already held by this process")
-        try:
-            make_dirs(os.path.dirname(self.path) or ".", 0o755)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        except OSError as e:
-            raise _host_error(f"{self.path}: cannot open the host lock: {e.strerror or e}") from None
+        fd = _open_lock_file(self.path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as e:
@@ -121,15 +156,22 @@ def probe_lock(path: str) -> Literal["free", "busy"]:
     released at once.
 
     Raises:
-        upgrade_core.errors.HostError: the file exists but cannot be opened or locked for another reason.
+        upgrade_core.errors.HostRefusedError: something other than a regular file stands there (a FIFO is
+            opened ``O_NONBLOCK``, never waited on), or it cannot be opened (exit 4).
+        upgrade_core.errors.HostError: the file cannot be locked for another reason.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except (FileNotFoundError, NotADirectoryError):
         return "free"
     except OSError as e:
-        raise _host_error(f"{path}: cannot open the host lock: {e.strerror or e}") from None
+        if os.path.islink(path):
+            raise _refused(path, "is a symlink, not the host lock file; refused, never followed") from None
+        raise _refused(path, f"cannot open the host lock: {e.strerror or e}") from None
     try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refused(path, f"is {safefs.kind(st.st_mode)}, not the host lock file; refused")
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except OSError as e:
         if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):

@@ -8,21 +8,25 @@ episode, so a crash in between re-publishes the same bytes: rewriting an identic
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
+import stat
 from typing import Any, cast, get_args
 
 import anyio
 import anyio.to_thread
 
+from journal import JournalRefusedError, safefs
 from upgrade_core import OPERATION_ID_RE, SLOTS, ResultValue, Slot, UpgradeResult
-from upgrade_core.errors import HostError, NoSpaceError
+from upgrade_core.errors import HostError, HostRefusedError, NoSpaceError
 
-from .durable import atomic_write_bytes, make_dirs
+from .ownership import open_state_dir, refused
 
 __all__ = ["FileResultSink", "read_result", "result_path"]
 
+_MODE = 0o600  # SPEC 10: files the agent creates under state_dir are 0600
 _KEYS = ("operation", "result", "from_version", "to_version", "slot", "reason")
 
 
@@ -47,24 +51,43 @@ class FileResultSink:
     """Publishes results as files under ``state_dir/results`` (implements ``upgrade_core.ports.ResultSink``).
 
     Args:
-        state_dir: ``host.state_dir``; created 0700 (missing parents 0755) on first publish.
+        state_dir: ``host.state_dir``; created 0700 (missing parents 0755) on first publish, checked
+            (SPEC 10, :mod:`agent.ownership`) on every publish.
     """
 
     def __init__(self, state_dir: str) -> None:
         self.state_dir = state_dir
 
     def publish_sync(self, result: UpgradeResult) -> str | None:
-        """Blocking form of :meth:`publish`; returns the file written, None for a result without operation."""
+        """Blocking form of :meth:`publish`; returns the file written, None for a result without operation.
+
+        ``state_dir`` and ``results/`` are opened checked (created 0700 when missing) and the file is
+        written relative to the ``results/`` descriptor: a temp file (0600, ``O_EXCL | O_NOFOLLOW``) is
+        fsynced and renamed over the result, then the directory is fsynced. An existing result must be a
+        regular file of ours (SPEC 10): a symlink, FIFO, directory or hard link there is refused (exit 4)
+        and its target keeps its bytes.
+        """
         if result.operation is None:
             return None
         path = result_path(self.state_dir, result.operation)
         try:
-            make_dirs(self.state_dir, 0o755, leaf_mode=0o700)
-            make_dirs(os.path.dirname(path), 0o700)
-            atomic_write_bytes(path, encode_result(result), 0o644)
+            state_fd = open_state_dir(self.state_dir, create=True)
+            assert state_fd is not None
+            try:
+                dir_fd = safefs.make_dir(state_fd, "results", os.path.dirname(path), 0o700)
+            finally:
+                os.close(state_fd)
+            try:
+                _write_result(dir_fd, path, encode_result(result))
+            finally:
+                os.close(dir_fd)
+        except JournalRefusedError as e:
+            raise refused(e) from None
         except OSError as e:
             if e.errno == errno.ENOSPC:
                 raise NoSpaceError(f"{path}: no space left to publish the result") from None
+            if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise HostRefusedError(path, f"cannot publish the result: {e.strerror or e}") from None
             raise HostError(f"{path}: cannot publish the result: {e.strerror or e}") from None
         return path
 
@@ -76,12 +99,49 @@ class FileResultSink:
 
         Raises:
             NoSpaceError: ENOSPC while writing; the previous file (if any) is intact.
+            HostRefusedError: a path on the way is not ours, or EACCES/EPERM/EROFS (exit 4).
             HostError: the file or directories cannot be written, or the operation id is malformed.
 
         Cancellation: shielded; the write completes (or fails) before the cancellation is delivered.
         """
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(self.publish_sync, result)
+
+
+def _write_result(dir_fd: int, path: str, data: bytes) -> None:
+    """Replace ``path`` (in the checked directory ``dir_fd``) with ``data``, durably; identical content
+    (a regular file of ours, mode 0600) is not rewritten (the file and directory are fsynced anyway)."""
+    name = os.path.basename(path)
+    if safefs.check_entry(dir_fd, name, path):
+        fd = safefs.open_file(dir_fd, name, os.O_RDONLY, path)
+        try:
+            same = os.pread(fd, len(data) + 1, 0) == data and stat.S_IMODE(os.fstat(fd).st_mode) == _MODE
+            if same:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if same:
+            os.fsync(dir_fd)
+            return
+    tmp = f".{name}.tmp-{os.urandom(8).hex()}"
+    tmp_path = os.path.join(os.path.dirname(path), tmp)
+    fd = safefs.open_file(dir_fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, tmp_path, _MODE)
+    try:
+        try:
+            os.fchmod(fd, _MODE)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        safefs.check_entry(dir_fd, name, path)  # still nothing foreign at the target
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    os.fsync(dir_fd)
 
 
 def read_result(state_dir: str, operation: str) -> UpgradeResult | None:
@@ -91,14 +151,29 @@ def read_result(state_dir: str, operation: str) -> UpgradeResult | None:
         The result, or None when none was published for ``operation``.
 
     Raises:
+        HostRefusedError: ``state_dir``, ``results/`` or the file is not ours (a symlink, FIFO, hard link,
+            foreign owner...): refused, never followed (exit 4).
         HostError: the file exists but is unreadable or not a result document (names the file).
     """
     path = result_path(state_dir, operation)
     try:
-        with open(path, "rb") as f:
-            doc: Any = json.loads(f.read())
+        state_fd = open_state_dir(state_dir, create=False)
+        if state_fd is None:
+            return None
+        try:
+            dir_fd = safefs.open_dir(os.path.dirname(path), dir_fd=state_fd, name="results")
+        finally:
+            os.close(state_fd)
+        if dir_fd is None:
+            return None
+        try:
+            doc: Any = json.loads(safefs.read_file(dir_fd, os.path.basename(path), path))
+        finally:
+            os.close(dir_fd)
     except FileNotFoundError:
         return None
+    except JournalRefusedError as e:
+        raise refused(e) from None
     except (OSError, ValueError) as e:
         raise HostError(f"{path}: unreadable result: {e}") from None
     if not isinstance(doc, dict):

@@ -272,7 +272,9 @@ class Session:
         from upgrade_core import run_upgrade
 
         self._require_installed()
-        return await self._write(lambda p, pol, f: run_upgrade(p, pol, request, folder=f))
+        return await self._write(
+            lambda p, pol, f: run_upgrade(p, pol, request, folder=f), operation=request.operation
+        )
 
     async def recover(self, trigger: Trigger = "manual") -> UpgradeResult | HandedOff:
         """``recover`` (SPEC 4.5): replay, look at the host, finish or roll back the open episode.
@@ -305,7 +307,9 @@ class Session:
         from upgrade_core import self_upgrade_prepare
 
         self._require_installed()
-        return await self._write(lambda p, pol, f: self_upgrade_prepare(p, pol, request, folder=f))
+        return await self._write(
+            lambda p, pol, f: self_upgrade_prepare(p, pol, request, folder=f), operation=request.operation
+        )
 
     async def resume_self_upgrade(self) -> ResumeOutcome:
         """The new process's start-up check (SPEC 4.4): the candidate holds healthy for the window -> commit.
@@ -345,13 +349,24 @@ class Session:
         flow: Callable[[Ports, Policy, Folder], Awaitable[Any]],
         *,
         source_override: Any = None,
+        operation: str | None = None,
     ) -> Any:
-        """Lock, open the journal, fold once, run ``flow``, compact, close, unlock (see the module doc)."""
+        """Check the state paths, lock, open the journal, fold once, run ``flow``, compact, close, unlock (see
+        the module doc).
+
+        Before the host lock is taken, ``state_dir`` (and its ancestors, ``journal/``, ``results/``, the
+        result file of ``operation``, the lock's directory) and the journal's owner are checked (SPEC 10):
+        a refusal (exit 4) or a foreign journal (exit 2) leaves the host untouched.
+        """
         from .lock import HostLock
+        from .ownership import check_result, check_state
         from .wiring import wire
 
         if self._running:
             raise RuntimeError("Session: one write at a time")
+        check_state(self.config)
+        if operation is not None:
+            check_result(self.config, operation)
         self._running = True
         self._folder, self._journal, self._last_published = None, None, None
         try:
@@ -467,6 +482,7 @@ class Session:
         return await self._write(
             lambda p, pol, f: self._install_bare(p, pol, f, request, provision),
             source_override=source_override,
+            operation=request.operation,
         )
 
     async def _install_bare(
@@ -757,6 +773,8 @@ class Session:
         """The folded journal, read-only: no lock, nothing written or created (SPEC 5 readers).
 
         Raises:
+            HostRefusedError: ``state_dir``, the journal or a file in it is not ours (exit 4).
+            ConfigError: the journal belongs to another configuration (exit 2, naming both).
             JournalError: the journal is corrupt or of a newer format (exit 3, naming file and offset).
             HistoryError: its order of events is illegal (exit 3).
         """
@@ -764,8 +782,10 @@ class Session:
         from journal import replay
         from upgrade_core import EVENT_CODEC
 
+        from .ownership import check_state
         from .wiring import journal_dir, journal_error
 
+        check_state(self.config)  # SPEC 10: the same checks as a writer; creates nothing
         directory = journal_dir(self.config)
         try:
             rep = replay(directory, EVENT_CODEC)

@@ -23,13 +23,12 @@ from typing import TYPE_CHECKING
 import anyio
 import attrs
 
-from agent import durable
 from agent.config import AgentConfig
 from agent.host import AgentHost
 from agent.lock import HostLock
 from journal import JournalFullError, JournalPoisonedError, JournalWriter
 from upgrade_core import EVENT_CODEC, Event, Policy, Ports, Recorded
-from upgrade_core.errors import JournalDurabilityError, JournalUnreadableError
+from upgrade_core.errors import JournalDurabilityError, JournalUnreadableError, UpgradeError
 from upgrade_core.errors import JournalError as CoreJournalError
 from upgrade_core.ports import ArchiveSource
 
@@ -44,15 +43,24 @@ def journal_dir(cfg: AgentConfig) -> str:
     return os.path.join(cfg.host.state_dir, "journal")
 
 
-def journal_error(exc: Exception, directory: str) -> CoreJournalError:
+def journal_error(exc: Exception, directory: str) -> UpgradeError:
     """Translate a :mod:`journal` failure into the core's error of the same cause (exit 3), at this edge.
 
     A corrupt or undecodable record keeps its file and offset (:class:`JournalUnreadableError`); ENOSPC and
-    a poisoning fsync error are :class:`JournalDurabilityError`; anything else (a newer format, a closed
-    writer) keeps the journal's own message.
+    a poisoning fsync error are :class:`JournalDurabilityError`; a path that is not ours is
+    :class:`~upgrade_core.errors.HostRefusedError` (exit 4) and a directory another writer holds
+    :class:`~upgrade_core.errors.LockBusyError` (exit 75); anything else (a newer format, a closed writer)
+    keeps the journal's own message.
     """
-    from journal import JournalCorruptError, JournalDecodeError
+    from journal import JournalBusyError, JournalCorruptError, JournalDecodeError, JournalRefusedError
+    from upgrade_core.errors import HostRefusedError, LockBusyError
 
+    if isinstance(exc, JournalRefusedError):
+        return HostRefusedError(exc.path or directory, exc.what)
+    if isinstance(exc, JournalBusyError):
+        return LockBusyError(
+            f"{exc.path or directory}: journal directory locked by another writer (one writer per journal)"
+        )
     if isinstance(exc, JournalCorruptError | JournalDecodeError):
         return JournalUnreadableError(exc.path or directory, exc.offset, exc.reason)
     if isinstance(exc, JournalFullError):
@@ -236,19 +244,25 @@ async def wire(
     from agent.clock import SystemClock
     from agent.extract import ExtractLimits
     from agent.fetch import FetchPolicy
+    from agent.ownership import journal_owner, owner_error, prepare_state
     from agent.probes import make_probe
     from agent.results import FileResultSink
     from agent.source import ArchiveSourceImpl
     from agent.verify import VerifierImpl
 
     host = AgentHost.from_config(cfg)
-    # SPEC 3: missing parents of state_dir are 0755, state_dir itself 0700 (the journal's own mkdir would
-    # make every missing parent 0700).
-    durable.make_dirs(cfg.host.state_dir, 0o755, leaf_mode=0o700)
+    # SPEC 3 and 10: missing parents of state_dir are 0755, state_dir itself 0700; an existing one (and
+    # every ancestor) is checked before anything is created in it (exit 4).
+    prepare_state(cfg)
     from journal import JournalError as StoreError
+    from journal import JournalOwnerError
 
     try:
-        writer: JournalWriter[Event] = await JournalWriter.open(journal_dir(cfg), EVENT_CODEC)
+        writer: JournalWriter[Event] = await JournalWriter.open(
+            journal_dir(cfg), EVENT_CODEC, owner=journal_owner(cfg)
+        )
+    except JournalOwnerError as exc:
+        raise owner_error(exc, cfg) from None
     except StoreError as exc:
         raise journal_error(exc, journal_dir(cfg)) from None
     journal = JournalPort(writer, on_event, lock)

@@ -13,14 +13,17 @@ episode record's payload (or :data:`UNSURE`), for the boot-time no-op recovery.
 
 from __future__ import annotations
 
-from ._reader import UNSURE, Scan, live_tail, replay, scan
+from ._reader import UNSURE, Scan, live_tail, read_owner, replay, scan
 from .errors import (
+    JournalBusyError,
     JournalClosedError,
     JournalCorruptError,
     JournalDecodeError,
     JournalError,
     JournalFullError,
+    JournalOwnerError,
     JournalPoisonedError,
+    JournalRefusedError,
     JournalVersionError,
 )
 
@@ -38,12 +41,15 @@ __all__ = [
     "UNSURE",
     "Codec",
     "CompactStats",
+    "JournalBusyError",
     "JournalClosedError",
     "JournalCorruptError",
     "JournalDecodeError",
     "JournalError",
     "JournalFullError",
+    "JournalOwnerError",
     "JournalPoisonedError",
+    "JournalRefusedError",
     "JournalVersionError",
     "JournalWriter",
     "Record",
@@ -52,6 +58,7 @@ __all__ = [
     "TornTail",
     "encode_records",
     "live_tail",
+    "read_owner",
     "replay",
     "scan",
 ]

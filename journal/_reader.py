@@ -36,7 +36,8 @@ from ._framing import (
     decode_segment_header,
     valid_frame_after,
 )
-from .errors import JournalCorruptError, JournalDecodeError, JournalVersionError
+from .errors import JournalCorruptError, JournalDecodeError, JournalRefusedError, JournalVersionError
+from .safefs import check_parent, open_dir, read_file
 
 # Not ``typing.TYPE_CHECKING``: importing typing costs several ms at boot (mypy treats this name as True).
 TYPE_CHECKING = False
@@ -147,9 +148,36 @@ class gc_paused:  # lower case: used like a function, ``with gc_paused():``
             gc.enable()
 
 
-def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+def open_journal_dir(directory: str) -> int | None:
+    """Open the journal directory through its checked parent (read-only; never creates anything).
+
+    The parent must pass :func:`journal.safefs.check_parent` (owned by root or us, not writable by others
+    unless sticky and root-owned), the directory itself :func:`journal.safefs.check_owned`; it is opened
+    ``O_NOFOLLOW`` relative to the parent's descriptor, so neither a symlink nor a swapped directory is
+    followed (SPEC 10, case C23).
+
+    Returns:
+        Its descriptor, or None when the directory (or its parent) does not exist.
+
+    Raises:
+        JournalRefusedError: the parent or the directory fails its check.
+    """
+    parent = os.path.dirname(directory) or "/"
+    try:
+        pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise JournalRefusedError(parent, f"cannot open: {exc.strerror or exc}") from None
+    try:
+        check_parent(os.fstat(pfd), parent)
+        return open_dir(directory, dir_fd=pfd, name=os.path.basename(directory))
+    finally:
+        os.close(pfd)
+
+
+def _read(dir_fd: int, path: str) -> bytes:
+    return read_file(dir_fd, os.path.basename(path), path)
 
 
 MAX_SEALED_BYTES = 1 << 30
@@ -169,11 +197,8 @@ def _decompress(path: str, data: bytes) -> bytes:
         raise JournalCorruptError(path, 0, f"sealed segment is not a complete zstd frame: {exc}") from None
 
 
-def _list(directory: str) -> tuple[list[tuple[int, bool, str]], list[str], list[str]]:
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return [], [], []
+def _list(dir_fd: int, directory: str) -> tuple[list[tuple[int, bool, str]], list[str], list[str]]:
+    names = os.listdir(dir_fd)
     live: dict[int, str] = {}
     sealed: dict[int, str] = {}
     temps: list[str] = []
@@ -186,6 +211,50 @@ def _list(directory: str) -> tuple[list[tuple[int, bool, str]], list[str], list[
     shadowed = sorted(live.pop(seq) for seq in list(live) if seq in sealed)
     ordered = sorted([(s, False, p) for s, p in live.items()] + [(s, True, p) for s, p in sealed.items()])
     return ordered, shadowed, sorted(temps)
+
+
+OWNER_FILE = "owner.json"
+
+
+def read_owner_at(dir_fd: int, directory: str) -> dict[str, str] | None:
+    """The owner recorded in ``owner.json`` under the checked directory ``dir_fd``, or None when none is.
+
+    Raises:
+        JournalRefusedError: ``owner.json`` is not a regular file of ours.
+        JournalCorruptError: it is not a JSON object of strings.
+    """
+    path = os.path.join(directory, OWNER_FILE)
+    try:
+        data = read_file(dir_fd, OWNER_FILE, path)
+    except FileNotFoundError:
+        return None
+    import json
+
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
+        raise JournalCorruptError(path, 0, "the owner record is not a JSON object of strings")
+    return doc
+
+
+def read_owner(directory: str | os.PathLike[str]) -> dict[str, str] | None:
+    """The journal's recorded owner (e.g. ``{"agent": NAME, "unit": UNIT}``), read-only; None when the
+    directory does not exist or records none (a journal written before owners were recorded).
+
+    Raises:
+        JournalRefusedError: the directory, its parent or ``owner.json`` is not ours.
+        JournalCorruptError: ``owner.json`` is not a JSON object of strings.
+    """
+    directory = os.path.abspath(os.fspath(directory))
+    fd = open_journal_dir(directory)
+    if fd is None:
+        return None
+    try:
+        return read_owner_at(fd, directory)
+    finally:
+        os.close(fd)
 
 
 UNSURE = "unsure"
@@ -207,17 +276,22 @@ def live_tail(directory: str | os.PathLike[str]) -> bytes | str | None:
         file): the caller must take the full path (lock, repair, replay).
     """
     try:
-        ordered, shadowed, temps = _list(os.fspath(directory))
-        if not ordered:
+        dir_fd = open_journal_dir(os.path.abspath(os.fspath(directory)))
+        if dir_fd is None:
             return None
-        if shadowed or temps:
-            return UNSURE
-        first_seq, sealed, path = ordered[-1]
-        if sealed:
-            return UNSURE
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
+        try:
+            ordered, shadowed, temps = _list(dir_fd, os.fspath(directory))
+            if not ordered:
+                return None
+            if shadowed or temps:
+                return UNSURE
+            first_seq, sealed, path = ordered[-1]
+            if sealed:
+                return UNSURE
+            data = _read(dir_fd, path)  # a symlink, FIFO or hard link is refused, never opened or waited on
+        finally:
+            os.close(dir_fd)
+    except (OSError, JournalRefusedError):
         return UNSURE
     header = decode_segment_header(data)
     if isinstance(header, BadFrame):
@@ -236,11 +310,14 @@ def live_tail(directory: str | os.PathLike[str]) -> bytes | str | None:
     return None
 
 
-def scan(directory: str | os.PathLike[str]) -> Scan:
+def scan(directory: str | os.PathLike[str], *, dir_fd: int | None = None) -> Scan:
     """Read and validate every segment of ``directory`` (sync; never writes or creates anything).
+
+    Every file is opened relative to the checked directory descriptor (see :func:`open_journal_dir`).
 
     Args:
         directory: the journal directory; a missing one is an empty journal.
+        dir_fd: an open, checked descriptor of ``directory`` (the writer's); None: opened and closed here.
 
     Returns:
         The :class:`Scan`.
@@ -250,11 +327,25 @@ def scan(directory: str | os.PathLike[str]) -> Scan:
             covered by a snapshot, or overlapping segments (file and offset named).
         JournalVersionError: a segment header written by a newer format version.
         JournalDecodeError: an intact frame whose envelope cannot be decoded.
-        OSError: the directory or a segment cannot be read (e.g. EACCES).
+        JournalRefusedError: the directory, its parent or a segment is not ours (a symlink, FIFO, device,
+            directory or hard link where a segment belongs, a foreign owner, a group/world-writable mode).
+        OSError: the directory or a segment cannot be read (e.g. EIO).
     """
     directory = os.path.abspath(os.fspath(directory))
+    if dir_fd is not None:
+        return _scan(directory, dir_fd)
+    fd = open_journal_dir(directory)
+    if fd is None:
+        return Scan(directory)
+    try:
+        return _scan(directory, fd)
+    finally:
+        os.close(fd)
+
+
+def _scan(directory: str, dir_fd: int) -> Scan:
     result = Scan(directory)
-    ordered, result.shadowed, result.temps = _list(directory)
+    ordered, result.shadowed, result.temps = _list(dir_fd, directory)
     expected: int | None = None
     gaps: list[tuple[str, int, int]] = []  # (path, first missing seq, last missing seq)
     records = result.records
@@ -262,7 +353,7 @@ def scan(directory: str | os.PathLike[str]) -> Scan:
     env_size = ENVELOPE.size
     for index, (first_seq, sealed, path) in enumerate(ordered):
         tolerant = not sealed and index == len(ordered) - 1
-        data = _read(path)
+        data = _read(dir_fd, path)
         if sealed:
             data = _decompress(path, data)
         where = " (offset in the decompressed sealed segment)" if sealed else ""

@@ -13,17 +13,24 @@ import contextlib
 import errno
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import anyio
 import attrs
 
-from . import _segment
+from . import _segment, safefs
 from ._framing import MAX_EPISODE_ID, MAX_PAYLOAD, SEGMENT_HEADER_SIZE, encode_envelope, encode_frame
-from ._reader import TMP_SUFFIX, Scan, decode_records, gc_paused, scan, segment_name
+from ._reader import TMP_SUFFIX, Scan, decode_records, gc_paused, read_owner_at, scan, segment_name
 from ._records import SNAPSHOT_EPISODE, Codec, Record, TornTail
-from .errors import JournalClosedError, JournalError, JournalFullError, JournalPoisonedError
+from .errors import (
+    JournalBusyError,
+    JournalClosedError,
+    JournalError,
+    JournalFullError,
+    JournalOwnerError,
+    JournalPoisonedError,
+)
 
 T = TypeVar("T")
 
@@ -79,14 +86,94 @@ class _Live:
     chain: int
 
 
-def _prepare(directory: str) -> tuple[Scan, TornTail | None, _Live]:
-    """Blocking part of :meth:`JournalWriter.open`: create, scan, clean leftovers, repair, open the live."""
-    _segment.mkdir_durable(directory)
+OWNER_FILE = "owner.json"
+"""The journal's owner record in its directory (SPEC 10): a JSON object of strings (the agent writes
+``{"agent": NAME, "unit": UNIT}``), written 0600 and atomically when the journal is created, or by the first
+writer of a journal that has none (one written before owners were recorded is adopted, never refused)."""
+
+
+def _lock_dir(dir_fd: int, directory: str) -> None:
+    """Take the journal directory's own exclusive lock, non-blocking: one writer per journal (SPEC 10).
+
+    Independent of any host lock: two configurations that share a journal directory never interleave.
+    """
+    import errno
+    import fcntl
+
+    try:
+        fcntl.flock(dir_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            raise JournalBusyError(
+                f"{directory}: the journal is open for writing by another process", directory
+            ) from None
+        raise
+
+
+def _check_owner(dir_fd: int, directory: str, owner: dict[str, str] | None) -> bool:
+    """Compare the recorded owner with ``owner``; True when none is recorded yet (the caller records it)."""
+    recorded = read_owner_at(dir_fd, directory)
+    if recorded is None:
+        return owner is not None
+    if owner is not None and recorded != owner:
+        raise JournalOwnerError(directory, recorded, owner)
+    return False
+
+
+def _record_owner(dir_fd: int, directory: str, owner: dict[str, str]) -> None:
+    """Write ``owner.json`` atomically: temp (0600) + fsync + rename + directory fsync."""
+    import json
+
+    tmp = os.path.join(directory, OWNER_FILE + TMP_SUFFIX)
+    _segment.remove_leftover(dir_fd, tmp)
+    fd = safefs.open_file(dir_fd, OWNER_FILE + TMP_SUFFIX, os.O_WRONLY | os.O_CREAT | os.O_EXCL, tmp)
+    try:
+        _segment.pwrite_all(fd, (json.dumps(owner, sort_keys=True) + "\n").encode(), 0)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _segment.rename_durable(dir_fd, tmp, os.path.join(directory, OWNER_FILE))
+
+
+def _open_dir(directory: str) -> int:
+    """Create (0700) or open the journal directory through its checked parent, and check it."""
+    parent = os.path.dirname(directory) or "/"
+    _segment.mkdir_durable(parent)
+    pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        safefs.check_parent(os.fstat(pfd), parent)
+        return safefs.make_dir(pfd, os.path.basename(directory), directory)
+    finally:
+        os.close(pfd)
+
+
+def _prepare(directory: str, owner: dict[str, str] | None) -> tuple[Scan, TornTail | None, _Live, int]:
+    """Blocking part of :meth:`JournalWriter.open`: create, lock, check the owner, scan, clean leftovers,
+    repair, open the live segment, record the owner. Returns the locked directory descriptor last."""
+    dir_fd = _open_dir(directory)
+    try:
+        _lock_dir(dir_fd, directory)
+        unowned = _check_owner(dir_fd, directory, owner)  # before anything is repaired or removed
+        result, repaired, live = _prepare_locked(dir_fd, directory)
+        if unowned:
+            assert owner is not None
+            try:
+                _record_owner(dir_fd, directory, owner)
+            except BaseException:
+                os.close(live.fd)
+                raise
+        return result, repaired, live, dir_fd
+    except BaseException:
+        os.close(dir_fd)
+        raise
+
+
+def _prepare_locked(dir_fd: int, directory: str) -> tuple[Scan, TornTail | None, _Live]:
     with gc_paused():
-        result = scan(directory)
+        result = scan(directory, dir_fd=dir_fd)
     # Leftovers of an interrupted seal or compaction. Never the last segment.
     covered = [s.path for s in result.segments[:-1] if s.last_seq <= result.covers_through]
-    _segment.remove_durable(result.temps + result.shadowed + covered)
+    _segment.remove_durable(dir_fd, result.temps + result.shadowed + covered)
     result.segments = [s for s in result.segments if s.path not in covered]
     repaired: TornTail | None = None
     last = result.segments[-1] if result.segments else None
@@ -94,16 +181,16 @@ def _prepare(directory: str) -> tuple[Scan, TornTail | None, _Live]:
         assert last is not None and last.path == result.torn[0]
         path, offset = result.torn
         if offset == 0:
-            last.chain = _segment.rewrite_header(path, last.first_seq)
+            last.chain = _segment.rewrite_header(dir_fd, path, last.first_seq)
             last.end = len(_segment.encode_segment_header(last.first_seq))
         else:
-            _segment.truncate_durable(path, offset)
+            _segment.truncate_durable(dir_fd, path, offset)
         repaired = TornTail(path, offset)
     if last is not None and not last.sealed:
-        fd = os.open(last.path, os.O_WRONLY | os.O_CLOEXEC)
+        fd = _segment.open_live(dir_fd, last.path)
         return result, repaired, _Live(fd, last.path, last.end, last.chain)
     path = os.path.join(directory, segment_name(result.next_seq, sealed=False))
-    fd, chain = _segment.create_live(path, result.next_seq)
+    fd, chain = _segment.create_live(dir_fd, path, result.next_seq)
     from ._reader import Segment
 
     seg = Segment(path, result.next_seq, sealed=False)
@@ -141,6 +228,7 @@ class JournalWriter(Generic[T]):
         self._next_seq = 1
         self._poisoned: JournalPoisonedError | None = None
         self._closed = False
+        self._dir_fd = -1
 
     @classmethod
     async def open(
@@ -149,19 +237,30 @@ class JournalWriter(Generic[T]):
         codec: Codec[T],
         *,
         wall_clock: Callable[[], float] = time.time,
+        owner: Mapping[str, str] | None = None,
     ) -> JournalWriter[T]:
         """Open (creating if needed) a journal directory for appending.
 
-        Creates the directory (0700, parents too, each made durable), replays it, removes leftovers of an
-        interrupted seal or compaction, truncates a torn tail durably (exposed as :attr:`repaired`) and
-        makes sure a live segment exists. Cancellation: shielded; it completes, then the cancel is seen.
+        Creates the directory (0700, parents too, each made durable) or checks the existing one (ours, not
+        group/world-writable, not a symlink; its parent owned by root or us and not writable by others),
+        takes its exclusive lock (held until :meth:`aclose`: one writer per journal), compares the recorded
+        owner with ``owner``, replays it, removes leftovers of an interrupted seal or compaction, truncates a
+        torn tail durably (exposed as :attr:`repaired`), makes sure a live segment exists and records
+        ``owner`` when none is recorded yet. Every file is checked before it is opened or changed (SPEC 10).
+        Cancellation: shielded; it completes, then the cancel is seen.
 
         Args:
             directory: the journal directory (``state_dir/journal``).
             codec: encodes and decodes the caller's events.
             wall_clock: Unix seconds for each record's informational ``wall_time``.
+            owner: who the journal belongs to (the agent passes ``{"agent": NAME, "unit": UNIT}``); None
+                neither checks nor records an owner.
 
         Raises:
+            JournalBusyError: another writer holds the directory's lock (nothing read or changed).
+            JournalOwnerError: the journal records another owner (nothing changed).
+            JournalRefusedError: the directory, its parent or a file in it is not ours (nothing changed
+                through it).
             JournalCorruptError: corruption that is not a torn tail (nothing is truncated or removed).
             JournalVersionError: a segment of a newer format version.
             JournalDecodeError: a record the codec cannot decode.
@@ -169,13 +268,15 @@ class JournalWriter(Generic[T]):
         """
         self = cls(os.path.abspath(os.fspath(directory)), codec, wall_clock)
         with anyio.CancelScope(shield=True):
-            result, repaired, live = await anyio.to_thread.run_sync(_prepare, self.directory)
+            owned = dict(owner) if owner is not None else None
+            result, repaired, live, dir_fd = await anyio.to_thread.run_sync(_prepare, self.directory, owned)
             try:
                 self._records = await anyio.to_thread.run_sync(_decode, result, codec)
             except BaseException:
                 os.close(live.fd)
+                os.close(dir_fd)
                 raise
-        self._scan, self.repaired, self._live = result, repaired, live
+        self._scan, self.repaired, self._live, self._dir_fd = result, repaired, live, dir_fd
         self._next_seq = result.next_seq
         return self
 
@@ -384,10 +485,11 @@ class JournalWriter(Generic[T]):
         new_path = os.path.join(self.directory, segment_name(self._next_seq, sealed=False))
         tmp_path = sealed_path + TMP_SUFFIX
         # Until the rename, a failure changes nothing (the temp file is removed, appends go on).
-        await anyio.to_thread.run_sync(_write_sealed_tmp, live.path, live.offset, tmp_path)
+        dir_fd = self._dir_fd
+        await anyio.to_thread.run_sync(_write_sealed_tmp, dir_fd, live.fd, live.path, live.offset, tmp_path)
         try:
             fd, chain = await anyio.to_thread.run_sync(
-                _publish_sealed, tmp_path, sealed_path, live.fd, live.path, new_path, self._next_seq
+                _publish_sealed, dir_fd, tmp_path, sealed_path, live.fd, live.path, new_path, self._next_seq
             )
         except OSError as exc:
             # Past the rename, replay may read the sealed copy and ignore the live file: appending to it
@@ -489,7 +591,7 @@ class JournalWriter(Generic[T]):
         self._records = [r for r in self._records if r.seq > covers]
         self._scan.segments = self._scan.segments[len(drop) :]
         # Oldest first; a crash part-way leaves covered leftovers that replay hides.
-        await anyio.to_thread.run_sync(_segment.remove_durable, [s.path for s in drop])
+        await anyio.to_thread.run_sync(_segment.remove_durable, self._dir_fd, [s.path for s in drop])
         return CompactStats(sealed, len(drop), len(dropped), pending.record.seq)
 
     async def aclose(self) -> None:
@@ -503,43 +605,54 @@ class JournalWriter(Generic[T]):
                 if self._closed:
                     return
                 self._closed = True
-                os.close(self._live.fd)
+                try:
+                    os.close(self._live.fd)
+                finally:
+                    os.close(self._dir_fd)  # releases the journal directory's lock
             finally:
                 self._release()
 
 
-def _write_sealed_tmp(live_path: str, length: int, tmp_path: str) -> None:
+def _write_sealed_tmp(dir_fd: int, live_fd: int, live_path: str, length: int, tmp_path: str) -> None:
     """Compress the live segment's first ``length`` bytes into ``tmp_path`` and fsync it, checked by a
-    round trip; on failure the temp file is removed and nothing else has changed."""
+    round trip; on failure the temp file is removed and nothing else has changed.
+
+    The live bytes are read through the writer's own descriptor (opened ``O_WRONLY``: a second, checked
+    read-only descriptor is opened relative to the directory)."""
     import zstandard
 
-    with open(live_path, "rb") as f:
-        content = f.read(length)
+    del live_fd
+    fd = safefs.open_file(dir_fd, os.path.basename(live_path), os.O_RDONLY, live_path)
+    try:
+        content = os.pread(fd, length, 0)
+    finally:
+        os.close(fd)
     if len(content) != length:
         raise OSError(errno.EIO, f"live segment shorter than its {length} committed bytes", live_path)
     compressed = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(content)
     if zstandard.ZstdDecompressor().decompress(compressed) != content:
         raise OSError(errno.EIO, "zstd round trip of the sealed segment differs", tmp_path)
-    fd = os.open(tmp_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    _segment.remove_leftover(dir_fd, tmp_path)
+    name = os.path.basename(tmp_path)
+    fd = safefs.open_file(dir_fd, name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, tmp_path)
     try:
         _segment.pwrite_all(fd, compressed, 0)
         os.fsync(fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
-            os.unlink(tmp_path)
+            os.unlink(name, dir_fd=dir_fd)
         raise
     os.close(fd)
 
 
 def _publish_sealed(
-    tmp_path: str, sealed_path: str, old_fd: int, old_path: str, new_path: str, first_seq: int
+    dir_fd: int, tmp_path: str, sealed_path: str, old_fd: int, old_path: str, new_path: str, first_seq: int
 ) -> tuple[int, int]:
     """Rename the sealed copy into place (directory fsync), remove the now shadowed live file (directory
     fsync) and create the next live segment. Returns its fd and chain seed."""
-    os.replace(tmp_path, sealed_path)
-    _segment.fsync_dir(os.path.dirname(sealed_path))
-    _segment.remove_durable([old_path])
-    created = _segment.create_live(new_path, first_seq)
+    _segment.rename_durable(dir_fd, tmp_path, sealed_path)
+    _segment.remove_durable(dir_fd, [old_path])
+    created = _segment.create_live(dir_fd, new_path, first_seq)
     os.close(old_fd)  # only on success: on failure the writer still owns it and aclose() closes it
     return created

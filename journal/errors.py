@@ -89,3 +89,40 @@ class JournalClosedError(JournalError):
 
 class JournalFullError(JournalError):
     """ENOSPC or EDQUOT on append: the record was not accepted; the journal stays readable."""
+
+
+class JournalRefusedError(JournalError):
+    """A path of the journal is not ours (SPEC 10, case C23): a symlink, FIFO, device, directory or hard link
+    where a file belongs, a foreign owner, a group/world-writable mode, or permission denied. Nothing was
+    opened through it, written or removed. The agent maps it to exit 4.
+
+    Attributes:
+        path: the path refused.
+        what: what is wrong with it (one phrase).
+    """
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(f"{path}: {what}", path)
+        self.what = what
+
+
+class JournalBusyError(JournalError):
+    """Another writer holds the journal directory's own lock (one writer per journal, SPEC 10). Exit 75."""
+
+
+class JournalOwnerError(JournalError):
+    """The journal belongs to another owner (agent name and unit) than the one opening it (case C25).
+
+    Attributes:
+        path: the journal directory.
+        found: the owner recorded in the journal.
+        expected: the owner the caller claimed.
+    """
+
+    def __init__(self, path: str, found: dict[str, str], expected: dict[str, str]) -> None:
+        def who(owner: dict[str, str]) -> str:
+            return f"agent {owner.get('agent', '?')} (unit {owner.get('unit', '?')})"
+
+        super().__init__(f"{path} holds the journal of {who(found)}; it was opened as {who(expected)}", path)
+        self.found = found
+        self.expected = expected

@@ -1,4 +1,5 @@
-"""``journal verify|dump|compact``: verify and dump read only; compact takes the host lock."""
+"""``journal verify|dump|compact``: verify and dump read only (after the ownership checks of SPEC 10, which
+create nothing); compact takes the host lock."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
     if args.action == "compact":
         count = anyio.run(session.compact)
         return Outcome({"compacted": True, "records": count}, f"compacted; {count} records remain")
+    from agent.ownership import check_state
+
+    check_state(session.config)  # SPEC 10: the writer's checks (exit 4, or 2 for a foreign journal)
     if args.action == "verify":
         try:
             rep = replay(directory, EVENT_CODEC)

@@ -65,7 +65,11 @@ def syscall_spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, ...
         real_fsync(fd)
 
     def rename(src: str, dst: str, *a: Any, **k: Any) -> None:
-        calls.append(("rename", os.fspath(src), os.fspath(dst)))
+        # Relative to a directory descriptor (SPEC 10: files under state_dir are reached through one).
+        def at(p: str, fd: int | None) -> str:
+            return os.fspath(p) if fd is None else os.path.join(_fd_path(fd), os.fspath(p))
+
+        calls.append(("rename", at(src, k.get("src_dir_fd")), at(dst, k.get("dst_dir_fd"))))
         real_rename(src, dst, *a, **k)
 
     def symlink(target: str, path: str, *a: Any, **k: Any) -> None:

@@ -183,8 +183,9 @@ async def _crash_sweep(
                 await operation(w)
             except _Crash:
                 crashed = True
-        with contextlib.suppress(OSError):
-            os.close(w._live.fd)
+        for fd in (w._live.fd, w._dir_fd):  # the crashed process's descriptors (and the directory's lock)
+            with contextlib.suppress(OSError):
+                os.close(fd)
         seen = visible(replay(d, CODEC).records)
         assert seen in (before, after), f"crash point {n}"
         async with await JournalWriter.open(d, CODEC) as w2:
@@ -263,22 +264,25 @@ async def test_c12_durability_order_of_a_seal(tmp_path: Path, monkeypatch: pytes
     def path_of(fd: int) -> str:
         return os.readlink(f"/proc/self/fd/{fd}")
 
+    def at(path: str, dir_fd: int | None) -> str:  # the writer works relative to its directory's fd
+        return str(path) if dir_fd is None else os.path.join(path_of(dir_fd), path)
+
     def fsync(fd: int) -> None:
         trace.append(("fsync", path_of(fd)))
         real["fsync"](fd)
 
-    def replace(src: str, dst: str) -> None:
-        trace.append(("replace", f"{src} -> {dst}"))
-        real["replace"](src, dst)
+    def replace(src: str, dst: str, *, src_dir_fd: int | None = None, dst_dir_fd: int | None = None) -> None:
+        trace.append(("replace", f"{at(src, src_dir_fd)} -> {at(dst, dst_dir_fd)}"))
+        real["replace"](src, dst, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
-    def unlink(path: str) -> None:
-        trace.append(("unlink", str(path)))
-        real["unlink"](path)
+    def unlink(path: str, *, dir_fd: int | None = None) -> None:
+        trace.append(("unlink", at(path, dir_fd)))
+        real["unlink"](path, dir_fd=dir_fd)
 
-    def open_(path: str, flags: int, *args: int) -> int:
+    def open_(path: str, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
         if flags & os.O_CREAT:
-            trace.append(("create", str(path)))
-        return int(real["open"](path, flags, *args))
+            trace.append(("create", at(path, dir_fd)))
+        return int(real["open"](path, flags, mode, dir_fd=dir_fd))
 
     async with await JournalWriter.open(tmp_path, CODEC) as w:
         await _episodes(w, ["a"], seal=False)
