@@ -425,7 +425,8 @@ class Remover:
 
 # ----------------------------------------------------------------------------------------------- state_dir
 # What the agent itself writes under state_dir; anything else there is someone else's and stays.
-_JOURNAL_FILE_RE: Final = re.compile(r"[0-9]{20}\.jnl(\.zst)?|.*\.tmp")
+# Segments, their temps, and the owner record (``journal/owner.json``, with its atomic-write temp).
+_JOURNAL_FILE_RE: Final = re.compile(r"[0-9]{20}\.jnl(\.zst)?|.*\.tmp|owner\.json(\.tmp.*)?")
 _RESULT_FILE_RE: Final = re.compile(
     r"[A-Za-z0-9._-]{1,64}\.json|\.[A-Za-z0-9._-]{1,64}\.json\.tmp-[0-9a-f]{16}"
 )
