@@ -67,7 +67,9 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
         self.wants_json = wants_json
 
-    def __call__(self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None) -> None:
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None
+    ) -> None:
         if self.wants_json:
             sys.stdout.write(json.dumps({"version": own_version()}) + "\n")
         else:
@@ -102,7 +104,7 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--operation", metavar="ID")
     p.add_argument("--preflight", action="store_true", help="print the plan; fetch nothing, change nothing")
     p = cmd("recover", "replay the journal and finish or roll back an open episode")
-    p.add_argument("--trigger", choices=["boot", "on-failure", "manual"], default="manual")
+    p.add_argument("--trigger", choices=["boot", "on-failure", "manual", "timer"], default="manual")
     cmd("status", "show slots, links, service and the open episode (never runs binaries)")
     cmd("history", "list episodes from the journal, newest first")
     p = cmd("journal", "journal maintenance")

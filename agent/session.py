@@ -39,7 +39,6 @@ import anyio
 import attrs
 
 from upgrade_core import (
-    EpisodeView,
     Folder,
     HandedOff,
     JournalView,
@@ -70,7 +69,12 @@ from .host import AgentHost
 from .logline import log
 from .request import make_request
 
-__all__ = ["EpisodeInfo", "Preflight", "ServiceInfo", "Session", "SlotInfo", "Status", "open_session"]
+__all__ = [
+    "BUSY_REASON", "EpisodeInfo", "Preflight", "ServiceInfo", "Session", "SlotInfo", "Status", "open_session"
+]
+
+BUSY_REASON = "busy: a live upgrade holds the lock"
+"""The reason of the ``noop`` a ``recover --trigger timer`` returns at once when the host lock is held."""
 
 ProgressCallback = Callable[[int, int | None], None]
 EventCallback = Callable[[Recorded], None]
@@ -112,10 +116,20 @@ class ServiceInfo:
 
 @attrs.frozen
 class EpisodeInfo:
-    """The open episode, if any: its operation id and lifecycle state (SPEC 4.2)."""
+    """The open episode, if any (SPEC 7 ``status``, issue 10 item 4).
+
+    Attributes:
+        operation / state: its operation id and lifecycle state (SPEC 4.2).
+        upgrader_pid: the pid holding the host lock (the upgrader or recovery running it), None when the
+            lock is free or the pid is unknown.
+        abandoned: True when no process holds the host lock: its upgrader died (``recover`` finishes it;
+            so does ``NAME-recover.timer`` within its period).
+    """
 
     operation: str
     state: str
+    upgrader_pid: int | None = None
+    abandoned: bool = False
 
 
 @attrs.frozen
@@ -127,6 +141,10 @@ class Status:
         current / last_good: the slots the links name, None on a bare host.
         service: the agent unit.
         episode: the open episode, None when every episode is closed.
+        missing_units / drifted_units: rendered unit files absent from ``unit_dir`` / present there with
+            other contents (issue 10 item 4).
+        next: what to run next (one line), None when nothing is needed
+            (:func:`agent.converge.next_step`).
         service_error: why ``service`` is empty, when systemd could not be asked.
     """
 
@@ -135,6 +153,9 @@ class Status:
     last_good: SlotInfo | None
     service: ServiceInfo
     episode: EpisodeInfo | None
+    missing_units: tuple[str, ...] = ()
+    drifted_units: tuple[str, ...] = ()
+    next: str | None = None
     service_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -153,17 +174,26 @@ class Preflight:
         inactive_slot: the slot the candidate would be staged into.
         lock: ``free`` or ``busy``.
         open_episode: the operation id of an open episode that would be recovered first, or None.
+        episode: that episode with its upgrader's pid / abandoned (as in :class:`Status`), or None.
+        missing_units / drifted_units / next: as in :class:`Status`.
     """
 
     plan: tuple[str, ...]
     inactive_slot: Slot
     lock: Literal["free", "busy"]
     open_episode: str | None
+    episode: EpisodeInfo | None = None
+    missing_units: tuple[str, ...] = ()
+    drifted_units: tuple[str, ...] = ()
+    next: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The SPEC 7 ``upgrade --preflight`` JSON object."""
+        """The SPEC 7 ``upgrade --preflight`` JSON object, plus the issue 10 keys."""
         return {"preflight": True, "plan": list(self.plan), "inactive_slot": self.inactive_slot,
-                "lock": self.lock, "open_episode": self.open_episode}
+                "lock": self.lock, "open_episode": self.open_episode,
+                "episode": None if self.episode is None else attrs.asdict(self.episode),
+                "missing_units": list(self.missing_units), "drifted_units": list(self.drifted_units),
+                "next": self.next}
 
 
 # -- the session ------------------------------------------------------------------------------------------
@@ -275,18 +305,31 @@ class Session:
 
         Args:
             trigger: ``boot`` (never waits for the agent: any health check is handed to a transient unit,
-                returned as :class:`~upgrade_core.HandedOff`), ``on-failure`` or ``manual``.
+                returned as :class:`~upgrade_core.HandedOff`), ``on-failure``, ``manual`` or ``timer``
+                (``NAME-recover.timer``: acts only when the host lock is free).
 
         Returns:
-            The closed episode's result; ``UpgradeResult(None, "noop")`` when nothing was open.
+            The closed episode's result; ``UpgradeResult(None, "noop")`` when nothing was open; with
+            ``timer`` and the lock held, ``UpgradeResult(None, "noop", reason=BUSY_REASON + " (pid N)")`` at
+            once (never waits, never 75).
 
         Raises:
-            LockBusyError: the holder owns the episode (exit 75).
+            LockBusyError: the holder owns the episode (exit 75), except with ``timer``.
             JournalError, HistoryError: the journal cannot be trusted; links untouched (exit 3).
         """
         from upgrade_core import recover
+        from upgrade_core.errors import LockBusyError
 
-        return await self._write(lambda p, pol, f: recover(p, pol, trigger, folder=f))
+        try:
+            return await self._write(lambda p, pol, f: recover(p, pol, trigger, folder=f))
+        except LockBusyError:
+            if trigger != "timer":
+                raise
+        # The timer acts only when the host lock is free: a live upgrade (or recovery) owns its episode.
+        from .converge import lock_holder
+
+        pid = lock_holder(self.config.host.lock_path).pid
+        return UpgradeResult(None, "noop", reason=BUSY_REASON + (f" (pid {pid})" if pid else ""))
 
     async def self_upgrade(self, request: UpgradeRequest) -> UpgradeResult | RestartScheduled:
         """The self-upgrade flow, steps 1-5 in this process (SPEC 4.4); the restart is scheduled.
@@ -509,7 +552,8 @@ class Session:
 
     # -- units -------------------------------------------------------------------------------------------
     def units(self) -> dict[str, str]:
-        """The rendered unit files, file name -> text (SPEC 6): the agent unit and both recovery units."""
+        """The rendered unit files, file name -> text (SPEC 6, 10): the agent unit, both recovery units,
+        ``NAME-recover.timer`` and its ``NAME-recover-timer.service``."""
         from .units import render_units
         from .wiring import recover_executable
 
@@ -544,12 +588,15 @@ class Session:
         return service_manager(self.config, self.config_path)
 
     async def _install_units(self, service: Any) -> None:
-        """Write the units, daemon-reload, enable the agent and the boot-time recovery unit."""
-        from .units import recover_boot_unit_name
+        """Write the units, daemon-reload, enable the agent, the boot-time recovery unit and the recovery
+        timer, and start the timer (it recovers an abandoned episode without waiting for a reboot)."""
+        from .units import recover_boot_unit_name, recover_timer_name
 
+        name = self.config.agent.name
         await service.write_units(self.units())
         await service.daemon_reload()
-        await service.enable(self.config.agent.unit, recover_boot_unit_name(self.config.agent.name))
+        await service.enable(self.config.agent.unit, recover_boot_unit_name(name), recover_timer_name(name))
+        await service.start(recover_timer_name(name))
 
     async def remove_units(self) -> list[str]:
         """Stop, disable and remove the units (stop/disable failures are logged, not fatal); the caller
@@ -615,6 +662,7 @@ class Session:
         lock = probe_lock(self.config.host.lock_path)
         view = self.view()
         open_ep = view.open_episode.episode_id if view.open_episode else None
+        episode, drift, next_ = self._convergence(view, installed=True)
         cfg = self.config
         plan = []
         if open_ep is not None:
@@ -636,7 +684,32 @@ class Session:
                 f"({cfg.health.max_attempts} attempts, {cfg.health.stability_s} s stable)",
                 "commit, or roll back to last-good",
             ]
-        return Preflight(tuple(plan), inactive, lock, open_ep)
+        return Preflight(
+            tuple(plan), inactive, lock, open_ep, episode, drift.missing, drift.drifted, next_
+        )
+
+    def _convergence(
+        self, view: JournalView, *, installed: bool
+    ) -> tuple[EpisodeInfo | None, Any, str | None]:
+        """The open episode with its upgrader's pid, the unit drift and the next step (issue 10 item 4);
+        reads only (no lock taken, nothing created)."""
+        from .converge import lock_holder, next_step, unit_drift
+        from .units import recover_timer_name
+
+        holder = lock_holder(self.config.host.lock_path)
+        ep = view.open_episode
+        episode = None
+        if ep is not None:
+            episode = EpisodeInfo(ep.episode_id, ep.state.value, holder.pid, not holder.busy)
+        drift = unit_drift(self.config.host.unit_dir, self.units())
+        next_ = next_step(
+            installed=installed,
+            episode=None if ep is None else ep.episode_id,
+            holder=holder,
+            drift=drift,
+            timer=recover_timer_name(self.config.agent.name),
+        )
+        return episode, drift, next_
 
     async def status(self) -> Status:
         """Slots, links, service and open episode (SPEC 7 ``status``); never runs a binary, never writes.
@@ -663,13 +736,16 @@ class Session:
             service = ServiceInfo(snap.active_state, snap.sub_state, snap.main_pid or None, snap.exe)
         except UpgradeError as exc:
             error = str(exc)
-        ep: EpisodeView | None = view.open_episode
+        episode, drift, next_ = self._convergence(view, installed=links.current is not None)
         return Status(
             agent=self.config.agent.name,
             current=info(links.current),
             last_good=info(links.last_good),
             service=service,
-            episode=None if ep is None else EpisodeInfo(ep.episode_id, ep.state.value),
+            episode=episode,
+            missing_units=drift.missing,
+            drifted_units=drift.drifted,
+            next=next_,
             service_error=error,
         )
 

@@ -22,7 +22,7 @@ import attrs
 Slot = Literal["blue", "green"]
 ResultValue = Literal["committed", "rolled_back", "aborted", "noop", "needs_attention"]
 EpisodeKind = Literal["upgrade", "install", "self_upgrade"]
-Trigger = Literal["boot", "on-failure", "manual", "upgrade", "resume"]
+Trigger = Literal["boot", "on-failure", "manual", "timer", "upgrade", "resume"]
 HealthTarget = Literal["candidate", "last_good"]
 
 SLOTS: tuple[Slot, Slot] = ("blue", "green")

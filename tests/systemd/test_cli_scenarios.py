@@ -334,7 +334,9 @@ def test_reset_then_uninstall_leave_nothing_and_remove_nothing_else(make_env: Ma
     assert reset.json is not None
     assert sorted(reset.json["removed"]) == sorted(
         str(env.sandbox.unit_dir / u) for u in (env.unit, f"{env.name}-recover.service",
-                                                 f"{env.name}-recover-boot.service"))
+                                                 f"{env.name}-recover-boot.service",
+                                                 f"{env.name}-recover.timer",
+                                                 f"{env.name}-recover-timer.service"))
     assert env.units_present() == []
     state = env.show()
     assert (state["LoadState"], state["ActiveState"]) == ("not-found", "inactive"), state

@@ -211,7 +211,7 @@ async def test_stop_disable_remove_leave_no_unit(rig: Rig) -> None:
 
 async def test_write_units_is_idempotent(rig: Rig) -> None:
     units = rig.units()
-    assert len(await rig.manager.write_units(units)) == 3
+    assert len(await rig.manager.write_units(units)) == len(units) == 5
     assert await rig.manager.write_units(units) == []
     assert not [p for p in rig.sandbox.unit_dir.iterdir() if ".tmp-" in p.name]
     for name, text in units.items():
