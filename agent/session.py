@@ -58,7 +58,9 @@ from upgrade_core import (
 from upgrade_core.errors import (
     AlreadyInstalledError,
     EpisodeLeftOpenError,
+    HistoryError,
     JournalError,
+    JournalUnreadableError,
     NotInstalledError,
     UpgradeError,
 )
@@ -70,7 +72,8 @@ from .logline import log
 from .request import make_request
 
 __all__ = [
-    "BUSY_REASON", "EpisodeInfo", "Preflight", "ServiceInfo", "Session", "SlotInfo", "Status", "open_session"
+    "BUSY_REASON", "EpisodeInfo", "Preflight", "Quarantined", "ServiceInfo", "Session", "SlotInfo", "Status",
+    "open_session",
 ]
 
 BUSY_REASON = "busy: a live upgrade holds the lock"
@@ -371,6 +374,56 @@ class Session:
         assert self._journal is not None
         return len(self._journal.records())
 
+    async def quarantine(self) -> Quarantined:
+        """``journal quarantine`` (SPEC 10), under the host lock: verify both links' slots, move the journal
+        directory to ``state_dir/quarantine/<UTC time>/journal``, and start a new journal whose first
+        (closed) episode records what the host shows. Works on any journal, trusted or not.
+
+        Raises:
+            NotInstalledError, LayoutConflictError: as :meth:`upgrade`, before the lock (exit 2).
+            UsageError: there is no journal to quarantine (exit 2).
+            LockBusyError: the host lock is held (exit 75).
+            QuarantineRefusedError: a link is missing or names a missing, empty or unverifiable slot; the
+                message says what to check; nothing changed (exit 3).
+        """
+        from upgrade_core import _events as ev
+        from upgrade_core import record_quarantine
+
+        from .quarantine import move_aside, read_host
+        from .wiring import journal_dir
+
+        self._require_installed()
+        directory = journal_dir(self.config)
+        if not os.path.isdir(directory):
+            raise UsageError(f"{directory}: no journal to quarantine")
+        found: dict[str, Any] = {}
+
+        async def prepare() -> None:
+            from .verify import VerifierImpl
+
+            cfg = self.config.verify
+            verifier = VerifierImpl(
+                version_args=self.config.agent.version_args,
+                timeout_s=cfg.timeout_s,
+                max_output_bytes=cfg.max_output_bytes,
+            )
+            found["host"] = await read_host(self.host, verifier)
+            found["path"] = await anyio.to_thread.run_sync(move_aside, self.config.host.state_dir, directory)
+
+        async def record(ports: Ports, policy: Policy, folder: Folder) -> UpgradeResult:
+            host = found["host"]
+            cur, lg = host.current, host.last_good
+            facts = ev.JournalQuarantined(
+                found["path"], cur.slot, cur.sha256, cur.version, lg.slot, lg.sha256, lg.version
+            )
+            stamp = os.path.basename(os.path.dirname(found["path"]))  # <UTC time>[-N]: unique per state_dir
+            return await record_quarantine(ports, policy, f"quarantine-{stamp}", facts, folder=folder)
+
+        result = await self._write(record, before_wire=prepare)
+        host = found["host"]
+        slots = [SlotInfo(r.slot, r.path, r.sha256, r.version) for r in (host.current, host.last_good)]
+        return Quarantined(found["path"], result, slots[0], slots[1])
+
     def _require_installed(self) -> None:
         """Raise before the lock: LayoutConflictError (a file where a link must be), NotInstalledError."""
         self.host.links()
@@ -384,8 +437,12 @@ class Session:
         flow: Callable[[Ports, Policy, Folder], Awaitable[Any]],
         *,
         source_override: Any = None,
+        before_wire: Callable[[], Awaitable[None]] | None = None,
     ) -> Any:
-        """Lock, open the journal, fold once, run ``flow``, compact, close, unlock (see the module doc)."""
+        """Lock, open the journal, fold once, run ``flow``, compact, close, unlock (see the module doc).
+
+        ``before_wire`` runs under the lock before the journal is opened (``journal quarantine`` moves an
+        untrusted journal aside there)."""
         from .lock import HostLock
         from .wiring import wire
 
@@ -395,18 +452,26 @@ class Session:
         self._folder, self._journal, self._last_published = None, None, None
         try:
             with HostLock(self.config.host.lock_path) as lock:
-                wired = await wire(
-                    self.config,
-                    self.config_path,
-                    progress=self.progress,
-                    on_event=self._seen,
-                    source_override=source_override,
-                    lock=lock,
-                )
+                if before_wire is not None:
+                    await before_wire()
+                try:
+                    wired = await wire(
+                        self.config,
+                        self.config_path,
+                        progress=self.progress,
+                        on_event=self._seen,
+                        source_override=source_override,
+                        lock=lock,
+                    )
+                except JournalError as exc:
+                    raise _untrusted(exc) from None
                 self._journal = wired.journal
                 try:
                     folder = Folder()
-                    folder.apply_all(wired.journal.records())
+                    try:
+                        folder.apply_all(wired.journal.records())
+                    except HistoryError as exc:
+                        raise _untrusted(exc) from None
                     self._folder = folder
                     try:
                         out = await flow(wired.ports, wired.policy, folder)
@@ -638,8 +703,11 @@ class Session:
         try:
             rep = replay(directory, EVENT_CODEC)
         except StoreError as exc:
-            raise journal_error(exc, directory) from None
-        return fold(rep.records)
+            raise _untrusted(journal_error(exc, directory)) from None
+        try:
+            return fold(rep.records)
+        except HistoryError as exc:
+            raise _untrusted(exc) from None
 
     def preflight(self, request: UpgradeRequest) -> Preflight:
         """``upgrade --preflight`` (SPEC 7): the plan, from the links, the journal and a lock probe.
@@ -774,6 +842,40 @@ async def open_session(
 
 
 
+
+
+def _untrusted(exc: UpgradeError) -> UpgradeError:
+    """A journal that cannot be trusted (corrupt, undecodable, an illegal order) names the way out, SPEC 10
+    ``journal quarantine``; a newer format or a failed append does not (another tool version or the disk
+    is the fix)."""
+    from .quarantine import HINT
+
+    if isinstance(exc, JournalUnreadableError):
+        return JournalUnreadableError(exc.path, exc.offset, f"{exc.reason}; {HINT}")
+    if isinstance(exc, HistoryError):
+        return HistoryError(f"{exc}; {HINT}")
+    return exc
+
+
+@attrs.frozen
+class Quarantined:
+    """What ``journal quarantine`` did (SPEC 10).
+
+    Attributes:
+        quarantine_path: where the old journal directory is now.
+        result: the new journal's first episode's result (``noop``, reason naming the path).
+        current / last_good: the slots recorded (slot, path, sha256, version).
+    """
+
+    quarantine_path: str
+    result: UpgradeResult
+    current: SlotInfo
+    last_good: SlotInfo
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"quarantined": path, "operation", "current": {...}, "last_good": {...}}``."""
+        return {"quarantined": self.quarantine_path, "operation": self.result.operation,
+                "current": attrs.asdict(self.current), "last_good": attrs.asdict(self.last_good)}
 
 
 class _PlainFileSource:
