@@ -53,7 +53,8 @@ def test_timer_recovers_an_upgrade_killed_after_its_switch(make_env: MakeEnv) ->
     env.install(v1)
     assert (env.sandbox.unit_dir / "timers.target.wants" / timer).is_symlink()
     state = env.show(timer, "ActiveState", "SubState", "UnitFileState")
-    assert (state["ActiveState"], state["SubState"], state["UnitFileState"]) == ("active", "waiting", "enabled")
+    assert (state["ActiveState"], state["SubState"], state["UnitFileState"]) == (
+        "active", "waiting", "enabled")
     try:
         _fast_timer(env)
         # The timer fires by itself; with nothing open its run is the no-op and succeeds.
