@@ -386,8 +386,7 @@ class Session:
             QuarantineRefusedError: a link is missing or names a missing, empty or unverifiable slot; the
                 message says what to check; nothing changed (exit 3).
         """
-        from upgrade_core import _events as ev
-        from upgrade_core import record_quarantine
+        from upgrade_core import JournalQuarantined, record_quarantine
 
         from .quarantine import move_aside, read_host
         from .wiring import journal_dir
@@ -413,7 +412,7 @@ class Session:
         async def record(ports: Ports, policy: Policy, folder: Folder) -> UpgradeResult:
             host = found["host"]
             cur, lg = host.current, host.last_good
-            facts = ev.JournalQuarantined(
+            facts = JournalQuarantined(
                 found["path"], cur.slot, cur.sha256, cur.version, lg.slot, lg.sha256, lg.version
             )
             stamp = os.path.basename(os.path.dirname(found["path"]))  # <UTC time>[-N]: unique per state_dir
