@@ -375,7 +375,10 @@ def test_preflight_fetches_nothing_creates_nothing_and_reports_the_lock(make_env
     plan = env.cli("upgrade", "--archive", v2.url, "--sha256", v2.sha256, "--preflight")
     assert plan.code == 0, plan.stderr
     assert plan.json is not None
-    assert set(plan.json) == {"preflight", "plan", "inactive_slot", "lock", "open_episode"}
+    assert set(plan.json) == {"preflight", "plan", "inactive_slot", "lock", "open_episode",  # SPEC 7
+                              "episode", "missing_units", "drifted_units", "next"}  # issue 10
+    assert (plan.json["episode"], plan.json["missing_units"], plan.json["drifted_units"], plan.json["next"]) \
+        == (None, [], [], None), plan.json  # install wrote every unit, nothing is open
     assert plan.json["preflight"] is True and plan.json["inactive_slot"] == "green"
     assert plan.json["lock"] == "free" and plan.json["open_episode"] is None
     assert plan.json["plan"] and all(isinstance(step, str) for step in plan.json["plan"])
