@@ -416,7 +416,8 @@ def test_busy_lock_upgrade_and_recover_exit_75_at_once(make_env: MakeEnv) -> Non
     killed = env.upgrade(v2, "left-open", env={"UPGRADE_AGENT_TEST_KILL_AFTER": "CandidateStaged"})
     assert killed.code == -9, killed.stderr
     status = env.cli("status")
-    assert status.json is not None and status.json["episode"] == {"operation": "left-open", "state": "staged"}
+    assert status.json is not None and status.json["episode"] == {"operation": "left-open", "state": "staged",
+                                                      "upgrader_pid": None, "abandoned": True}
     journal = env.journal()
     with HostLock(str(env.lock_path)):
         busy = env.cli("recover", "--trigger", "manual")
