@@ -58,21 +58,47 @@ def _add_common(p: argparse.ArgumentParser, *, top: bool) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole command-line grammar (SPEC 7)."""
+def own_version() -> str:
+    """The installed ``upgrade-core`` distribution's version (``0+unknown`` when not installed)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
-        own_version = version("upgrade-core")
+        return version("upgrade-core")
     except PackageNotFoundError:
-        own_version = "0+unknown"
+        return "0+unknown"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: ``upgrade-agent X.Y.Z``, or with ``--json`` anywhere on the line one JSON object
+    ``{"version": "X.Y.Z"}`` (SPEC 7: with ``--json`` every exit prints exactly one JSON object)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, wants_json: bool = False, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+        self.wants_json = wants_json
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None
+    ) -> None:
+        if self.wants_json:
+            sys.stdout.write(json.dumps({"version": own_version()}) + "\n")
+        else:
+            sys.stdout.write(f"{PROG} {own_version()}\n")
+        sys.stdout.flush()
+        parser.exit(0)
+
+
+def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
+    """The whole command-line grammar (SPEC 7); ``wants_json``: ``--json`` is on the command line (for
+    ``--version``, which acts as soon as it is parsed)."""
     parser = _ArgumentParser(
         prog=PROG,
         description="Crash-safe blue/green upgrades of a host daemon.",
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"{PROG} {own_version}")
+    parser.add_argument(
+        "--version", action=_VersionAction, wants_json=wants_json, help="print the tool's own version"
+    )
     _add_common(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)
 
@@ -92,11 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--operation", metavar="ID")
     p.add_argument("--preflight", action="store_true", help="print the plan; fetch nothing, change nothing")
     p = cmd("recover", "replay the journal and finish or roll back an open episode")
-    p.add_argument("--trigger", choices=["boot", "on-failure", "manual"], default="manual")
+    p.add_argument("--trigger", choices=["boot", "on-failure", "manual", "timer"], default="manual")
     cmd("status", "show slots, links, service and the open episode (never runs binaries)")
     cmd("history", "list episodes from the journal, newest first")
-    p = cmd("journal", "journal maintenance")
-    p.add_argument("action", choices=["verify", "dump", "compact"])
+    p = cmd("journal", "journal maintenance (quarantine: move the journal aside, start anew from the host)")
+    p.add_argument("action", choices=["verify", "dump", "compact", "quarantine"])
     cmd("units", "print the rendered unit files")
     cmd("host-root", "print the resolved host root; changes nothing")
     cmd("reset", "stop, disable and remove the agent's units")
@@ -142,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if quick is not None:
             return quick
     try:
-        args = build_parser().parse_args(argv)
+        args = build_parser(wants_json=wants_json).parse_args(argv)
     except _UsageExit as exc:
         ns = argparse.Namespace(json=wants_json)
         return _fail(ns, str(exc).split(": ", 1)[-1], EXIT_USAGE)

@@ -450,9 +450,11 @@ def load_config(path: str, machine: str | None = None) -> AgentConfig:
         ConfigError: the file cannot be read, is not valid TOML, or has an unknown key or a bad value;
             the message names the file and the dotted key (exit 2).
     """
+    from .config_fast import decode_config
+
     try:
         with open(path, "rb") as f:
-            doc = tomllib.load(f)
+            doc = tomllib.loads(decode_config(path, f.read()))
     except FileNotFoundError:
         raise ConfigError(f"{path}: configuration file not found") from None
     except OSError as e:

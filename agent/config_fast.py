@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_LOCK_PATH",
     "DEFAULT_STATE_DIR",
     "NAME_RE",
+    "decode_config",
     "discover_config_path",
     "machine_arch",
     "read_paths_fast",
@@ -121,6 +122,50 @@ def discover_config_path(
     return found[0]
 
 
+_BOMS = (
+    (b"\xef\xbb\xbf", "starts with a UTF-8 byte order mark (BOM); save it as UTF-8 without a BOM"),
+    (b"\xff\xfe", "is UTF-16 (little-endian BOM); save it as UTF-8"),
+    (b"\xfe\xff", "is UTF-16 (big-endian BOM); save it as UTF-8"),
+)
+
+
+def decode_config(path: str, data: bytes) -> str:
+    """The text of a configuration file: UTF-8 without a byte order mark, no NUL byte (TOML 1.0).
+
+    Both readers (this module's quick path and :func:`agent.config.load_config`) decode through here, so a
+    file in UTF-16, Latin-1 or with a BOM is the same one line everywhere, the boot-time recovery included.
+
+    Args:
+        path: the file, for the message.
+        data: its bytes.
+
+    Returns:
+        The decoded text.
+
+    Raises:
+        agent.errors.ConfigError: naming the file, what is wrong and where (exit 2).
+    """
+    for bom, what in _BOMS:
+        if data.startswith(bom):
+            raise _config_error(f"{path}: not a valid configuration: the file {what}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise _config_error(
+            f"{path}: not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start} (line {line}); "
+            "TOML configuration files must be UTF-8"
+        ) from None
+    nul = text.find("\0")
+    if nul >= 0:
+        line = text.count("\n", 0, nul) + 1
+        raise _config_error(
+            f"{path}: not UTF-8 text: a NUL byte at offset {nul} (line {line}; UTF-16 without a BOM?); "
+            "TOML configuration files must be UTF-8"
+        )
+    return text
+
+
 def read_paths_fast(path: str) -> tuple[str, str, str]:
     """Read ``(agent.name, host.state_dir, host.lock_path)`` with ``tomllib`` only, substituted.
 
@@ -140,7 +185,10 @@ def read_paths_fast(path: str) -> tuple[str, str, str]:
     """
     try:
         with open(path, "rb") as f:
-            doc = tomllib.load(f)
+            data = f.read()
+        if data.startswith(b"\xef\xbb\xbf") or b"\0" in data:
+            raise ValueError("let the full loader word the error (decode_config)")
+        doc = tomllib.loads(data.decode("utf-8"))  # UnicodeDecodeError is a ValueError: same fallback
         name, state_dir, lock_path = _fast_values(doc)
         return name, state_dir, lock_path
     except (OSError, ValueError, TypeError, KeyError):

@@ -44,7 +44,7 @@ def _nothing_open(directory: str) -> bool:
     return event_tag(tail) == "EpisodeClosed"
 
 
-_TRIGGERS = frozenset({"boot", "on-failure", "manual"})
+_TRIGGERS = frozenset({"boot", "on-failure", "manual", "timer"})
 
 
 def _plain_recover(argv: list[str]) -> bool:

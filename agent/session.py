@@ -40,7 +40,6 @@ import anyio
 import attrs
 
 from upgrade_core import (
-    EpisodeView,
     Folder,
     HandedOff,
     JournalView,
@@ -60,7 +59,9 @@ from upgrade_core import (
 from upgrade_core.errors import (
     AlreadyInstalledError,
     EpisodeLeftOpenError,
+    HistoryError,
     JournalError,
+    JournalUnreadableError,
     NotInstalledError,
     UpgradeError,
 )
@@ -72,7 +73,13 @@ from .install_record import RECORD_NAME, Cleanup, InstallRecord, Remover, missin
 from .logline import log
 from .request import make_request
 
-__all__ = ["EpisodeInfo", "Preflight", "ServiceInfo", "Session", "SlotInfo", "Status", "open_session"]
+__all__ = [
+    "BUSY_REASON", "EpisodeInfo", "Preflight", "Quarantined", "ServiceInfo", "Session", "SlotInfo", "Status",
+    "open_session",
+]
+
+BUSY_REASON = "busy: a live upgrade holds the lock"
+"""The reason of the ``noop`` a ``recover --trigger timer`` returns at once when the host lock is held."""
 
 ProgressCallback = Callable[[int, int | None], None]
 EventCallback = Callable[[Recorded], None]
@@ -114,10 +121,20 @@ class ServiceInfo:
 
 @attrs.frozen
 class EpisodeInfo:
-    """The open episode, if any: its operation id and lifecycle state (SPEC 4.2)."""
+    """The open episode, if any (SPEC 7 ``status``, issue 10 item 4).
+
+    Attributes:
+        operation / state: its operation id and lifecycle state (SPEC 4.2).
+        upgrader_pid: the pid holding the host lock (the upgrader or recovery running it), None when the
+            lock is free or the pid is unknown.
+        abandoned: True when no process holds the host lock: its upgrader died (``recover`` finishes it;
+            so does ``NAME-recover.timer`` within its period).
+    """
 
     operation: str
     state: str
+    upgrader_pid: int | None = None
+    abandoned: bool = False
 
 
 @attrs.frozen
@@ -129,6 +146,10 @@ class Status:
         current / last_good: the slots the links name, None on a bare host.
         service: the agent unit.
         episode: the open episode, None when every episode is closed.
+        missing_units / drifted_units: rendered unit files absent from ``unit_dir`` / present there with
+            other contents (issue 10 item 4).
+        next: what to run next (one line), None when nothing is needed
+            (:func:`agent.converge.next_step`).
         service_error: why ``service`` is empty, when systemd could not be asked.
     """
 
@@ -137,6 +158,9 @@ class Status:
     last_good: SlotInfo | None
     service: ServiceInfo
     episode: EpisodeInfo | None
+    missing_units: tuple[str, ...] = ()
+    drifted_units: tuple[str, ...] = ()
+    next: str | None = None
     service_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -155,17 +179,26 @@ class Preflight:
         inactive_slot: the slot the candidate would be staged into.
         lock: ``free`` or ``busy``.
         open_episode: the operation id of an open episode that would be recovered first, or None.
+        episode: that episode with its upgrader's pid / abandoned (as in :class:`Status`), or None.
+        missing_units / drifted_units / next: as in :class:`Status`.
     """
 
     plan: tuple[str, ...]
     inactive_slot: Slot
     lock: Literal["free", "busy"]
     open_episode: str | None
+    episode: EpisodeInfo | None = None
+    missing_units: tuple[str, ...] = ()
+    drifted_units: tuple[str, ...] = ()
+    next: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The SPEC 7 ``upgrade --preflight`` JSON object."""
+        """The SPEC 7 ``upgrade --preflight`` JSON object, plus the issue 10 keys."""
         return {"preflight": True, "plan": list(self.plan), "inactive_slot": self.inactive_slot,
-                "lock": self.lock, "open_episode": self.open_episode}
+                "lock": self.lock, "open_episode": self.open_episode,
+                "episode": None if self.episode is None else attrs.asdict(self.episode),
+                "missing_units": list(self.missing_units), "drifted_units": list(self.drifted_units),
+                "next": self.next}
 
 
 # -- the session ------------------------------------------------------------------------------------------
@@ -281,18 +314,31 @@ class Session:
 
         Args:
             trigger: ``boot`` (never waits for the agent: any health check is handed to a transient unit,
-                returned as :class:`~upgrade_core.HandedOff`), ``on-failure`` or ``manual``.
+                returned as :class:`~upgrade_core.HandedOff`), ``on-failure``, ``manual`` or ``timer``
+                (``NAME-recover.timer``: acts only when the host lock is free).
 
         Returns:
-            The closed episode's result; ``UpgradeResult(None, "noop")`` when nothing was open.
+            The closed episode's result; ``UpgradeResult(None, "noop")`` when nothing was open; with
+            ``timer`` and the lock held, ``UpgradeResult(None, "noop", reason=BUSY_REASON + " (pid N)")`` at
+            once (never waits, never 75).
 
         Raises:
-            LockBusyError: the holder owns the episode (exit 75).
+            LockBusyError: the holder owns the episode (exit 75), except with ``timer``.
             JournalError, HistoryError: the journal cannot be trusted; links untouched (exit 3).
         """
         from upgrade_core import recover
+        from upgrade_core.errors import LockBusyError
 
-        return await self._write(lambda p, pol, f: recover(p, pol, trigger, folder=f))
+        try:
+            return await self._write(lambda p, pol, f: recover(p, pol, trigger, folder=f))
+        except LockBusyError:
+            if trigger != "timer":
+                raise
+        # The timer acts only when the host lock is free: a live upgrade (or recovery) owns its episode.
+        from .converge import lock_holder
+
+        pid = lock_holder(self.config.host.lock_path).pid
+        return UpgradeResult(None, "noop", reason=BUSY_REASON + (f" (pid {pid})" if pid else ""))
 
     async def self_upgrade(self, request: UpgradeRequest) -> UpgradeResult | RestartScheduled:
         """The self-upgrade flow, steps 1-5 in this process (SPEC 4.4); the restart is scheduled.
@@ -336,6 +382,55 @@ class Session:
         assert self._journal is not None
         return len(self._journal.records())
 
+    async def quarantine(self) -> Quarantined:
+        """``journal quarantine`` (SPEC 10), under the host lock: verify both links' slots, move the journal
+        directory to ``state_dir/quarantine/<UTC time>/journal``, and start a new journal whose first
+        (closed) episode records what the host shows. Works on any journal, trusted or not.
+
+        Raises:
+            NotInstalledError, LayoutConflictError: as :meth:`upgrade`, before the lock (exit 2).
+            UsageError: there is no journal to quarantine (exit 2).
+            LockBusyError: the host lock is held (exit 75).
+            QuarantineRefusedError: a link is missing or names a missing, empty or unverifiable slot; the
+                message says what to check; nothing changed (exit 3).
+        """
+        from upgrade_core import JournalQuarantined, record_quarantine
+
+        from .quarantine import move_aside, read_host
+        from .wiring import journal_dir
+
+        self._require_installed()
+        directory = journal_dir(self.config)
+        if not os.path.isdir(directory):
+            raise UsageError(f"{directory}: no journal to quarantine")
+        found: dict[str, Any] = {}
+
+        async def prepare() -> None:
+            from .verify import VerifierImpl
+
+            cfg = self.config.verify
+            verifier = VerifierImpl(
+                version_args=self.config.agent.version_args,
+                timeout_s=cfg.timeout_s,
+                max_output_bytes=cfg.max_output_bytes,
+            )
+            found["host"] = await read_host(self.host, verifier)
+            found["path"] = await anyio.to_thread.run_sync(move_aside, self.config.host.state_dir, directory)
+
+        async def record(ports: Ports, policy: Policy, folder: Folder) -> UpgradeResult:
+            host = found["host"]
+            cur, lg = host.current, host.last_good
+            facts = JournalQuarantined(
+                found["path"], cur.slot, cur.sha256, cur.version, lg.slot, lg.sha256, lg.version
+            )
+            stamp = os.path.basename(os.path.dirname(found["path"]))  # <UTC time>[-N]: unique per state_dir
+            return await record_quarantine(ports, policy, f"quarantine-{stamp}", facts, folder=folder)
+
+        result = await self._write(record, before_wire=prepare)
+        host = found["host"]
+        slots = [SlotInfo(r.slot, r.path, r.sha256, r.version) for r in (host.current, host.last_good)]
+        return Quarantined(found["path"], result, slots[0], slots[1])
+
     def _require_installed(self) -> None:
         """Raise before the lock: LayoutConflictError (a file where a link must be), NotInstalledError."""
         self.host.links()
@@ -350,13 +445,16 @@ class Session:
         *,
         source_override: Any = None,
         operation: str | None = None,
+        before_wire: Callable[[], Awaitable[None]] | None = None,
     ) -> Any:
         """Check the state paths, lock, open the journal, fold once, run ``flow``, compact, close, unlock (see
         the module doc).
 
         Before the host lock is taken, ``state_dir`` (and its ancestors, ``journal/``, ``results/``, the
         result file of ``operation``, the lock's directory) and the journal's owner are checked (SPEC 10):
-        a refusal (exit 4) or a foreign journal (exit 2) leaves the host untouched.
+        a refusal (exit 4) or a foreign journal (exit 2) leaves the host untouched. ``before_wire`` runs
+        under the lock before the journal is opened (``journal quarantine`` moves an untrusted journal
+        aside there).
         """
         from .lock import HostLock
         from .ownership import check_result, check_state
@@ -371,18 +469,26 @@ class Session:
         self._folder, self._journal, self._last_published = None, None, None
         try:
             with HostLock(self.config.host.lock_path) as lock:
-                wired = await wire(
-                    self.config,
-                    self.config_path,
-                    progress=self.progress,
-                    on_event=self._seen,
-                    source_override=source_override,
-                    lock=lock,
-                )
+                if before_wire is not None:
+                    await before_wire()
+                try:
+                    wired = await wire(
+                        self.config,
+                        self.config_path,
+                        progress=self.progress,
+                        on_event=self._seen,
+                        source_override=source_override,
+                        lock=lock,
+                    )
+                except JournalError as exc:
+                    raise _untrusted(exc) from None
                 self._journal = wired.journal
                 try:
                     folder = Folder()
-                    folder.apply_all(wired.journal.records())
+                    try:
+                        folder.apply_all(wired.journal.records())
+                    except HistoryError as exc:
+                        raise _untrusted(exc) from None
                     self._folder = folder
                     try:
                         out = await flow(wired.ports, wired.policy, folder)
@@ -597,7 +703,8 @@ class Session:
 
     # -- units -------------------------------------------------------------------------------------------
     def units(self) -> dict[str, str]:
-        """The rendered unit files, file name -> text (SPEC 6): the agent unit and both recovery units."""
+        """The rendered unit files, file name -> text (SPEC 6, 10): the agent unit, both recovery units,
+        ``NAME-recover.timer`` and its ``NAME-recover-timer.service``."""
         from .units import render_units
         from .wiring import recover_executable
 
@@ -700,19 +807,22 @@ class Session:
         self, service: Any, record: InstallRecord, only: dict[str, str] | None = None
     ) -> None:
         """Write the units (``only`` those, default all of :meth:`units`), each listed in the install record
-        first; daemon-reload; enable the agent and the boot-time recovery unit.
+        first; daemon-reload; enable the agent, the boot-time recovery unit and the recovery timer, and
+        start the timer (it recovers an abandoned episode without waiting for a reboot).
 
         Raises:
             ConfigError: a unit file this agent did not write stands in the way (nothing written).
         """
-        from .units import recover_boot_unit_name
+        from .units import recover_boot_unit_name, recover_timer_name
 
+        name = self.config.agent.name
         self.refuse_foreign_units()
         units = self.units() if only is None else only
         record.intend("unit", [self._unit_path(n) for n in units])
         await service.write_units(units)
         await service.daemon_reload()
-        await service.enable(self.config.agent.unit, recover_boot_unit_name(self.config.agent.name))
+        await service.enable(self.config.agent.unit, recover_boot_unit_name(name), recover_timer_name(name))
+        await service.start(recover_timer_name(name))
 
     async def remove_units(self, record: InstallRecord | None = None) -> Cleanup:
         """Stop, disable and remove this agent's unit files; the caller holds the host lock.
@@ -790,8 +900,11 @@ class Session:
         try:
             rep = replay(directory, EVENT_CODEC)
         except StoreError as exc:
-            raise journal_error(exc, directory) from None
-        return fold(rep.records)
+            raise _untrusted(journal_error(exc, directory)) from None
+        try:
+            return fold(rep.records)
+        except HistoryError as exc:
+            raise _untrusted(exc) from None
 
     def preflight(self, request: UpgradeRequest) -> Preflight:
         """``upgrade --preflight`` (SPEC 7): the plan, from the links, the journal and a lock probe.
@@ -814,6 +927,7 @@ class Session:
         lock = probe_lock(self.config.host.lock_path)
         view = self.view()
         open_ep = view.open_episode.episode_id if view.open_episode else None
+        episode, drift, next_ = self._convergence(view, installed=True)
         cfg = self.config
         plan = []
         if open_ep is not None:
@@ -835,7 +949,32 @@ class Session:
                 f"({cfg.health.max_attempts} attempts, {cfg.health.stability_s} s stable)",
                 "commit, or roll back to last-good",
             ]
-        return Preflight(tuple(plan), inactive, lock, open_ep)
+        return Preflight(
+            tuple(plan), inactive, lock, open_ep, episode, drift.missing, drift.drifted, next_
+        )
+
+    def _convergence(
+        self, view: JournalView, *, installed: bool
+    ) -> tuple[EpisodeInfo | None, Any, str | None]:
+        """The open episode with its upgrader's pid, the unit drift and the next step (issue 10 item 4);
+        reads only (no lock taken, nothing created)."""
+        from .converge import lock_holder, next_step, unit_drift
+        from .units import recover_timer_name
+
+        holder = lock_holder(self.config.host.lock_path)
+        ep = view.open_episode
+        episode = None
+        if ep is not None:
+            episode = EpisodeInfo(ep.episode_id, ep.state.value, holder.pid, not holder.busy)
+        drift = unit_drift(self.config.host.unit_dir, self.units())
+        next_ = next_step(
+            installed=installed,
+            episode=None if ep is None else ep.episode_id,
+            holder=holder,
+            drift=drift,
+            timer=recover_timer_name(self.config.agent.name),
+        )
+        return episode, drift, next_
 
     async def status(self) -> Status:
         """Slots, links, service and open episode (SPEC 7 ``status``); never runs a binary, never writes.
@@ -862,13 +1001,16 @@ class Session:
             service = ServiceInfo(snap.active_state, snap.sub_state, snap.main_pid or None, snap.exe)
         except UpgradeError as exc:
             error = str(exc)
-        ep: EpisodeView | None = view.open_episode
+        episode, drift, next_ = self._convergence(view, installed=links.current is not None)
         return Status(
             agent=self.config.agent.name,
             current=info(links.current),
             last_good=info(links.last_good),
             service=service,
-            episode=None if ep is None else EpisodeInfo(ep.episode_id, ep.state.value),
+            episode=episode,
+            missing_units=drift.missing,
+            drifted_units=drift.drifted,
+            next=next_,
             service_error=error,
         )
 
@@ -921,6 +1063,40 @@ def _is_link_to(path: str, target: str) -> bool:
         return os.readlink(path) == target
     except OSError:
         return False
+
+
+def _untrusted(exc: UpgradeError) -> UpgradeError:
+    """A journal that cannot be trusted (corrupt, undecodable, an illegal order) names the way out, SPEC 10
+    ``journal quarantine``; a newer format or a failed append does not (another tool version or the disk
+    is the fix)."""
+    from .quarantine import HINT
+
+    if isinstance(exc, JournalUnreadableError):
+        return JournalUnreadableError(exc.path, exc.offset, f"{exc.reason}; {HINT}")
+    if isinstance(exc, HistoryError):
+        return HistoryError(f"{exc}; {HINT}")
+    return exc
+
+
+@attrs.frozen
+class Quarantined:
+    """What ``journal quarantine`` did (SPEC 10).
+
+    Attributes:
+        quarantine_path: where the old journal directory is now.
+        result: the new journal's first episode's result (``noop``, reason naming the path).
+        current / last_good: the slots recorded (slot, path, sha256, version).
+    """
+
+    quarantine_path: str
+    result: UpgradeResult
+    current: SlotInfo
+    last_good: SlotInfo
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"quarantined": path, "operation", "current": {...}, "last_good": {...}}``."""
+        return {"quarantined": self.quarantine_path, "operation": self.result.operation,
+                "current": attrs.asdict(self.current), "last_good": attrs.asdict(self.last_good)}
 
 
 class _PlainFileSource:

@@ -1,7 +1,9 @@
-"""The agent's systemd unit files, rendered as text (SPEC 3, 6): no I/O, no systemd needed.
+"""The agent's systemd unit files, rendered as text (SPEC 3, 6, 10): no I/O, no systemd needed.
 
-The agent unit, ``NAME-recover.service`` (its ``OnFailure=``) and ``NAME-recover-boot.service`` (ordered
-before it), their names, and the checks of names and paths they embed. ``ExecStart=`` lines are quoted per
+The agent unit, ``NAME-recover.service`` (its ``OnFailure=``), ``NAME-recover-boot.service`` (ordered
+before it), ``NAME-recover.timer`` with the service it starts, ``NAME-recover-timer.service`` (issue 10:
+an episode left open by a dead upgrader is recovered without an operator and without a reboot), their
+names, and the checks of names and paths they embed. ``ExecStart=`` lines are quoted per
 systemd.syntax(7) and systemd.service(5) "Command lines"; see :func:`exec_line`. The service manager that
 writes and drives them is :class:`agent.systemd.SystemdServiceManager`.
 """
@@ -16,6 +18,7 @@ from typing import Final
 from .errors import ConfigError
 
 __all__ = [
+    "RECOVER_TIMER_PERIOD_S",
     "check_abs",
     "check_agent_unit",
     "check_name",
@@ -24,13 +27,30 @@ __all__ = [
     "owner_header",
     "quote_exec_word",
     "recover_boot_unit_name",
+    "recover_timer_name",
+    "recover_timer_service_name",
     "recover_unit_name",
     "render_agent_unit",
     "render_recover_boot_unit",
+    "render_recover_timer",
+    "render_recover_timer_service",
     "render_recover_unit",
     "render_units",
     "unit_owner",
 ]
+
+RECOVER_TIMER_PERIOD_S: Final = 300
+"""Seconds between two runs of ``recover-agent-upgrade --trigger timer`` (``OnBootSec=`` and
+``OnUnitActiveSec=`` of ``NAME-recover.timer``): an episode abandoned by a killed upgrader is closed within
+about this long (plus ``AccuracySec=``), without an operator and without a reboot."""
+
+RECOVER_TIMER_ACCURACY_S: Final = 10
+"""``AccuracySec=`` of the timer (systemd's default of one minute would add up to 60 s to the period)."""
+
+RECOVER_TIMER_TIMEOUT: Final = "30min"
+"""``TimeoutStartSec=`` of the timer's oneshot: longer than any sane health policy's attempts (a recovery
+gives the candidate its remaining attempts), yet bounded; a recovery killed by it is itself recovered by
+the next run (recovery is journaled and crash-safe)."""
 
 _NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 # systemd.unit(5): unit names are ASCII letters, digits, ":", "-", "_", ".", "\\" and "@" plus a type suffix.
@@ -120,6 +140,23 @@ def recover_unit_name(name: str) -> str:
 def recover_boot_unit_name(name: str) -> str:
     """``NAME-recover-boot.service``: boot-time recovery ordered before the agent unit (SPEC 3, 6)."""
     return f"{name}-recover-boot.service"
+
+
+def recover_timer_name(name: str) -> str:
+    """``NAME-recover.timer``: starts :func:`recover_timer_service_name` every
+    :data:`RECOVER_TIMER_PERIOD_S` seconds."""
+    return f"{name}-recover.timer"
+
+
+def recover_timer_service_name(name: str) -> str:
+    """``NAME-recover-timer.service``: the oneshot the timer starts (``--trigger timer``).
+
+    A unit of its own rather than the timer's default ``NAME-recover.service``: that one is the agent unit's
+    ``OnFailure=`` target (``--trigger on-failure``, exit 75 when busy); the timer's run must instead exit 0
+    at once when a live upgrade holds the lock, so that the timer's service never shows ``failed``, and an
+    ``OnFailure=`` start must never be swallowed because a periodic run of the same unit is active.
+    """
+    return f"{name}-recover-timer.service"
 
 
 # ----------------------------------------------------------------------------------------------- quoting
@@ -226,7 +263,7 @@ def render_agent_unit(
 
 def _recover_oneshot(
     *, name: str, unit: str, recover_exe: str, config_path: str, trigger: str, description: str,
-    unit_lines: str = "", install: bool = False,
+    unit_lines: str = "", service_lines: str = "", install: bool = False,
 ) -> str:
     """The shared shape of both recovery units: a oneshot running the absolute ``recover-agent-upgrade``
     with the absolute ``--config`` and ``--trigger``; ``unit_lines`` go into ``[Unit]``."""
@@ -243,6 +280,7 @@ def _recover_oneshot(
         + "\n[Service]\n"
         + "Type=oneshot\n"
         + f"ExecStart={command}\n"
+        + service_lines
         + ("\n[Install]\nWantedBy=multi-user.target\n" if install else "")
     )
 
@@ -287,6 +325,54 @@ def render_recover_boot_unit(*, name: str, unit: str, recover_exe: str, config_p
     )
 
 
+def render_recover_timer_service(*, name: str, unit: str, recover_exe: str, config_path: str) -> str:
+    """Render ``NAME-recover-timer.service``: oneshot ``recover-agent-upgrade --trigger timer``.
+
+    Started only by ``NAME-recover.timer`` (no ``[Install]``). With the host lock free it recovers an open
+    episode like ``--trigger manual`` (health attempts included); with the lock held by a live upgrade it
+    exits 0 at once (``busy: ...``), never 75 and never waiting, so the unit never shows ``failed`` for that.
+
+    Raises:
+        ConfigError: a bad name or unit, or a relative path.
+    """
+    return _recover_oneshot(
+        name=name, unit=unit, recover_exe=recover_exe, config_path=config_path, trigger="timer",
+        description=f"Recover an abandoned {name} upgrade (started by {recover_timer_name(name)})",
+        service_lines=f"TimeoutStartSec={RECOVER_TIMER_TIMEOUT}\n",
+    )
+
+
+def render_recover_timer(*, name: str, period_s: int = RECOVER_TIMER_PERIOD_S) -> str:
+    """Render ``NAME-recover.timer``: starts ``NAME-recover-timer.service`` every ``period_s`` seconds.
+
+    ``OnBootSec=`` and ``OnUnitActiveSec=`` both ``period_s`` (monotonic: a wall-clock jump changes
+    nothing); a timer started after that much uptime (at ``install``) elapses at once, once. Enabled
+    (``WantedBy=timers.target``) and started by ``install``.
+
+    Args:
+        name: ``agent.name``.
+        period_s: seconds between runs (:data:`RECOVER_TIMER_PERIOD_S`), >= 1.
+
+    Raises:
+        ConfigError: a bad name or period.
+    """
+    check_name(name)
+    if period_s < 1:
+        raise ConfigError(f"recover timer period {period_s} s must be >= 1")
+    return (
+        _HEADER
+        + "[Unit]\n"
+        + f"Description=Recover an abandoned {name} upgrade every {period_s} s\n"
+        + "\n[Timer]\n"
+        + f"OnBootSec={period_s}s\n"
+        + f"OnUnitActiveSec={period_s}s\n"
+        + f"AccuracySec={RECOVER_TIMER_ACCURACY_S}s\n"
+        + f"Unit={recover_timer_service_name(name)}\n"
+        + "\n[Install]\n"
+        + "WantedBy=timers.target\n"
+    )
+
+
 def render_units(
     *,
     name: str,
@@ -297,8 +383,10 @@ def render_units(
     recover_exe: str,
     config_path: str,
 ) -> dict[str, str]:
-    """All the agent's unit files, keyed by file name (what ``upgrade-agent units`` prints, SPEC 7); each
-    starts with :func:`owner_header` (the set of units the agent owns is exactly what this returns).
+    """Every unit file, keyed by file name (what ``upgrade-agent units`` prints, SPEC 7): the agent unit,
+    both recovery services, the timer and its service (in this order: removal stops them in it, the
+    timer before the service it starts). Each starts with :func:`owner_header`: the set of units the agent
+    owns is exactly what this returns.
 
     Raises:
         ConfigError: as the render functions.
@@ -311,6 +399,10 @@ def render_units(
             name=name, unit=unit, recover_exe=recover_exe, config_path=config_path
         ),
         recover_boot_unit_name(name): render_recover_boot_unit(
+            name=name, unit=unit, recover_exe=recover_exe, config_path=config_path
+        ),
+        recover_timer_name(name): render_recover_timer(name=name),
+        recover_timer_service_name(name): render_recover_timer_service(
             name=name, unit=unit, recover_exe=recover_exe, config_path=config_path
         ),
     }

@@ -257,6 +257,55 @@ def read_owner(directory: str | os.PathLike[str]) -> dict[str, str] | None:
         os.close(fd)
 
 
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_FCS_SIZES = (0, 2, 4, 8)
+_DID_SIZES = (0, 1, 2, 4)
+
+
+def zstd_frame_intact(data: bytes) -> bool:
+    """A cheap structural check of one whole zstd frame, standard library only, nothing decompressed.
+
+    True when ``data`` is exactly one zstd frame (RFC 8878 section 3.1.1) that declares its content size:
+    the magic number, a frame header with no reserved bit set, then block headers whose sizes lead, block
+    by block, to the last block and its optional 4-byte checksum at exactly the end of ``data``. A sealed
+    segment cut short, extended, zeroed or with a damaged header or block header fails it; a flipped bit
+    inside compressed block data passes it (only decompression and the content checksum see that, which a
+    full replay does).
+    """
+    n = len(data)
+    if n < 9 or data[:4] != _ZSTD_MAGIC:
+        return False
+    fhd = data[4]
+    if fhd & 0x08:  # reserved bit
+        return False
+    fcs_flag, single, checksum, did_flag = fhd >> 6, (fhd >> 5) & 1, (fhd >> 2) & 1, fhd & 3
+    fcs = _FCS_SIZES[fcs_flag] if fcs_flag or not single else 1
+    if fcs == 0:  # no declared content size: SPEC 5's sealer always writes one (scan requires it)
+        return False
+    pos = 5 + (0 if single else 1) + _DID_SIZES[did_flag] + fcs
+    while True:
+        if pos + 3 > n:
+            return False
+        header = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+        last, kind, size = header & 1, (header >> 1) & 3, header >> 3
+        if kind == 3:  # reserved block type
+            return False
+        pos += 3 + (1 if kind == 1 else size)
+        if last:
+            break
+    return pos + (4 if checksum else 0) == n
+
+
+def _older_segments_plausible(dir_fd: int, ordered: list[tuple[int, bool, str]]) -> bool:
+    """Every segment before the live one is a sealed segment whose zstd frame is structurally whole
+    (:func:`zstd_frame_intact`); an older *live* segment (not normal) sends the caller to the full path.
+    Each is read through the checked directory handle (a symlink or FIFO is refused, never followed)."""
+    for _first_seq, sealed, path in ordered[:-1]:
+        if not sealed or not zstd_frame_intact(_read(dir_fd, path)):
+            return False
+    return True
+
+
 UNSURE = "unsure"
 """What :func:`live_tail` returns when only a full replay can tell (see there)."""
 
@@ -273,7 +322,9 @@ def live_tail(directory: str | os.PathLike[str]) -> bytes | str | None:
         is closed, SPEC 5). The codec payload (bytes) of the newest record that is not a snapshot, when
         the live segment is intact. :data:`UNSURE` for anything else (a torn or corrupt tail, a newer
         format, a sealed newest segment, a shadowed segment or a leftover temporary file, an unreadable
-        file): the caller must take the full path (lock, repair, replay).
+        file, an older segment that is not a structurally whole sealed frame): the caller must take the
+        full path (lock, repair, replay), which names any corruption with its file and offset. An older
+        sealed segment is checked by structure only (:func:`zstd_frame_intact`), never decompressed.
     """
     try:
         dir_fd = open_journal_dir(os.path.abspath(os.fspath(directory)))
@@ -286,7 +337,7 @@ def live_tail(directory: str | os.PathLike[str]) -> bytes | str | None:
             if shadowed or temps:
                 return UNSURE
             first_seq, sealed, path = ordered[-1]
-            if sealed:
+            if sealed or not _older_segments_plausible(dir_fd, ordered):
                 return UNSURE
             data = _read(dir_fd, path)  # a symlink, FIFO or hard link is refused, never opened or waited on
         finally:

@@ -59,6 +59,7 @@ __all__ = [
     "fold",
     "next_state",
     "other_slot",
+    "record_quarantine",
     "recover",
     "resume_self_upgrade",
     "run_install",

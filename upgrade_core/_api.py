@@ -29,6 +29,7 @@ from ._orchestrator import (
     RestartScheduled,
     ResumeOutcome,
     UpgradeRequest,
+    record_quarantine,
     recover,
     resume_self_upgrade,
     run_install,

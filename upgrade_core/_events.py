@@ -21,8 +21,8 @@ import attrs
 
 Slot = Literal["blue", "green"]
 ResultValue = Literal["committed", "rolled_back", "aborted", "noop", "needs_attention"]
-EpisodeKind = Literal["upgrade", "install", "self_upgrade"]
-Trigger = Literal["boot", "on-failure", "manual", "upgrade", "resume"]
+EpisodeKind = Literal["upgrade", "install", "self_upgrade", "quarantine"]
+Trigger = Literal["boot", "on-failure", "manual", "timer", "upgrade", "resume"]
 HealthTarget = Literal["candidate", "last_good"]
 
 SLOTS: tuple[Slot, Slot] = ("blue", "green")
@@ -321,6 +321,29 @@ class RecoveryStarted(Event):
     trigger: Trigger
 
 
+@attrs.frozen
+class JournalQuarantined(Event):
+    """The previous journal directory was moved aside and this journal started from what the host shows
+    (``upgrade-agent journal quarantine``, SPEC 10): the only event of a ``quarantine`` episode besides its
+    opening, result and close. A fact about the host, read under the host lock: both links, the slots they
+    name, each slot's sha256 and the version its binary reported when run for this record.
+
+    Attributes:
+        quarantine_path: where the old journal directory now is (``state_dir/quarantine/<UTC>/journal``).
+        current_slot / current_sha256 / current_version: what ``current`` names.
+        last_good_slot / last_good_sha256 / last_good_version: what ``last-good`` names.
+    """
+
+    TAG: ClassVar[str] = "JournalQuarantined"
+    quarantine_path: str
+    current_slot: Slot
+    current_sha256: str
+    current_version: str
+    last_good_slot: Slot
+    last_good_sha256: str
+    last_good_version: str
+
+
 # -- history kept across compaction -----------------------------------------------------------------
 @attrs.frozen
 class EpisodeSummary:
@@ -371,4 +394,5 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     EpisodeClosed,
     RecoveryStarted,
     HistorySnapshot,
+    JournalQuarantined,
 )

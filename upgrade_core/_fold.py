@@ -455,6 +455,12 @@ class Folder:
         ep.fields["unchanged_version"] = e.version
         ep.fields["staging_path"] = None
 
+    def _h_quarantined(self, ep: _Ep, e: ev.JournalQuarantined, seq: int) -> None:
+        ep.fields["unchanged_version"] = e.current_version
+        ep.fields["last_good_slot"] = e.last_good_slot
+        self._slot_versions[e.last_good_slot] = e.last_good_version
+        self._slot_versions[e.current_slot] = e.current_version
+
     def _h_published(self, ep: _Ep, e: ev.ResultPublished, seq: int) -> None:
         ep.fields["published"] = e.result
         _refresh(ep)
@@ -486,6 +492,7 @@ _HANDLERS: Final[dict[type[ev.Event], Callable[[Folder, _Ep, Any, int], None]]] 
     ev.RolledBack: Folder._h_rolled_back,
     ev.AttentionNeeded: Folder._h_attention,
     ev.Aborted: Folder._h_aborted,
+    ev.JournalQuarantined: Folder._h_quarantined,
     ev.ResultPublished: Folder._h_published,
     ev.EpisodeClosed: Folder._h_closed,
     ev.RecoveryStarted: Folder._h_recovery,

@@ -906,6 +906,54 @@ async def recover(
     return await run.recover_open(trigger)
 
 
+async def record_quarantine(
+    ports: Ports,
+    policy: Policy,
+    operation: str,
+    facts: ev.JournalQuarantined,
+    *,
+    folder: Folder | None = None,
+) -> UpgradeResult:
+    """Record a quarantine (SPEC 10 ``journal quarantine``) as the new journal's first episode.
+
+    The caller holds the host lock, has moved the old journal directory aside and read ``facts`` from the
+    host (links, slot digests, versions). One closed ``quarantine`` episode: ``EpisodeOpened`` ->
+    ``JournalQuarantined`` -> ``ResultPublished(noop)`` -> ``EpisodeClosed``; every event checked by THE
+    rule before its append. A crash part-way leaves an open episode that ``recover`` closes (aborted before
+    the record, noop after it); nothing here touches links, slots or units.
+
+    Args:
+        ports: the world; only the journal and the result sink are used.
+        policy: the health policy recorded at opening (unused by this kind, kept for recovery's sake).
+        operation: the episode id (``quarantine-<UTC time>``).
+        facts: what the host shows, with the quarantine path.
+        folder: as :func:`run_upgrade`.
+
+    Returns:
+        ``noop`` from ``facts.current_slot`` at ``facts.current_version``, with the quarantine path as reason.
+
+    Raises:
+        IllegalTransitionError: another episode is open in this journal (it must be a fresh one).
+        JournalError: an append failed.
+    """
+    run = _Run(ports, policy, folder)
+    opened = ev.EpisodeOpened(
+        operation=operation, kind="quarantine", source=facts.quarantine_path, expected_sha256=None,
+        expected_version=None, from_slot=facts.current_slot, from_version=facts.current_version,
+        max_health_attempts=policy.max_attempts, stability_s=policy.stability_s,
+        health_timeout_s=policy.health_timeout_s,
+    )
+    result = UpgradeResult(
+        operation, "noop", facts.current_version, facts.current_version, facts.current_slot,
+        f"journal quarantined to {facts.quarantine_path}",
+    )
+    with anyio.CancelScope(shield=True):
+        await run.emit(operation, opened)
+        await run.emit(operation, facts)
+        await run.publish_close(operation, result)
+    return result
+
+
 __all__ = [
     "OPERATION_ID_RE",
     "CheckedJournal",
@@ -915,6 +963,7 @@ __all__ = [
     "RestartScheduled",
     "ResumeOutcome",
     "UpgradeRequest",
+    "record_quarantine",
     "recover",
     "resume_self_upgrade",
     "run_install",

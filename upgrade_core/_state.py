@@ -78,6 +78,8 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     (S.VERIFIED, ev.Aborted.TAG): S.ABORTED,
     # noop: the candidate's digest equals current's slot (SPEC 4.3 step 4); a fact, durable before publishing.
     (S.STAGED, ev.CandidateUnchanged.TAG): S.UNCHANGED,
+    # ``journal quarantine`` (SPEC 10): a new journal records what the host shows; nothing changed (noop).
+    (S.OPENED, ev.JournalQuarantined.TAG): S.UNCHANGED,
     # -- the switch: intent, then completion; a switch that never landed is aborted ---------------------
     (S.VERIFIED, ev.SwitchIntended.TAG): S.SWITCHING,
     (S.SWITCHING, ev.SwitchCommitted.TAG): S.SWITCHED,
@@ -302,6 +304,13 @@ def _aborted_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Aborted) -
     return None
 
 
+def _quarantined_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.JournalQuarantined) -> str | None:
+    """SPEC 10: only a ``quarantine`` episode records a quarantine (and nothing else makes one unchanged)."""
+    if ctx.kind != "quarantine":
+        return f"JournalQuarantined in a {ctx.kind} episode"
+    return None
+
+
 def _published_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.ResultPublished) -> str | None:
     """SPEC 4.3 step 4: an unchanged candidate publishes ``noop``, nothing else."""
     if state is S.UNCHANGED and event.result.result != "noop":
@@ -328,6 +337,7 @@ _RULES: Final[dict[type[ev.Event], _Rule]] = {
     ev.Aborted: _aborted_rule,
     ev.ResultPublished: _published_rule,
     ev.EpisodeClosed: _closed_rule,
+    ev.JournalQuarantined: _quarantined_rule,
 }
 """The rules beyond the table, by event class: each returns why the event breaks it, or None."""
 

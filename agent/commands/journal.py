@@ -1,5 +1,5 @@
-"""``journal verify|dump|compact``: verify and dump read only (after the ownership checks of SPEC 10, which
-create nothing); compact takes the host lock."""
+"""``journal verify|dump|compact|quarantine``: verify and dump read only (after the ownership checks of
+SPEC 10, which create nothing); compact and quarantine take the host lock."""
 
 from __future__ import annotations
 
@@ -15,12 +15,19 @@ from upgrade_core import EVENT_CODEC
 
 
 def cmd_journal(args: argparse.Namespace) -> Outcome:
-    """``journal verify|dump|compact``."""
+    """``journal verify|dump|compact|quarantine``."""
+    from agent.quarantine import HINT
     from agent.wiring import journal_dir
     from journal import JournalCorruptError, replay
 
     session = Session.load(args.config)
     directory = journal_dir(session.config)
+    if args.action == "quarantine":
+        done = anyio.run(session.quarantine)
+        lines = [f"journal moved to {done.quarantine_path}; a new journal records what the host shows:"]
+        for label, slot in (("current", done.current), ("last-good", done.last_good)):
+            lines.append(f"{label}: {slot.slot} {slot.version} {slot.sha256}")
+        return Outcome(done.to_json(), "\n".join(lines))
     if args.action == "compact":
         count = anyio.run(session.compact)
         return Outcome({"compacted": True, "records": count}, f"compacted; {count} records remain")
@@ -37,7 +44,7 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
                 "torn_tail": None,
                 "corrupt": {"file": exc.path, "offset": exc.offset},
             }
-            return Outcome(payload, f"corrupt: {exc}", 3, stderr=f"upgrade-agent: {exc}")
+            return Outcome(payload, f"corrupt: {exc}", 3, stderr=f"upgrade-agent: {exc}; {HINT}")
         torn = None if rep.torn_tail is None else {"file": rep.torn_tail.file, "offset": rep.torn_tail.offset}
         payload = {"ok": True, "records": len(rep.records), "torn_tail": torn, "corrupt": None}
         human = f"ok: {len(rep.records)} records" + (

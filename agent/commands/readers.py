@@ -43,7 +43,17 @@ def cmd_status(args: argparse.Namespace) -> Outcome:
     state = "unknown" if svc.active_state is None else f"{svc.active_state}/{svc.sub_state}"
     lines.append(f"service: {state}" + (f" pid {svc.main_pid}" if svc.main_pid else ""))
     ep = status.episode
-    lines.append("episode: " + ("none" if ep is None else f"{ep.operation} ({ep.state})"))
+    if ep is None:
+        lines.append("episode: none")
+    else:
+        who = "abandoned (no upgrader holds the lock)" if ep.abandoned else (
+            f"upgrader pid {ep.upgrader_pid}" if ep.upgrader_pid else "upgrader running")
+        lines.append(f"episode: {ep.operation} ({ep.state}, {who})")
+    if status.missing_units:
+        lines.append("missing units: " + ", ".join(status.missing_units))
+    if status.drifted_units:
+        lines.append("drifted units: " + ", ".join(status.drifted_units))
+    lines.append("next: " + (status.next or "nothing to do"))
     return Outcome(status.to_json(), "\n".join(lines))
 
 

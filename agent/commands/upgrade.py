@@ -9,6 +9,7 @@ import attrs
 from agent.commands.common import cli_session, run_writing
 from agent.commands.outcome import Outcome, result_outcome, result_payload
 from agent.logline import log
+from agent.session import BUSY_REASON
 from upgrade_core import HandedOff, UpgradeResult
 
 
@@ -30,6 +31,10 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
     if args.preflight:
         pre = session.preflight(request)
         human = "\n".join(f"- {p}" for p in pre.plan) + f"\nlock: {pre.lock}"
+        if pre.missing_units:
+            human += "\nmissing units: " + ", ".join(pre.missing_units)
+        if pre.next:
+            human += f"\nnext: {pre.next}"
         return Outcome(pre.to_json(), human, 75 if pre.lock == "busy" else 0)
     log(f"upgrade {request.operation}: {request.source_redacted}")
     return result_outcome(run_writing(session, args, lambda: session.upgrade(request)))
@@ -49,6 +54,12 @@ def cmd_recover(args: argparse.Namespace) -> Outcome:
         payload = result_payload(UpgradeResult(outcome.operation, "noop", reason=reason))
         payload["handed_off"] = True
         return Outcome(payload, f"{outcome.operation}: health check handed to {outcome.unit}", 0)
+    busy = outcome.operation is None and (outcome.reason or "").startswith(BUSY_REASON)
+    if args.trigger == "timer" and busy:
+        # The timer never waits and never fails its unit: a live upgrade owns the episode (exit 0, one line).
+        payload = result_payload(outcome)
+        payload["busy"] = True
+        return Outcome(payload, outcome.reason, 0)
     # SPEC 7: recover exits 0 whenever it leaves no open episode, whatever the result it published.
     return attrs.evolve(result_outcome(outcome), exit_code=0)
 

@@ -523,7 +523,7 @@ def test_history_on_a_bare_host_is_empty(rig: Rig) -> None:
     assert not rig.state_dir.exists()
 
 
-def test_units_prints_the_three_units(rig: Rig) -> None:
+def test_units_prints_every_unit(rig: Rig) -> None:
     run = rig.cli("units")
     assert run.code == 0, run
     units = run.payload()["units"]
@@ -531,11 +531,16 @@ def test_units_prints_the_three_units(rig: Rig) -> None:
         f"{rig.name}.service",
         f"{rig.name}-recover.service",
         f"{rig.name}-recover-boot.service",
+        f"{rig.name}-recover.timer",
+        f"{rig.name}-recover-timer.service",
     }
+    assert f"Unit={rig.name}-recover-timer.service" in units[f"{rig.name}-recover.timer"]
+    assert "--trigger timer" in units[f"{rig.name}-recover-timer.service"]
     current = rig.agent_dir / f"{rig.name}-current"
     assert f"ExecStart={current} serve" in units[f"{rig.name}.service"]
     assert f"OnFailure={rig.name}-recover.service" in units[f"{rig.name}.service"]
-    for name in (f"{rig.name}-recover.service", f"{rig.name}-recover-boot.service"):
+    for name in (f"{rig.name}-recover.service", f"{rig.name}-recover-boot.service",
+                 f"{rig.name}-recover-timer.service"):
         assert f"--config {rig.config}" in units[name]
     assert not rig.unit_dir.exists()
 

@@ -14,7 +14,7 @@ PINNED_TAGS = {
     "CandidateInstalled", "LastGoodRepointed", "SwitchIntended", "SwitchCommitted", "MirrorsSynced",
     "RestartRequested", "RestartObserved", "HealthAttemptStarted", "HealthPassed", "HealthFailed",
     "UpgradeCommitted", "RollbackStarted", "RolledBack", "AttentionNeeded", "Aborted", "ResultPublished",
-    "EpisodeClosed", "RecoveryStarted", "HistorySnapshot",
+    "EpisodeClosed", "RecoveryStarted", "HistorySnapshot", "JournalQuarantined",
 }
 
 
@@ -23,7 +23,24 @@ def test_tags_are_pinned() -> None:
     assert all(cls.__name__ == cls.TAG for cls in ALL_EVENTS)
 
 
-@pytest.mark.parametrize("event", [*FULL_COMMIT, *FULL_ROLLBACK, ev.CandidateUnchanged("blue", None)],
+QUARANTINED = ev.JournalQuarantined(
+    "/var/lib/upgrade-agent/a/quarantine/20260101T000000Z/journal", "green", "2" * 64, "2.0.0", "blue",
+    "1" * 64, "1.0.0",
+)
+
+
+def test_journal_quarantined_golden_payload() -> None:
+    """The stable tag and field names of the quarantine record, as bytes on disk (SPEC 10)."""
+    assert EVENT_CODEC.encode(QUARANTINED) == (
+        b'{"quarantine_path":"/var/lib/upgrade-agent/a/quarantine/20260101T000000Z/journal",'
+        b'"current_slot":"green","current_sha256":"' + b"2" * 64 + b'","current_version":"2.0.0",'
+        b'"last_good_slot":"blue","last_good_sha256":"' + b"1" * 64 + b'","last_good_version":"1.0.0",'
+        b'"_type":"JournalQuarantined"}'
+    )
+
+
+@pytest.mark.parametrize("event", [*FULL_COMMIT, *FULL_ROLLBACK, ev.CandidateUnchanged("blue", None),
+                                   QUARANTINED],
                          ids=lambda e: e.TAG)
 def test_round_trip(event: ev.Event) -> None:
     assert EVENT_CODEC.decode(EVENT_CODEC.encode(event)) == event

@@ -141,6 +141,8 @@ def variants(cls: type[Event], kind: str, folder: Folder, op: str = OP) -> list[
         out.append(("ok", ev.RecoveryStarted("manual")))
     elif cls is ev.HistorySnapshot:
         out.append(("ok", ev.HistorySnapshot(())))
+    elif cls is ev.JournalQuarantined:  # legal only in a ``quarantine`` episode: refused for KINDS
+        out.append(("ok", ev.JournalQuarantined("/q/journal", "blue", CAND, "1.0.0", "blue", CAND, "1.0.0")))
     else:  # a new event class must be given plausible fields here
         raise AssertionError(f"no plausible fields for {cls.__name__}")
     return out

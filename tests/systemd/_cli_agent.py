@@ -82,7 +82,8 @@ class CliAgent:
         # What runs inside units imports the project from the venv's editable install (/work/main); point
         # it at this worktree instead, so the recovery units and the self-upgrading daemon run the code
         # under test. Drop-ins, so the unit files stay exactly as the CLI renders them.
-        for unit in (f"{name}.service", f"{name}-recover.service", f"{name}-recover-boot.service"):
+        for unit in (f"{name}.service", f"{name}-recover.service", f"{name}-recover-boot.service",
+                     f"{name}-recover-timer.service"):
             dropin = sandbox.unit_dir / f"{unit}.d"
             dropin.mkdir(exist_ok=True)
             (dropin / "worktree.conf").write_text(f"[Service]\nEnvironment=PYTHONPATH={WORKTREE}\n")

@@ -334,7 +334,9 @@ def test_reset_then_uninstall_leave_nothing_and_remove_nothing_else(make_env: Ma
     assert reset.json is not None
     assert sorted(reset.json["removed"]) == sorted(
         str(env.sandbox.unit_dir / u) for u in (env.unit, f"{env.name}-recover.service",
-                                                 f"{env.name}-recover-boot.service"))
+                                                 f"{env.name}-recover-boot.service",
+                                                 f"{env.name}-recover.timer",
+                                                 f"{env.name}-recover-timer.service"))
     assert env.units_present() == []
     state = env.show()
     assert (state["LoadState"], state["ActiveState"]) == ("not-found", "inactive"), state
@@ -415,7 +417,10 @@ def test_preflight_fetches_nothing_creates_nothing_and_reports_the_lock(make_env
     plan = env.cli("upgrade", "--archive", v2.url, "--sha256", v2.sha256, "--preflight")
     assert plan.code == 0, plan.stderr
     assert plan.json is not None
-    assert set(plan.json) == {"preflight", "plan", "inactive_slot", "lock", "open_episode"}
+    assert set(plan.json) == {"preflight", "plan", "inactive_slot", "lock", "open_episode",  # SPEC 7
+                              "episode", "missing_units", "drifted_units", "next"}  # issue 10
+    assert (plan.json["episode"], plan.json["missing_units"], plan.json["drifted_units"], plan.json["next"]) \
+        == (None, [], [], None), plan.json  # install wrote every unit, nothing is open
     assert plan.json["preflight"] is True and plan.json["inactive_slot"] == "green"
     assert plan.json["lock"] == "free" and plan.json["open_episode"] is None
     assert plan.json["plan"] and all(isinstance(step, str) for step in plan.json["plan"])
@@ -453,7 +458,8 @@ def test_busy_lock_upgrade_and_recover_exit_75_at_once(make_env: MakeEnv) -> Non
     killed = env.upgrade(v2, "left-open", env={"UPGRADE_AGENT_TEST_KILL_AFTER": "CandidateStaged"})
     assert killed.code == -9, killed.stderr
     status = env.cli("status")
-    assert status.json is not None and status.json["episode"] == {"operation": "left-open", "state": "staged"}
+    assert status.json is not None and status.json["episode"] == {"operation": "left-open", "state": "staged",
+                                                      "upgrader_pid": None, "abandoned": True}
     journal = env.journal()
     with HostLock(str(env.lock_path)):
         busy = env.cli("recover", "--trigger", "manual")

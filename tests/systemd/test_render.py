@@ -64,6 +64,33 @@ WantedBy=multi-user.target
 """
 
 
+GOLDEN_TIMER = """\
+# Written by upgrade-agent (upgrade-core). Rewritten on install; local edits are lost.
+[Unit]
+Description=Recover an abandoned demo-agent upgrade every 300 s
+
+[Timer]
+OnBootSec=300s
+OnUnitActiveSec=300s
+AccuracySec=10s
+Unit=demo-agent-recover-timer.service
+
+[Install]
+WantedBy=timers.target
+"""
+
+GOLDEN_TIMER_SERVICE = """\
+# Written by upgrade-agent (upgrade-core). Rewritten on install; local edits are lost.
+[Unit]
+Description=Recover an abandoned demo-agent upgrade (started by demo-agent-recover.timer)
+
+[Service]
+Type=oneshot
+ExecStart=/usr/local/bin/recover-agent-upgrade --config "/etc/upgrade-agent/demo agent.toml" --trigger timer
+TimeoutStartSec=30min
+"""
+
+
 def test_render_units_golden() -> None:
     units = render_units(
         name="demo-agent",
@@ -75,11 +102,14 @@ def test_render_units_golden() -> None:
         config_path="/etc/upgrade-agent/demo agent.toml",
     )
     assert list(units) == [
-        "demo-agent.service", "demo-agent-recover.service", "demo-agent-recover-boot.service"
+        "demo-agent.service", "demo-agent-recover.service", "demo-agent-recover-boot.service",
+        "demo-agent-recover.timer", "demo-agent-recover-timer.service",
     ]
     assert units["demo-agent.service"] == GOLDEN_AGENT
     assert units["demo-agent-recover.service"] == GOLDEN_RECOVER
     assert units["demo-agent-recover-boot.service"] == GOLDEN_RECOVER_BOOT
+    assert units["demo-agent-recover.timer"] == GOLDEN_TIMER
+    assert units["demo-agent-recover-timer.service"] == GOLDEN_TIMER_SERVICE
 
 
 QUOTE_CASES = [

@@ -21,9 +21,11 @@ WORKTREE = str(Path(__file__).resolve().parents[2])
 
 
 async def install(rig: Rig, max_attempts: int = 3, exec_args: tuple[str, ...] = ()) -> None:
-    """Render, write, daemon-reload and enable the three units (what ``install`` does)."""
-    written = await rig.manager.write_units(rig.units(max_attempts=max_attempts, exec_args=exec_args))
-    assert len(written) == 3
+    """Render, write, daemon-reload and enable the units (what ``install`` does; the timer is not started
+    here: these tests drive the units one by one)."""
+    units = rig.units(max_attempts=max_attempts, exec_args=exec_args)
+    written = await rig.manager.write_units(units)
+    assert len(written) == len(units) == 5
     await rig.manager.daemon_reload()
     await rig.manager.enable(rig.unit, f"{rig.name}-recover-boot.service")
 
@@ -211,7 +213,7 @@ async def test_stop_disable_remove_leave_no_unit(rig: Rig) -> None:
 
 async def test_write_units_is_idempotent(rig: Rig) -> None:
     units = rig.units()
-    assert len(await rig.manager.write_units(units)) == 3
+    assert len(await rig.manager.write_units(units)) == len(units) == 5
     assert await rig.manager.write_units(units) == []
     assert not [p for p in rig.sandbox.unit_dir.iterdir() if ".tmp-" in p.name]
     for name, text in units.items():

@@ -1,0 +1,82 @@
+"""Issue 10 item 6 (clean input): a configuration that is not UTF-8 is one line and exit 2 on every path,
+the boot-time fast path included; ``--version --json`` is one JSON object.
+
+Expected outcomes, written down:
+
+- UTF-16 (with its BOM), Latin-1 with a high byte, a UTF-8 BOM, UTF-16 without a BOM (NUL bytes): exit 2,
+  exactly one stderr line ``upgrade-agent: <config path>: ...`` naming the file and what is wrong, no
+  traceback, no Python repr; with ``--json`` one object ``{"error", "exit_code": 2}``; ``state_dir`` and
+  the lock are not created. Same for ``recover --trigger boot`` (the lean path of agent/fastpath.py),
+  ``status`` and ``upgrade --preflight``.
+- ``upgrade-agent --version --json`` (and ``--json --version``): exit 0, stdout is exactly
+  ``{"version": "<the distribution's version>"}``.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib.metadata import version
+from pathlib import Path
+
+import pytest
+
+from ._rig import Rig, run_cli
+
+CONFIG = '[agent]\nname = "enc-agent"\n\n[host]\nstate_dir = "{state}"\nlock_path = "{lock}"\n'
+
+ENCODINGS = {
+    "utf-16-bom": (lambda t: t.encode("utf-16"), "UTF-16"),
+    "utf-16le-no-bom": (lambda t: t.encode("utf-16-le"), "NUL byte"),
+    "latin-1": (lambda t: (t + "# café\n").encode("latin-1"), "byte 0xe9"),
+    "utf-8-bom": (lambda t: b"\xef\xbb\xbf" + t.encode(), "byte order mark"),
+}
+
+COMMANDS = {
+    "recover-boot": ("recover", "--trigger", "boot"),
+    "recover": ("recover",),
+    "status": ("status",),
+    "preflight": ("upgrade", "--archive", "/nonexistent.tar.gz", "--preflight"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+def test_config_not_utf8_is_one_line_exit_2(tmp_path: Path, encoding: str, command: str) -> None:
+    encode, words = ENCODINGS[encoding]
+    state, lock = tmp_path / "state", tmp_path / "run" / "enc.lock"
+    config = tmp_path / "enc.toml"
+    config.write_bytes(encode(CONFIG.format(state=state, lock=lock)))
+    for json_out in (False, True):
+        argv = ["--config", str(config), *(["--json"] if json_out else []), *COMMANDS[command]]
+        run = run_cli(argv)
+        assert run.code == 2, run
+        run.assert_clean_stderr()
+        (line,) = run.stderr.splitlines()
+        assert line.startswith(f"upgrade-agent: {config}: "), line
+        assert words in line, line
+        assert "b'" not in line and "\\x" not in line and "None" not in line, line
+        if json_out:
+            assert run.error_payload(2)["error"] == line.removeprefix("upgrade-agent: ")
+        else:
+            assert run.stdout == ""
+    assert not state.exists() and not lock.exists()
+
+
+def test_plain_utf8_config_still_reaches_the_fast_path(rig: Rig) -> None:
+    """The control: the same config in UTF-8 answers the boot-time no-op (exit 0, lock never created)."""
+    run = rig.cli("recover", "--trigger", "boot")
+    assert run.code == 0 and run.payload()["result"] == "noop", run
+    assert not rig.lock_path.exists()
+
+
+@pytest.mark.parametrize("argv", [("--version", "--json"), ("--json", "--version")])
+def test_version_json_is_one_object(argv: tuple[str, ...]) -> None:
+    run = run_cli(list(argv))
+    assert run.code == 0, run
+    assert json.loads(run.stdout) == {"version": version("upgrade-core")}
+    assert run.stdout.count("\n") == 1 and run.stderr == ""
+
+
+def test_version_human() -> None:
+    run = run_cli(["--version"])
+    assert run.code == 0 and run.stdout == f"upgrade-agent {version('upgrade-core')}\n", run
