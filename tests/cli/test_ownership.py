@@ -267,7 +267,9 @@ def test_c25_second_configuration_sharing_a_state_dir_is_refused_naming_both(bas
         ) in error, error
     assert snapshot(a.state_dir) == journal_before
     status = run_bounded(a, "status").payload()
-    assert status["episode"] == {"operation": "op-a", "state": "switched"}
+    assert status["episode"] == {
+        "operation": "op-a", "state": "switched", "upgrader_pid": None, "abandoned": True,
+    }
 
 
 def test_c25_same_name_other_unit_is_refused(base: Path) -> None:
