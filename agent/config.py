@@ -3,7 +3,7 @@
 Every key but ``agent.name`` has the default SPEC 3 gives. Unknown keys and bad values are refused with one
 :class:`~agent.errors.ConfigError` line naming the file and the dotted key, e.g.::
 
-    /etc/upgrade-agent/demo.toml: agent.member_policy: must be "exact" or "select"
+    /etc/upgrade-agent/demo.toml: agent.member_policy: must be "exact", "select" or "none"
 
 ``cattrs`` structures and rejects unknown keys; its default scalar hooks are lenient (``int("5")``,
 ``tuple("abc")``), so strict hooks are registered below: TOML already types its values, and a string where a
@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-MemberPolicy = Literal["exact", "select"]
+MemberPolicy = Literal["exact", "select", "none"]
 AllowHttp = Literal["never", "loopback", "always"]
 
 
@@ -136,7 +136,8 @@ class AgentSection:
         exec_args: arguments after the current link in ``ExecStart``.
         version_args: arguments of the candidate's version command (SPEC 4.3 step 4).
         member: the archive member path; ``{arch}`` is ``amd64`` or ``arm64``.
-        member_policy: ``exact`` (the archive holds only the member) or ``select`` (SPEC 6).
+        member_policy: ``exact`` (the archive holds only the member), ``select`` (SPEC 6) or ``none``
+            (no archive: the downloaded file itself is the candidate; ``member`` is not used).
     """
 
     name: str = attrs.field(validator=_agent_name)
@@ -194,12 +195,30 @@ class LimitsSection:
     max_zstd_window_bytes: int = attrs.field(default=33554432, validator=_positive)
 
 
+def _version_regex(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
+    from agent.verify import compile_version_regex
+
+    if v:
+        try:
+            compile_version_regex(v)
+        except ValueError as e:
+            raise _BadValue(a.name, str(e)) from None
+
+
 @attrs.frozen
 class VerifySection:
-    """``[verify]``: the version command's bounds (case C10). ``timeout_s`` seconds, output in bytes."""
+    """``[verify]``: the version command's bounds (case C10) and how its version is read (C29).
+
+    Attributes:
+        timeout_s: seconds for the whole version command.
+        max_output_bytes: bytes read at most from each of stdout and stderr.
+        version_regex: "" for the default version token, else a regular expression with exactly one
+            capture group: the version (see :mod:`agent.verify`).
+    """
 
     timeout_s: float = attrs.field(default=30.0, validator=_positive)
     max_output_bytes: int = attrs.field(default=65536, validator=_positive)
+    version_regex: str = attrs.field(default="", validator=_version_regex)
 
 
 @attrs.frozen

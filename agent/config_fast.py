@@ -236,7 +236,7 @@ FAST_SCHEMA: dict[str, dict[str, _Check]] = {
         "exec_args": _argv,
         "version_args": _argv,
         "member": lambda v: _text(v) and v != "",
-        "member_policy": lambda v: v in ("exact", "select"),
+        "member_policy": lambda v: v in ("exact", "select", "none"),
     },
     "host": {
         "root": _abs,
@@ -256,7 +256,7 @@ FAST_SCHEMA: dict[str, dict[str, _Check]] = {
         for key in ("max_archive_bytes", "max_member_bytes", "max_total_bytes", "max_entries",
                     "max_zstd_window_bytes")
     },
-    "verify": {"timeout_s": _pos_num, "max_output_bytes": _pos_int},
+    "verify": {"timeout_s": _pos_num, "max_output_bytes": _pos_int, "version_regex": lambda v: v == ""},
     "health": {
         "stability_s": _pos_num,
         "timeout_s": _pos_num,

@@ -3,17 +3,26 @@
 Pipeline (constant memory, whatever the archive size)::
 
     chunks (async, from agent.fetch) --bounded memory stream--> worker thread:
-        sha256 + byte count of the compressed bytes (limits.max_archive_bytes)
-        -> decompress: gzip (zlib, multi-member), zstd (zstandard, window <= max_zstd_window_bytes),
-           or plain tar, chosen by magic bytes
+        [content codings the server applied anyway (gzip, deflate, zstd), undone, outermost first; C27]
+        -> sha256 + byte count of the file as published (limits.max_archive_bytes)
+        -> decompress, chosen by magic bytes (never by file name; C28): gzip (zlib, any number of
+           members: pigz), zstd (zstandard, every frame form: several frames, skippable frames, with or
+           without content size and checksum; window <= max_zstd_window_bytes), xz (lzma, several
+           streams and stream padding; decoder memory <= 96 MiB), bzip2 (bz2, several streams),
+           or plain tar
         -> byte count of all decompressed bytes (limits.max_total_bytes), zero-tail tracking
         -> tarfile in stream mode ("r|"), headers read one by one and discarded (max_entries)
         -> the member's data, read through its file object, into the staging file
            (created O_EXCL|O_NOFOLLOW, 0755, fsynced at the end)
 
-The tar side runs in one worker thread (tarfile, zlib, zstandard and hashing are blocking) which pulls
-chunks from the event loop with ``anyio.from_thread.run``; the fetch side runs as a task on the loop. The
-memory stream between them holds at most a few chunks, so the peak RSS does not depend on archive size.
+With ``agent.member_policy = "none"`` there is no archive: the file as published *is* the candidate. Its
+bytes are hashed and written to the staging file as they arrive (same O_EXCL/no-follow staging, same
+``max_archive_bytes``, and ``max_member_bytes`` for its size); its content is never sniffed for magic.
+
+The tar side runs in one worker thread (tarfile, zlib, zstandard, lzma, bz2 and hashing are blocking)
+which pulls chunks from the event loop with ``anyio.from_thread.run``; the fetch side runs as a task on
+the loop. The memory stream between them holds at most a few chunks, so the peak RSS does not depend on
+archive size. Every decoder bounds each call's output (``max_length`` or one zstd block at a time).
 
 Member rules (cases C01-C03):
 
@@ -32,22 +41,31 @@ Member rules (cases C01-C03):
 
 End checks: after tarfile reports the end of the archive, the rest of the decompressed stream is drained
 and must be zeros, at least the two 512-byte end blocks (POSIX ustar) must be present, the decompressor
-must have reached the end of its last gzip member / zstd frame with a valid trailer (CRC32+ISIZE / frame
-end and checksum) and no trailing bytes. A cut anywhere yields :class:`ArchiveTruncatedError` (C07).
-A header that understates its data leaves non-zero bytes after tarfile's end: refused (C04).
+must have reached the proper end of its last gzip member / zstd frame / xz or bzip2 stream with a valid
+trailer (CRC32+ISIZE / frame end and checksum / index, footer and check / stream CRC) and no trailing
+bytes (xz stream padding excepted). A cut anywhere, or corrupt compressed data, yields the one
+:class:`ArchiveTruncatedError` ("archive truncated/corrupt"; C07, C28); bytes after the proper end that
+do not start another member/frame/stream are "trailing data" (:class:`ArchiveRejectedError`). A header
+that understates its data leaves non-zero bytes after tarfile's end: refused (C04).
+
+Detection limits: an input that ends inside a compression magic number, or is empty, is truncated; a
+plain tar is recognised by its ``ustar`` magic at offset 257, so a plain tar cut before that offset is
+refused as "not an archive" (there is nothing left to tell it from any other short file).
 """
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import errno
 import hashlib
 import hmac
+import lzma
 import os
 import tarfile
 import zlib
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import anyio
 import attrs
@@ -65,11 +83,11 @@ from upgrade_core.errors import (
 )
 
 from .errors import ConfigError
-from .fetch import ChunkSink
+from .fetch import ChunkSink, CodingSink
 
 __all__ = ["ExtractLimits", "ExtractResult", "MemberPolicy", "extract", "extract_sync", "member_parts"]
 
-MemberPolicy = Literal["exact", "select"]
+MemberPolicy = Literal["exact", "select", "none"]
 
 _BLOCK = 512
 _END_BLOCKS = 2 * _BLOCK
@@ -78,6 +96,12 @@ _TAR_BUFSIZE = 64 * 1024  # tarfile re-slices its buffer per header; keep it sma
 _STREAM_DEPTH = 8  # chunks in flight between the fetch task and the worker thread
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_XZ_MAGIC = b"\xfd7zXZ\x00"
+_BZ2_MAGIC = b"BZh"
+_XZ_MEMLIMIT = 96 << 20  # every xz preset decodes within this (-9/-9e: 64 MiB dictionary, ~65 MiB)
+_CODING_CHUNK = 256 * 1024  # bytes per call out of a content-coding decoder
+_TRUNC = "archive truncated/corrupt"
+_CORRUPTION_WINDOW = 2 << 20  # decoded bytes read past a tar error to let a block check speak
 _REGULAR_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE)
 
 
@@ -110,8 +134,10 @@ class ExtractResult:
         archive_sha256: 64 lowercase hex of the compressed bytes as received.
         archive_size: compressed size, bytes.
         decompressed_size: all decompressed bytes, padding included.
-        compression: ``"gzip"``, ``"zstd"`` or ``"tar"`` (none).
-        entries: tar entries seen.
+        compression: ``"gzip"``, ``"zstd"``, ``"xz"``, ``"bzip2"``, ``"tar"`` (an uncompressed tar) or
+            ``"none"`` (member policy ``none``: no archive).
+        entries: tar entries seen (1 for policy ``none``).
+        content_codings: the content codings the server applied and that were undone, e.g. ``("gzip",)``.
     """
 
     member_sha256: str
@@ -121,13 +147,16 @@ class ExtractResult:
     decompressed_size: int
     compression: str
     entries: int
+    content_codings: tuple[str, ...] = ()
 
 
 class _Aborted(Exception):
     """The producer stopped without an end-of-data marker (it failed or was cancelled)."""
 
 
-Pull = Callable[[], "bytes | None"]
+Message = bytes | tuple[str, ...] | None
+Pull = Callable[[], Message]
+"""Returns the next chunk, None at the end of data; a tuple of content codings may come first only."""
 
 
 def member_parts(member: str) -> tuple[str, ...]:
@@ -145,10 +174,13 @@ def member_parts(member: str) -> tuple[str, ...]:
 class _RawInput:
     """Compressed bytes from the producer: sha256, count, max_archive_bytes, one-chunk look-ahead."""
 
-    def __init__(self, pull: Pull, limit: int, shown: str) -> None:
+    def __init__(
+        self, pull: Callable[[], bytes | None], limit: int, shown: str, hashing: bool = True
+    ) -> None:
         self._pull = pull
         self._limit = limit
         self._shown = shown
+        self._hashing = hashing
         self._hash = hashlib.sha256()
         self.size = 0
         self.ended = False
@@ -171,7 +203,8 @@ class _RawInput:
             raise ArchiveLimitError(
                 f"{self._shown}: archive exceeds limits.max_archive_bytes = {self._limit} bytes"
             )
-        self._hash.update(chunk)
+        if self._hashing:
+            self._hash.update(chunk)
         return chunk
 
     def peek(self, n: int) -> bytes:
@@ -244,7 +277,7 @@ class _GzipDecoder:
                 data, self._buf = self._buf or self._raw.read_chunk(), b""
                 if not data:
                     raise ArchiveTruncatedError(
-                        f"{self._shown}: archive truncated: gzip stream ends inside member {self.members} "
+                        f"{self._shown}: {_TRUNC}: gzip stream ends inside member {self.members} "
                         f"(no trailer) after {self._raw.size} compressed bytes"
                     )
             try:
@@ -254,7 +287,9 @@ class _GzipDecoder:
                     raise ArchiveRejectedError(
                         f"{self._shown}: trailing data after the gzip stream ({exc})"
                     ) from None
-                raise ArchiveRejectedError(f"{self._shown}: corrupt gzip data: {exc}") from None
+                raise ArchiveTruncatedError(
+                    f"{self._shown}: {_TRUNC}: corrupt gzip data in member {self.members} ({exc})"
+                ) from None
             if out:
                 return out
 
@@ -284,6 +319,7 @@ class _ZstdDecoder:
         self._d: Any = None
         self._checksum = False
         self.frames = 0
+        self.skipped = 0  # skippable frames (RFC 8878 3.1.2), passed over unread
 
     def _available(self, k: int) -> bool:
         """Make ``k`` unread input bytes available; False if the input ends first."""
@@ -304,7 +340,7 @@ class _ZstdDecoder:
 
     def _truncated(self, where: str) -> ArchiveTruncatedError:
         return ArchiveTruncatedError(
-            f"{self._shown}: archive truncated: zstd frame {self.frames} cut {where} "
+            f"{self._shown}: {_TRUNC}: zstd frame {self.frames + self.skipped} cut {where} "
             f"after {self._raw.size} compressed bytes"
         )
 
@@ -317,28 +353,39 @@ class _ZstdDecoder:
                     f"{self._shown}: zstd frame {self.frames} needs a window above "
                     f"limits.max_zstd_window_bytes = {self._max_window}"
                 ) from None
-            raise ArchiveRejectedError(
-                f"{self._shown}: corrupt zstd data in frame {self.frames}: {exc}"
+            raise ArchiveTruncatedError(
+                f"{self._shown}: {_TRUNC}: corrupt zstd data in frame {self.frames} ({exc})"
             ) from None
 
     def _frame(self) -> Any:
-        """Parse and feed one frame header; returns its decompressor, or None at a clean end."""
-        if not self._available(4):
-            rest = bytes(self._in[self._pos :])
-            if not rest and self.frames > 0:
-                return None
-            if self.frames > 0 and not _ZSTD_MAGIC.startswith(rest):
-                raise ArchiveRejectedError(
-                    f"{self._shown}: trailing data after the zstd stream (at compressed offset "
-                    f"{self._consumed()})"
-                )
-            raise self._truncated("in its magic number")
-        magic = bytes(self._in[self._pos : self._pos + 4])
-        if magic != _ZSTD_MAGIC:
-            what = "trailing data after the zstd stream" if self.frames else "not a zstd frame"
-            if 0x184D2A50 <= int.from_bytes(magic, "little") <= 0x184D2A5F:
-                what = "skippable zstd frames are not supported"
-            raise ArchiveRejectedError(f"{self._shown}: {what} (at compressed offset {self._consumed()})")
+        """Parse and feed the next data frame's header; returns its decompressor, or None at a clean end.
+
+        Skippable frames (magic 0x184D2A50-0x184D2A5F, a 4-byte little-endian size, that many bytes of
+        user data) are passed over in a streaming way wherever they occur.
+        """
+        while True:
+            if not self._available(4):
+                rest = bytes(self._in[self._pos :])
+                if not rest and self.frames + self.skipped > 0:
+                    return None
+                if self.frames + self.skipped > 0 and not _ZSTD_MAGIC.startswith(rest):
+                    raise ArchiveRejectedError(
+                        f"{self._shown}: trailing data after the zstd stream (at compressed offset "
+                        f"{self._consumed()})"
+                    )
+                raise self._truncated("in its magic number")
+            magic = bytes(self._in[self._pos : self._pos + 4])
+            if _is_skippable(magic):
+                self._skip_frame()
+                continue
+            if magic != _ZSTD_MAGIC:
+                if self.frames + self.skipped:
+                    raise ArchiveRejectedError(
+                        f"{self._shown}: trailing data after the zstd stream (at compressed offset "
+                        f"{self._consumed()})"
+                    )
+                raise ArchiveRejectedError(f"{self._shown}: not a zstd frame at compressed offset 0")
+            break
         self.frames += 1
         if not self._available(5):
             raise self._truncated("in its header")
@@ -352,6 +399,19 @@ class _ZstdDecoder:
         d = self._dctx.decompressobj()
         self._feed(d, self._take(header))
         return d
+
+    def _skip_frame(self) -> None:
+        if not self._available(8):
+            raise self._truncated("in a skippable frame's header")
+        left = int.from_bytes(self._in[self._pos + 4 : self._pos + 8], "little")
+        self._pos += 8
+        while left:
+            if self._pos == len(self._in) and not self._available(1):
+                raise self._truncated("inside a skippable frame")
+            step = min(left, len(self._in) - self._pos)
+            self._pos += step
+            left -= step
+        self.skipped += 1
 
     def _consumed(self) -> int:
         return self._raw.size - (len(self._in) - self._pos)
@@ -367,17 +427,214 @@ class _ZstdDecoder:
             h = int.from_bytes(self._in[self._pos : self._pos + 3], "little")
             last, btype, bsize = h & 1, (h >> 1) & 3, h >> 3
             if btype == 3:
-                raise ArchiveRejectedError(f"{self._shown}: corrupt zstd data: reserved block type")
+                raise ArchiveTruncatedError(f"{self._shown}: {_TRUNC}: zstd block of the reserved type")
             need = 3 + (1 if btype == 1 else bsize) + (4 if last and self._checksum else 0)
             if not self._available(need):
                 raise self._truncated("inside a block")
             self._out = memoryview(self._feed(self._d, self._take(need)))
             if last:
                 if not self._d.eof:
-                    raise ArchiveRejectedError(f"{self._shown}: corrupt zstd frame {self.frames} end")
+                    raise ArchiveTruncatedError(f"{self._shown}: {_TRUNC}: zstd frame {self.frames} end")
                 self._d = None
         out, self._out = self._out[:n], self._out[n:]
         return bytes(out)
+
+
+def _is_skippable(magic: bytes) -> bool:
+    return len(magic) == 4 and magic[1:] == b"\x2a\x4d\x18" and magic[0] & 0xF0 == 0x50
+
+
+class _StreamsDecoder:
+    """xz (lzma) or bzip2 (bz2): one or more concatenated streams, each decoded to its proper end.
+
+    ``max_length`` bounds each call's output; a decompressor that holds buffered input
+    (``needs_input`` False) is called again before more input is read. xz allows stream padding (NUL
+    bytes, a multiple of four) after a stream (xz file format 1.0.4, section 2.2); bzip2 does not.
+    """
+
+    def __init__(self, raw: _RawInput, shown: str, name: str) -> None:
+        self.name = name
+        self._raw = raw
+        self._shown = shown
+        self._magic = _XZ_MAGIC if name == "xz" else _BZ2_MAGIC
+        self._d: Any = None
+        self._buf = b""
+        self.streams = 0
+
+    def _new(self) -> Any:
+        if self.name == "xz":
+            return lzma.LZMADecompressor(format=lzma.FORMAT_XZ, memlimit=_XZ_MEMLIMIT)
+        return bz2.BZ2Decompressor()
+
+    def _start(self) -> bool:
+        """Begin the next stream; False at a clean end of input."""
+        padding = 0
+        while True:
+            if not self._buf:
+                self._buf = self._raw.read_chunk()
+                if not self._buf:
+                    if padding % 4:
+                        raise ArchiveTruncatedError(
+                            f"{self._shown}: {_TRUNC}: xz stream padding of {padding} bytes "
+                            "(not a multiple of 4)"
+                        )
+                    if self.streams == 0:
+                        raise ArchiveTruncatedError(f"{self._shown}: {_TRUNC}: empty {self.name} stream")
+                    return False
+            if self.name == "xz" and self.streams:
+                kept = self._buf.lstrip(b"\0")
+                padding += len(self._buf) - len(kept)
+                self._buf = kept
+                if not kept:
+                    continue
+            break
+        if padding % 4:
+            raise ArchiveTruncatedError(
+                f"{self._shown}: {_TRUNC}: xz stream padding of {padding} bytes (not a multiple of 4)"
+            )
+        if self.streams and not self._magic.startswith(self._buf[: len(self._magic)]):
+            raise ArchiveRejectedError(
+                f"{self._shown}: trailing data after the {self.name} stream "
+                f"(at compressed offset {self._raw.size - len(self._buf)})"
+            )
+        self._d = self._new()
+        self.streams += 1
+        return True
+
+    def read(self, n: int) -> bytes:
+        while True:
+            if self._d is not None and self._d.eof:
+                self._buf, self._d = self._d.unused_data, None
+            if self._d is None and not self._start():
+                return b""
+            if self._d.needs_input:
+                data, self._buf = self._buf or self._raw.read_chunk(), b""
+                if not data:
+                    raise ArchiveTruncatedError(
+                        f"{self._shown}: {_TRUNC}: {self.name} stream {self.streams} ends before its end "
+                        f"after {self._raw.size} compressed bytes"
+                    )
+            else:
+                data = b""
+            try:
+                out = self._d.decompress(data, n)
+            except lzma.LZMAError as exc:
+                if "memory" in str(exc).lower():
+                    raise ArchiveLimitError(
+                        f"{self._shown}: xz stream {self.streams} needs more than {_XZ_MEMLIMIT >> 20} MiB "
+                        "of decoder memory"
+                    ) from None
+                raise ArchiveTruncatedError(
+                    f"{self._shown}: {_TRUNC}: corrupt xz data in stream {self.streams} ({exc})"
+                ) from None
+            except (OSError, EOFError, ValueError) as exc:
+                raise ArchiveTruncatedError(
+                    f"{self._shown}: {_TRUNC}: corrupt {self.name} data in stream {self.streams} ({exc})"
+                ) from None
+            if out:
+                return bytes(out)
+
+
+class _DeflateDecoder:
+    """HTTP ``deflate`` (RFC 9110 8.4.1.2: a zlib stream, RFC 1950; raw deflate, which some servers send,
+    is accepted too), decoded to its end with a bounded output per call. Content coding only."""
+
+    name = "deflate"
+
+    def __init__(self, raw: _RawInput, shown: str) -> None:
+        self._raw = raw
+        self._shown = shown
+        self._d: Any = None
+        self._done = False
+
+    def read(self, n: int) -> bytes:
+        while not self._done:
+            if self._d is None:
+                head = self._raw.peek(2)
+                if len(head) < 2:
+                    raise ArchiveTruncatedError(f"{self._shown}: {_TRUNC}: deflate stream is empty or cut")
+                zlib_header = (head[0] & 0x0F) == 8 and int.from_bytes(head, "big") % 31 == 0
+                self._d = zlib.decompressobj(wbits=15 if zlib_header else -15)
+            if self._d.eof:
+                rest = self._d.unused_data or self._raw.read_chunk()
+                if rest:
+                    raise ArchiveRejectedError(f"{self._shown}: trailing data after the deflate stream")
+                self._done = True
+                break
+            data = self._d.unconsumed_tail or self._raw.read_chunk()
+            if not data:
+                raise ArchiveTruncatedError(
+                    f"{self._shown}: {_TRUNC}: deflate stream cut after {self._raw.size} bytes"
+                )
+            try:
+                out = self._d.decompress(data, n)
+            except zlib.error as exc:
+                raise ArchiveTruncatedError(
+                    f"{self._shown}: {_TRUNC}: corrupt deflate data ({exc})"
+                ) from None
+            if out:
+                return out
+        return b""
+
+
+class _Decoder(Protocol):
+    name: str
+
+    def read(self, n: int, /) -> bytes: ...
+
+
+def _content_decoder(coding: str, raw: _RawInput, shown: str, limits: ExtractLimits) -> _Decoder:
+    label = f"{shown}: Content-Encoding {coding}"
+    if coding in ("gzip", "x-gzip"):
+        return _GzipDecoder(raw, label)
+    if coding == "zstd":
+        return _ZstdDecoder(raw, label, limits.max_zstd_window_bytes)
+    if coding == "deflate":
+        return _DeflateDecoder(raw, label)
+    raise ArchiveRejectedError(f"{shown}: unsupported Content-Encoding {coding}")
+
+
+def _undo_codings(
+    pull: Callable[[], bytes | None], codings: tuple[str, ...], shown: str, limits: ExtractLimits
+) -> Callable[[], bytes | None]:
+    """Wrap ``pull`` so that it yields the file as published: the codings undone, last applied first."""
+    for coding in reversed(codings):
+        label = f"{shown}: Content-Encoding {coding}"
+        layer = _RawInput(pull, limits.max_archive_bytes, label, hashing=False)
+        decoder = _content_decoder(coding, layer, shown, limits)
+
+        def pull_decoded(decoder: _Decoder = decoder) -> bytes | None:
+            return decoder.read(_CODING_CHUNK) or None
+
+        pull = pull_decoded
+    return pull
+
+
+def _sniff(raw: _RawInput, shown: str, limits: ExtractLimits) -> _Decoder:
+    """Choose the decoder by the content's magic bytes (never by a file name)."""
+    head = raw.peek(6)
+    if not head:
+        raise ArchiveTruncatedError(f"{shown}: {_TRUNC}: the archive is empty")
+    if head.startswith(_GZIP_MAGIC):
+        return _GzipDecoder(raw, shown)
+    if head[:4] == _ZSTD_MAGIC or _is_skippable(head[:4]):
+        return _ZstdDecoder(raw, shown, limits.max_zstd_window_bytes)
+    if head.startswith(_XZ_MAGIC):
+        return _StreamsDecoder(raw, shown, "xz")
+    if head.startswith(_BZ2_MAGIC) and head[3:4].isdigit() and head[3:4] != b"0":
+        return _StreamsDecoder(raw, shown, "bzip2")
+    skippable_prefix = len(head) < 4 and head[0] & 0xF0 == 0x50 and b"\x2a\x4d\x18".startswith(head[1:])
+    magics = (_GZIP_MAGIC, _ZSTD_MAGIC, _XZ_MAGIC, b"BZh9")
+    if len(head) < 6 and (skippable_prefix or any(m.startswith(head) for m in magics)):
+        raise ArchiveTruncatedError(f"{shown}: {_TRUNC}: the input ends inside a compression magic number")
+    # A plain tar starts with a header whose magic at offset 257 is "ustar" (POSIX ustar, GNU and pax
+    # alike); anything else (an HTML error page, an unknown compression, a cut stub) is not an archive.
+    if raw.peek(_BLOCK)[257:262] != b"ustar":
+        raise ArchiveRejectedError(
+            f"{shown}: not an archive: no gzip, zstd, xz or bzip2 magic and no tar (ustar) header "
+            "(a bare executable needs agent.member_policy = \"none\")"
+        )
+    return _PlainDecoder(raw, shown)
 
 
 class _TarFeed:
@@ -387,7 +644,7 @@ class _TarFeed:
     checks can prove that only zero padding follows the end-of-archive position.
     """
 
-    def __init__(self, decoder: _PlainDecoder | _GzipDecoder | _ZstdDecoder, limit: int, shown: str) -> None:
+    def __init__(self, decoder: _Decoder, limit: int, shown: str) -> None:
         self._decoder = decoder
         self._limit = limit
         self._shown = shown
@@ -418,8 +675,10 @@ class _TarFeed:
                 self.nonzero_end = start + kept
         return out
 
-    def drain(self) -> None:
-        while self.read(_READ_BYTES):
+    def drain(self, at_most: int | None = None) -> None:
+        """Read to the end of the stream (or ``at_most`` more bytes), discarding."""
+        stop = None if at_most is None else self.total + at_most
+        while (stop is None or self.total < stop) and self.read(_READ_BYTES):
             pass
 
 
@@ -480,30 +739,30 @@ def extract_sync(
     Run it in a worker thread. On any failure the staging file, if it was created, is removed.
 
     Args:
-        pull: returns the next compressed chunk, None at the end of data; raises to abort.
+        pull: returns the next chunk, None at the end of data; raises to abort. Its first message may be
+            a tuple of content codings (``("gzip",)``): the chunks are then undone before anything else.
         staging_path: created here with O_CREAT|O_EXCL|O_NOFOLLOW, mode 0755 (a new inode: never an
             existing file, never one a process executes, case C09).
-        member: ``agent.member``, e.g. ``demo-agent-linux-amd64``.
-        policy: ``"exact"`` or ``"select"``.
+        member: ``agent.member``, e.g. ``demo-agent-linux-amd64`` (not used by policy ``none``).
+        policy: ``"exact"``, ``"select"`` or ``"none"`` (the file itself is the candidate).
         limits: the size and count bounds.
-        expected_sha256: 64 lowercase hex over the compressed bytes, or None.
+        expected_sha256: 64 lowercase hex over the file as published, or None.
         source_name: the redacted source, used in messages.
 
     Returns:
         The :class:`ExtractResult`; the staging file holds the member and is fsynced.
 
     Raises:
-        ArchiveRejectedError: a member rule, corrupt data or trailing data (C01-C04).
-        ArchiveTruncatedError: the compressed or tar stream ends early (C07).
+        ArchiveRejectedError: a member rule, not an archive, or trailing data (C01-C04).
+        ArchiveTruncatedError: any stream (content coding, compression, tar) cut or corrupt (C07, C28).
         ArchiveLimitError: a ``limits.*`` bound (C04).
-        DigestMismatchError: the compressed bytes do not match ``expected_sha256``.
+        DigestMismatchError: the file does not match ``expected_sha256``.
         NoSpaceError: ENOSPC/EDQUOT writing the staging file (C05).
         HostError: the staging file cannot be created or written for another reason.
         ConfigError: ``member`` is not a relative path.
     """
     want = member_parts(member)
     shown = source_name
-    raw = _RawInput(pull, limits.max_archive_bytes, shown)
     fd = -1
     done = False
     try:
@@ -513,23 +772,25 @@ def extract_sync(
             os.fchmod(fd, 0o755)  # the umask must not strip the execute bits
         except OSError as exc:
             raise _staging_error(exc, staging_path, "create") from None
-        magic = raw.peek(4)
-        decoder: _PlainDecoder | _GzipDecoder | _ZstdDecoder
-        if magic.startswith(_GZIP_MAGIC):
-            decoder = _GzipDecoder(raw, shown)
-        elif magic == _ZSTD_MAGIC:
-            decoder = _ZstdDecoder(raw, shown, limits.max_zstd_window_bytes)
-        elif magic.startswith((b"BZh", b"\xfd7zXZ")):
-            raise ArchiveRejectedError(f"{shown}: unsupported compression (only gzip, zstd or plain tar)")
-        else:
-            # A plain tar starts with a header whose magic at offset 257 is "ustar" (POSIX ustar, GNU and
-            # pax alike); anything else (an HTML error page, xz, a cut stub) is not an archive we read.
-            head = raw.peek(_BLOCK)
-            if head[257:262] != b"ustar":
-                raise ArchiveRejectedError(
-                    f"{shown}: not a gzip, zstd or tar archive (no gzip/zstd magic, no ustar header)"
-                )
-            decoder = _PlainDecoder(raw, shown)
+        first = pull()
+        codings: tuple[str, ...] = ()
+        if isinstance(first, tuple):
+            codings, first = first, pull()
+        replay: list[Message] = [first]
+
+        def pull_bytes() -> bytes | None:
+            message = replay.pop() if replay else pull()
+            if isinstance(message, tuple):
+                raise RuntimeError("content codings announced after the first chunk")
+            return message
+
+        file_pull = _undo_codings(pull_bytes, codings, shown, limits) if codings else pull_bytes
+        raw = _RawInput(file_pull, limits.max_archive_bytes, shown)
+        if policy == "none":
+            return_value = _stage_file(raw, fd, limits, shown, staging_path, expected_sha256, codings)
+            done = True
+            return return_value
+        decoder = _sniff(raw, shown, limits)
         feed = _TarFeed(decoder, limits.max_total_bytes, shown)
         result = _read_tar(feed, raw, fd, want, member, policy, limits, shown, staging_path)
         member_sha256, member_size, entries, end_offset = result
@@ -541,17 +802,10 @@ def extract_sync(
             )
         if feed.total < end_offset + _END_BLOCKS:
             raise ArchiveTruncatedError(
-                f"{shown}: archive truncated: no tar end-of-archive blocks at offset {end_offset}"
+                f"{shown}: {_TRUNC}: no tar end-of-archive blocks at offset {end_offset}"
             )
-        archive_sha256 = raw.hexdigest()
-        if expected_sha256 is not None and not hmac.compare_digest(archive_sha256, expected_sha256):
-            raise DigestMismatchError(
-                f"{shown}: sha256 of the archive is {archive_sha256}, expected {expected_sha256}"
-            )
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            raise _staging_error(exc, staging_path, "fsync") from None
+        archive_sha256 = _check_digest(raw, expected_sha256, shown)
+        _fsync(fd, staging_path)
         done = True
         return ExtractResult(
             member_sha256=member_sha256,
@@ -561,6 +815,7 @@ def extract_sync(
             decompressed_size=feed.total,
             compression=decoder.name,
             entries=entries,
+            content_codings=codings,
         )
     finally:
         if fd >= 0:
@@ -568,6 +823,56 @@ def extract_sync(
             if not done:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(staging_path)
+
+
+def _check_digest(raw: _RawInput, expected_sha256: str | None, shown: str) -> str:
+    archive_sha256 = raw.hexdigest()
+    if expected_sha256 is not None and not hmac.compare_digest(archive_sha256, expected_sha256):
+        raise DigestMismatchError(
+            f"{shown}: sha256 of the archive is {archive_sha256}, expected {expected_sha256}"
+        )
+    return archive_sha256
+
+
+def _fsync(fd: int, staging_path: str) -> None:
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        raise _staging_error(exc, staging_path, "fsync") from None
+
+
+def _stage_file(
+    raw: _RawInput,
+    fd: int,
+    limits: ExtractLimits,
+    shown: str,
+    staging_path: str,
+    expected_sha256: str | None,
+    codings: tuple[str, ...],
+) -> ExtractResult:
+    """Policy ``none``: the file as published is the candidate; its bytes go to the staging file as is."""
+    size = 0
+    while chunk := raw.read_chunk():
+        size += len(chunk)
+        if size > limits.max_member_bytes:
+            raise ArchiveLimitError(
+                f"{shown}: the file exceeds limits.max_member_bytes = {limits.max_member_bytes} bytes"
+            )
+        _write_all(fd, chunk, staging_path)
+    if size == 0:
+        raise ArchiveRejectedError(f"{shown}: the downloaded file is empty (agent.member_policy = \"none\")")
+    digest = _check_digest(raw, expected_sha256, shown)
+    _fsync(fd, staging_path)
+    return ExtractResult(
+        member_sha256=digest,
+        member_size=size,
+        archive_sha256=digest,
+        archive_size=size,
+        decompressed_size=size,
+        compression="none",
+        entries=1,
+        content_codings=codings,
+    )
 
 
 def _read_tar(
@@ -621,9 +926,15 @@ def _read_tar(
             found = _copy_member(tf, info, fd, shown, staging_path)
         end_offset = tf.offset
     except tarfile.TarError as exc:
-        if feed.ended or raw.ended:
+        cut = feed.ended or raw.ended
+        if not cut:
+            # bzip2 checks a block's CRC only at the block's end (<= 900 kB of output): read a little
+            # further so that corruption is reported as such, not as the garbage it decoded to.
+            with contextlib.suppress(ArchiveRejectedError, ArchiveLimitError):
+                feed.drain(_CORRUPTION_WINDOW)
+        if cut:
             raise ArchiveTruncatedError(
-                f"{shown}: archive truncated: tar stream ends early at decompressed offset {feed.total}"
+                f"{shown}: {_TRUNC}: tar stream ends early at decompressed offset {feed.total}"
             ) from None
         raise ArchiveRejectedError(f"{shown}: not a valid tar archive: {exc}") from None
     if found is None:
@@ -648,13 +959,13 @@ def _copy_member(
         size += len(data)
     if size != info.size:
         raise ArchiveTruncatedError(
-            f"{shown}: archive truncated: member {info.name!r} has {size} of its {info.size} bytes"
+            f"{shown}: {_TRUNC}: member {info.name!r} has {size} of its {info.size} bytes"
         )
     return digest.hexdigest(), size
 
 
 async def extract(
-    feed: Callable[[ChunkSink], Awaitable[object]],
+    feed: Callable[[ChunkSink, CodingSink], Awaitable[object]],
     staging_path: str,
     *,
     member: str,
@@ -666,14 +977,15 @@ async def extract(
     """Run ``feed`` (the fetch) and the extraction together; stage the member at ``staging_path``.
 
     Args:
-        feed: called once with a sink; must await the sink with each compressed chunk and return once
-            all bytes were delivered (e.g. ``lambda sink: agent.fetch.fetch(src, policy, sink)``).
-            Raising aborts the extraction.
+        feed: called once with a chunk sink and a coding sink; must await the chunk sink with each chunk
+            and return once all bytes were delivered; may await the coding sink once, before the first
+            chunk, with the content codings the server applied (e.g. ``lambda sink, coding:
+            agent.fetch.fetch(src, policy, sink, content_coding=coding)``). Raising aborts the extraction.
         staging_path: new file to create (O_EXCL, 0755), fsynced on success.
         member: ``agent.member``.
         policy: ``agent.member_policy``.
         limits: ``[limits]``.
-        expected_sha256: 64 lowercase hex over the compressed bytes (see ``agent.fetch.parse_sha256``).
+        expected_sha256: 64 lowercase hex over the file as published (see ``agent.fetch.parse_sha256``).
         source_name: the redacted source for messages.
 
     Returns:
@@ -685,14 +997,17 @@ async def extract(
     Cancellation: the worker thread is never abandoned: it sees the chunk stream close, stops, and
     removes the staging file before the cancellation propagates.
     """
-    send, receive = anyio.create_memory_object_stream[bytes | None](max_buffer_size=_STREAM_DEPTH)
+    send, receive = anyio.create_memory_object_stream[Message](max_buffer_size=_STREAM_DEPTH)
+
+    async def announce(codings: tuple[str, ...]) -> None:
+        await send.send(tuple(codings))
 
     async def produce() -> None:
         async with send:
-            await feed(send.send)
+            await feed(send.send, announce)
             await send.send(None)
 
-    def pull() -> bytes | None:
+    def pull() -> Message:
         try:
             return anyio.from_thread.run(receive.receive)
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):

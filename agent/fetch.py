@@ -19,6 +19,13 @@ The bytes are handed, as they arrive, to an async *sink* (the extraction pipelin
   gives no way to tell a complete body from a cut one. We accept it here and rely on the archive's own end
   checks (gzip trailer with CRC32 and ISIZE, zstd frame end, tar end-of-archive blocks; see
   :mod:`agent.extract`), which make every truncation fail anyway.
+- Content codings (case C27): every request asks for ``Accept-Encoding: identity``. A server or proxy
+  that applies a ``Content-Encoding`` anyway (``gzip``/``x-gzip``, ``deflate``, ``zstd``, in any
+  combination) has its codings announced to the consumer (``content_coding``) before the first chunk;
+  the consumer (:mod:`agent.extract`) undoes them in its worker thread, before hashing, so the sha256 is
+  always over the file as published. ``br`` (no brotli decoder among our dependencies) and any other
+  coding are refused, naming the coding. Content-Length, ``max_bytes`` and the truncation rules apply to
+  the bytes on the wire (the raw stream, never httpx's decoded one).
 - Time: ``timeout_s`` bounds the whole transfer (including time the sink spends), and an idle timeout
   (default 30 s) bounds every single wait for the network: :class:`~upgrade_core.errors.FetchTimeoutError`.
 - Foreign errors (``httpx.*``, ``OSError``) are translated here, with the redacted URL, ``from None``:
@@ -48,6 +55,7 @@ import httpx
 
 from upgrade_core.errors import (
     ArchiveLimitError,
+    FetchContentEncodingError,
     FetchError,
     FetchHTTPError,
     FetchLengthMismatchError,
@@ -59,8 +67,10 @@ from .errors import UsageError
 from .redact import redact_url
 
 __all__ = [
+    "SUPPORTED_CODINGS",
     "AllowHttp",
     "ChunkSink",
+    "CodingSink",
     "FetchPolicy",
     "FetchResult",
     "ProgressCallback",
@@ -76,12 +86,16 @@ __all__ = [
 AllowHttp = Literal["never", "loopback", "always"]
 ChunkSink = Callable[[bytes], Awaitable[None]]
 """Receives each chunk of the body, in order; may apply backpressure by awaiting."""
+CodingSink = Callable[[tuple[str, ...]], Awaitable[None]]
+"""Receives the response's content codings (lower case, in the order applied), once, before any chunk."""
 ProgressCallback = Callable[[int, int | None], None]
 """Called as ``progress(bytes_so_far, total_bytes_or_None)`` after each chunk; must not block."""
 
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _SHA256_RE = re.compile(r"[0-9a-fA-F]{64}")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+SUPPORTED_CODINGS = frozenset({"gzip", "x-gzip", "deflate", "zstd"})
+"""Content codings a consumer can undo (agent.extract); ``identity`` is no coding at all."""
 
 
 @attrs.frozen
@@ -189,6 +203,40 @@ def parse_source(source: str) -> SourceTarget:
     raise UsageError(f"{shown}: unsupported source scheme {scheme!r} (https, http, file or a path)")
 
 
+def content_codings(values: list[str], shown: str) -> tuple[str, ...]:
+    """The content codings of a response, in the order the server applied them (RFC 9110 8.4).
+
+    Args:
+        values: every ``Content-Encoding`` header value, in order.
+        shown: the redacted URL, for messages.
+
+    Returns:
+        Lower-case codings without ``identity``, e.g. ``("gzip",)``; ``()`` for an unencoded body.
+
+    Raises:
+        FetchContentEncodingError: a coding outside :data:`SUPPORTED_CODINGS` (``br``: no brotli decoder
+            is among our dependencies), named in the message, or more than four codings.
+    """
+    codings = tuple(
+        c for value in values for c in (p.strip().lower() for p in value.split(",")) if c and c != "identity"
+    )
+    for c in codings:
+        if c == "br":
+            raise FetchContentEncodingError(
+                f"{shown}: the server applied Content-Encoding br (brotli), which this agent cannot "
+                "decode (no brotli decoder installed); serve the file unencoded (identity was asked)"
+            )
+        if c not in SUPPORTED_CODINGS:
+            shown_c = c.encode("ascii", "backslashreplace").decode("ascii")[:40]
+            raise FetchContentEncodingError(
+                f"{shown}: unsupported Content-Encoding {shown_c} (gzip, deflate and zstd are undone; "
+                "identity was asked)"
+            )
+    if len(codings) > 4:
+        raise FetchContentEncodingError(f"{shown}: more than four content codings ({', '.join(codings)})")
+    return codings
+
+
 def _origin(url: str) -> tuple[str, str, int | None]:
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
@@ -275,8 +323,9 @@ async def fetch(
     max_bytes: int | None = None,
     progress: ProgressCallback | None = None,
     ssl_context: ssl.SSLContext | None = None,
+    content_coding: CodingSink | None = None,
 ) -> FetchResult:
-    """Stream ``source`` into ``sink`` chunk by chunk.
+    """Stream ``source`` into ``sink`` chunk by chunk, as the bytes arrive on the wire.
 
     Args:
         source: ``https://``/``http://`` URL (userinfo becomes Basic auth for the source's origin only),
@@ -288,6 +337,9 @@ async def fetch(
         max_bytes: ``limits.max_archive_bytes``: a longer announced or delivered body fails early.
         progress: called with (bytes so far, total or None) after each chunk.
         ssl_context: trust store for https (default: the system's).
+        content_coding: awaited once, before the first chunk, when the server applied a
+            ``Content-Encoding`` although we asked for identity; the chunks are then the encoded bytes
+            and the consumer must undo the codings. None: such a response is refused.
 
     Returns:
         A :class:`FetchResult`; by then every byte was handed to ``sink`` and the length rules held.
@@ -300,6 +352,8 @@ async def fetch(
         FetchLengthMismatchError: body length differs from ``Content-Length`` or the chunked body was
             cut (C06).
         FetchTimeoutError: ``timeout_s`` or the idle timeout ran out.
+        FetchContentEncodingError: a ``Content-Encoding`` we cannot undo (``br``, ``compress``, ...),
+            or any one when ``content_coding`` is None; the message names it.
         ArchiveLimitError: the body exceeds ``max_bytes``.
 
     Cancellation: no effect beyond the chunks already handed to ``sink``.
@@ -309,7 +363,9 @@ async def fetch(
     try:
         with anyio.fail_after(policy.timeout_s):
             if target.local_path is None:
-                return await _fetch_http(source, policy, sink, headers, max_bytes, progress, ssl_context)
+                return await _fetch_http(
+                    source, policy, sink, headers, max_bytes, progress, ssl_context, content_coding
+                )
             return await _fetch_file(target.local_path, shown, policy, sink, max_bytes, progress)
     except TimeoutError:
         raise FetchTimeoutError(
@@ -428,9 +484,13 @@ async def _fetch_http(
     max_bytes: int | None,
     progress: ProgressCallback | None,
     ssl_context: ssl.SSLContext | None,
+    content_coding: CodingSink | None,
 ) -> FetchResult:
     url, basic = _strip_userinfo(source)
-    plain_headers = {k: v for k, v in (headers or {}).items() if k.lower() != "authorization"}
+    plain_headers = {
+        k: v for k, v in (headers or {}).items() if k.lower() not in ("authorization", "accept-encoding")
+    }
+    plain_headers["Accept-Encoding"] = "identity"  # C27: the file as published, not a re-encoding of it
     credentials = {k: v for k, v in (headers or {}).items() if k.lower() == "authorization"}
     if basic is not None and not credentials:
         credentials = {"Authorization": basic}
@@ -470,7 +530,9 @@ async def _fetch_http(
                         f"{redact_url(url)}: HTTP {response.status_code} {response.reason_phrase}".rstrip(),
                         response.status_code,
                     )
-                return await _stream_body(response, url, policy, sink, max_bytes, progress, hop)
+                return await _stream_body(
+                    response, url, policy, sink, max_bytes, progress, hop, content_coding
+                )
             finally:
                 with anyio.CancelScope(shield=True):
                     await response.aclose()
@@ -487,8 +549,14 @@ async def _stream_body(
     max_bytes: int | None,
     progress: ProgressCallback | None,
     redirects: int,
+    content_coding: CodingSink | None,
 ) -> FetchResult:
     shown = redact_url(url)
+    codings = content_codings(response.headers.get_list("content-encoding"), shown)
+    if codings and content_coding is None:
+        raise FetchContentEncodingError(
+            f"{shown}: the server applied Content-Encoding {', '.join(codings)} although identity was asked"
+        )
     length_header = response.headers.get("content-length")
     announced: int | None = None
     if length_header is not None and "chunked" not in response.headers.get("transfer-encoding", "").lower():
@@ -499,8 +567,10 @@ async def _stream_body(
             raise ArchiveLimitError(
                 f"{shown}: Content-Length {announced} is above limits.max_archive_bytes = {max_bytes}"
             )
+    if codings and content_coding is not None:
+        await content_coding(codings)
     received = 0
-    chunks = response.aiter_raw(policy.chunk_bytes)
+    chunks = response.aiter_raw(policy.chunk_bytes)  # the wire bytes: httpx decodes nothing here
     while True:
         try:
             chunk = await chunks.__anext__()

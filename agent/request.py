@@ -20,7 +20,7 @@ from upgrade_core.errors import FetchError
 from .errors import UsageError
 from .fetch import AllowHttp, check_http_allowed, parse_sha256, parse_source
 from .redact import redact_url
-from .verify import parse_version
+from .verify import normalise_version
 
 __all__ = ["check_source", "make_request"]
 
@@ -75,8 +75,10 @@ def make_request(
         allow_http: ``download.allow_http``.
         sha256: 64 hex digits, optionally prefixed ``sha256:``; None or "" for none.
         operation: ``[A-Za-z0-9._-]{1,64}`` (SPEC 4.3 step 1); None for a fresh uuid4 hex.
-        expect_version: a version token as the verifier reads it (``v?\\d+(\\.\\d+)+\\S*``, SPEC 4.3 step 4),
-            at most 128 characters; None for any.
+        expect_version: a version token as the verifier reads it (an optional ``v``, two or more
+            dot-separated numbers, an optional ``-pre.release`` and ``+build`` metadata; see
+            ``agent.verify.normalise_version``), at most 128 characters; None for any. It is compared
+            with the candidate's version after both are normalised (no leading ``v``).
 
     Returns:
         The request; its ``source_redacted`` is the only form of ``archive`` that is journaled.
@@ -90,7 +92,8 @@ def make_request(
     if not OPERATION_ID_RE.fullmatch(op):
         raise UsageError(f"--operation {op!r}: must match [A-Za-z0-9._-]{{1,64}}")
     if expect_version is not None and (
-        len(expect_version) > _MAX_VERSION_CHARS or parse_version(expect_version) != expect_version
+        len(expect_version) > _MAX_VERSION_CHARS or normalise_version(expect_version) is None
     ):
-        raise UsageError(f"--expect-version {expect_version!r}: not a version such as 1.2.3 or v1.2.3-rc.1")
+        shown = expect_version[:_MAX_VERSION_CHARS].encode("unicode_escape").decode("ascii")
+        raise UsageError(f"--expect-version \"{shown}\": not a version such as 1.2.3 or v1.2.3-rc.1+build.7")
     return UpgradeRequest(op, archive, source_redacted, digest, expect_version)

@@ -1,8 +1,9 @@
 """``ArchiveSourceImpl``: the real :class:`upgrade_core.ports.ArchiveSource` (SPEC 4.3 step 3, SPEC 6).
 
 Fetch (:mod:`agent.fetch`) and extraction (:mod:`agent.extract`) run as one streaming pass: the archive
-is never stored whole, its sha256 is taken on the way, and only the member reaches the disk, in the
-staging file the host prepared.
+is never stored whole, its sha256 is taken on the way (over the file as published: a content coding the
+server applied is undone first), and only the member (or, with member policy ``none``, the file itself)
+reaches the disk, in the staging file the host prepared.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from upgrade_core import Slot
 from upgrade_core.ports import StagedCandidate
 
 from .extract import ExtractLimits, MemberPolicy, extract, member_parts
-from .fetch import ChunkSink, FetchPolicy, ProgressCallback, fetch, parse_sha256
+from .fetch import ChunkSink, CodingSink, FetchPolicy, ProgressCallback, fetch, parse_sha256
 from .redact import redact_url
 
 __all__ = ["ArchiveSourceImpl"]
@@ -30,7 +31,8 @@ class ArchiveSourceImpl:
         download: ``[download]`` rules (http policy, redirects, timeouts).
         limits: ``[limits]`` bounds, bytes and entries.
         member: ``agent.member`` with ``{name}``/``{arch}`` already substituted.
-        member_policy: ``"exact"`` or ``"select"`` (SPEC 6).
+        member_policy: ``"exact"``, ``"select"`` (SPEC 6) or ``"none"`` (the file itself is the
+            candidate, no archive).
         progress: optional ``progress(bytes_so_far, total_or_None)`` for the CLI's bar or log lines.
         headers: extra request headers (e.g. ``Authorization``), sent to the source's origin only.
         ssl_context: https trust store; None means the system's.
@@ -57,7 +59,8 @@ class ArchiveSourceImpl:
 
         Args:
             source: URL or path (may carry secrets; only ``redact_url(source)`` is ever shown).
-            expected_sha256: over the compressed bytes; 64 hex, ``sha256:`` prefix accepted; or None.
+            expected_sha256: over the file as published (any content coding the server applied is undone
+                first); 64 hex, ``sha256:`` prefix accepted; or None.
             staging_path: from ``Host.prepare_staging``; created here exclusively, mode 0755.
             slot: the (inactive) slot the candidate is for.
 
@@ -76,7 +79,7 @@ class ArchiveSourceImpl:
         """
         digest = parse_sha256(expected_sha256)
 
-        async def feed(sink: ChunkSink) -> object:
+        async def feed(sink: ChunkSink, coding: CodingSink) -> object:
             return await fetch(
                 source,
                 self.download,
@@ -85,6 +88,7 @@ class ArchiveSourceImpl:
                 max_bytes=self.limits.max_archive_bytes,
                 progress=self.progress,
                 ssl_context=self.ssl_context,
+                content_coding=coding,
             )
 
         result = await extract(

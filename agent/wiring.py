@@ -292,6 +292,7 @@ async def wire(
             version_args=cfg.agent.version_args,
             timeout_s=cfg.verify.timeout_s,
             max_output_bytes=cfg.verify.max_output_bytes,
+            version_regex=cfg.verify.version_regex,
         ),
         service=service_manager(cfg, config_path),
         probe=make_probe(cfg.health.http_probe, cfg.health.command_probe),

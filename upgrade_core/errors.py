@@ -39,7 +39,8 @@ class ArchiveRejectedError(CandidateError):
 
 
 class ArchiveTruncatedError(CandidateError):
-    """The archive (or its compressed stream) ended before its proper end (case C07)."""
+    """The archive, its compressed stream or the response's content coding ended before its proper end
+    or is corrupt ("archive truncated/corrupt"; cases C07, C28): one error for every format."""
 
 
 class ArchiveLimitError(CandidateError):
@@ -81,6 +82,10 @@ class FetchHTTPError(FetchError):
 
 class FetchLengthMismatchError(FetchError):
     """The body was shorter or longer than its ``Content-Length``, or ended early (case C06)."""
+
+
+class FetchContentEncodingError(FetchError):
+    """The server applied a ``Content-Encoding`` that cannot be undone (``br``, ``compress``, ...; C27)."""
 
 
 class FetchRedirectError(FetchError):

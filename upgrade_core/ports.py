@@ -240,7 +240,8 @@ class Verifier(Protocol):
     """Runs a candidate's version command (SPEC 4.3 step 4, case C10)."""
 
     async def verify(self, path: str, expected_version: str | None) -> str:
-        """Run ``path`` with the configured version arguments; return the reported version.
+        """Run ``path`` with the configured version arguments; return the reported version, normalised
+        (without a leading ``v``: ``v1.2.3`` is ``1.2.3``; case C29).
 
         Raises:
             upgrade_core.errors.VerifyError, VerifyTimeoutError, VersionMismatchError.

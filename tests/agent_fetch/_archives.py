@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import io
+import lzma
 import tarfile
 from collections.abc import Iterable, Sequence
 
@@ -54,12 +56,28 @@ def tar_end_offset(entries: Sequence[Entry]) -> int:
     return sum(512 + (-(-len(e.data) // 512) * 512 if e.kind == "reg" else 0) for e in entries)
 
 
+HOWS = ("tar", "gzip", "gzip-2", "zstd", "zstd-2", "xz", "xz-2", "bzip2", "bzip2-2")
+
+
 def compress(data: bytes, how: str) -> bytes:
-    """``how`` is "tar" (none), "gzip" or "zstd" (with a content checksum)."""
+    """``how`` is one of :data:`HOWS`: "tar" (none), "gzip", "zstd" (with a content checksum), "xz",
+    "bzip2"; a "-2" suffix splits the data in two members / frames / streams (a zstd one adds skippable
+    frames around them, an xz one stream padding). Encoded by the standard library and zstandard."""
+    if how.endswith("-2"):
+        base, half = how[:-2], len(data) // 2
+        first, second = compress(data[:half], base), compress(data[half:], base)
+        if base == "zstd":
+            skip = (0x184D2A5A).to_bytes(4, "little") + (3).to_bytes(4, "little") + b"abc"
+            return skip + first + skip + second
+        return first + (bytes(4) if base == "xz" else b"") + second
     if how == "gzip":
         return gzip.compress(data, compresslevel=6, mtime=0)
     if how == "zstd":
         return zstandard.ZstdCompressor(level=3, write_checksum=True).compress(data)
+    if how == "xz":
+        return lzma.compress(data, format=lzma.FORMAT_XZ)
+    if how == "bzip2":
+        return bz2.compress(data)
     return data
 
 

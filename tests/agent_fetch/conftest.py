@@ -58,7 +58,7 @@ def https_server(tls_pair: tuple[ssl.SSLContext, ssl.SSLContext]) -> Iterator[Lo
 def feed_bytes(data: bytes, chunk: int = 65536):  # type: ignore[no-untyped-def]
     """A feed for ``agent.extract.extract`` delivering ``data`` in ``chunk``-byte pieces."""
 
-    async def feed(sink) -> None:  # type: ignore[no-untyped-def]
+    async def feed(sink, _coding) -> None:  # type: ignore[no-untyped-def]
         for i in range(0, len(data), chunk):
             await sink(data[i : i + chunk])
 

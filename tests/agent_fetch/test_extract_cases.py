@@ -271,10 +271,18 @@ async def test_c09_symlink_at_staging_path_is_not_followed(staging: Path, tmp_pa
 
 
 
+async def test_not_an_archive(staging: Path) -> None:
+    err = await _refused(b"<html>502 Bad Gateway</html>\n" * 40, staging, ArchiveRejectedError)
+    assert "not an archive" in str(err) and "member_policy" in str(err)
+
+
 @pytest.mark.parametrize(
     "data",
-    [b"<html>502 Bad Gateway</html>\n", b"\xfd7zXZ\x00" + bytes(600), b"BZh91AY&SY" + bytes(600), b""],
-    ids=["html", "xz", "bzip2", "empty"],
+    [b"\xfd7zXZ\x00" + bytes(600), b"BZh91AY&SY" + bytes(600), b"", b"\x1f", b"\x28\xb5\x2f", b"\xfd7zX"],
+    ids=["xz-zeros", "bzip2-zeros", "empty", "gzip-magic-cut", "zstd-magic-cut", "xz-magic-cut"],
 )
-async def test_not_an_archive(staging: Path, data: bytes) -> None:
-    await _refused(data, staging, ArchiveRejectedError)
+async def test_corrupt_or_empty_is_the_truncation_error(staging: Path, data: bytes) -> None:
+    """A compression magic followed by garbage, an empty body, a body cut inside a magic number: all are
+    "archive truncated/corrupt" (C28), never a second kind of error."""
+    err = await _refused(data, staging, ArchiveTruncatedError)
+    assert "archive truncated/corrupt" in str(err)

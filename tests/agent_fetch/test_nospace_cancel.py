@@ -106,7 +106,7 @@ async def test_cancelling_extract_always_surfaces_as_the_cancellation(tmp_path: 
     for round_ in range(40):
         staging = tmp_path / f"s{round_}"
 
-        async def feed(send) -> None:  # type: ignore[no-untyped-def]
+        async def feed(send, _coding) -> None:  # type: ignore[no-untyped-def]
             await send(data[: len(data) // 2])
             await anyio.sleep_forever()
 

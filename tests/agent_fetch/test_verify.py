@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
 import anyio
 import pytest
 
-from agent.verify import VerifierImpl, parse_version
+from agent.verify import VerifierImpl, compile_version_regex, normalise_version, parse_version
 from tests._proc import wait_dead
 from upgrade_core.errors import VerifyError, VerifyTimeoutError, VersionMismatchError
 
@@ -29,26 +30,119 @@ def _read_pid(path: Path) -> int:
     return int(path.read_text().split()[0])
 
 
-@pytest.mark.parametrize(
-    ("output", "want"),
-    [
-        ("demo-agent version v1.2.3 (abc)\n", "v1.2.3"),
-        ("1.2.3+build.7\n", "1.2.3+build.7"),
-        ("agent 10.0-rc1 2.3.4\n", "10.0-rc1"),
-        ("agent 10 build-2.3 2.3.4\n", "2.3.4"),
-        ("v2 release\n", None),
-        ("", None),
-    ],
-)
+# The default token (C29): expected normalised versions written down; None = no token on any line.
+PARSE_CASES = [
+    ("demo-agent version v1.2.3 (abc)\n", "1.2.3"),
+    ("v1.2.3\n", "1.2.3"),
+    ("agent 1.4.0, build x\n", "1.4.0"),
+    ("agent 1.4.0, build 3f2a9c1\n", "1.4.0"),
+    ("jq-1.6\n", "1.6"),
+    ("jq-1.7.1\n", "1.7.1"),
+    ("Version: 1.2.3\n", "1.2.3"),
+    ("1.2.3-rc.1+abc\n", "1.2.3-rc.1+abc"),
+    ("1.2.3+build.7\n", "1.2.3+build.7"),
+    ("tool (1.2.3).\n", "1.2.3"),
+    ("esbuild 0.20.2\n", "0.20.2"),
+    ("OpenSSL 3.0.11 19 Sep 2023 (Library: OpenSSL 3.0.11 19 Sep 2023)\n", "3.0.11"),  # same token twice
+    ("usage: tool [opts]\ntool version 2.0.1\n", "2.0.1"),  # the first line that has one
+    ("v2 release\n", None),  # one number is not a version
+    ("go version go1.22.1 linux/amd64\n", None),  # letters glued to the number do not delimit it
+    ("1.2.3.x\n", None),
+    ("", None),
+]
+
+
+@pytest.mark.parametrize(("output", "want"), PARSE_CASES)
 def test_parse_version(output: str, want: str | None) -> None:
     assert parse_version(output) == want
 
 
-async def test_reports_version_and_strips_v_for_comparison(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "output", ["agent 10.0-rc1 2.3.4\n", "agent 10 build-2.3 2.3.4\n", "curl 7.88.1 zlib/1.2.13\n"]
+)
+def test_two_different_tokens_on_the_first_line_are_ambiguous(output: str) -> None:
+    with pytest.raises(VerifyError, match="ambiguous"):
+        parse_version(output)
+
+
+@pytest.mark.parametrize(
+    ("token", "want"),
+    [("v1.2.3", "1.2.3"), ("1.2.3-rc.1+abc", "1.2.3-rc.1+abc"), ("V0.1", "0.1"), ("1.4.0,", None),
+     ("latest", None), ("1", None), ("v1.2.3 ", None)],
+)
+def test_normalise_version(token: str, want: str | None) -> None:
+    assert normalise_version(token) == want
+
+
+def test_custom_version_regex() -> None:
+    pattern = compile_version_regex(r"go(\d+\.\d+(?:\.\d+)?)")
+    assert parse_version("go version go1.22.1 linux/amd64\n", pattern) == "1.22.1"
+    for bad, why in [(r"\d+", "exactly one capture group, found 0"), (r"(a)(b)", "found 2"), ("(", "valid")]:
+        with pytest.raises(ValueError, match=why):
+            compile_version_regex(bad)
+
+
+async def test_reports_normalised_version_and_compares_normalised(tmp_path: Path) -> None:
     path = _script(tmp_path, "ok", 'test "$1" = version || exit 9\necho "demo-agent version v1.2.3 (abc)"\n')
-    assert await VerifierImpl().verify(path, "1.2.3") == "v1.2.3"
-    assert await VerifierImpl().verify(path, "v1.2.3") == "v1.2.3"
-    assert await VerifierImpl().verify(path, None) == "v1.2.3"
+    assert await VerifierImpl().verify(path, "1.2.3") == "1.2.3"
+    assert await VerifierImpl().verify(path, "v1.2.3") == "1.2.3"
+    assert await VerifierImpl().verify(path, None) == "1.2.3"
+
+
+# C29: what real tools print, through a real process; (script body, version recorded, --expect-version).
+TOOL_OUTPUTS = [
+    ('echo v1.2.3', "1.2.3", "1.2.3"),
+    ('echo "agent 1.4.0, build x"', "1.4.0", "1.4.0"),
+    ('echo jq-1.6', "1.6", "v1.6"),
+    ('echo "Version: 1.2.3" >&2', "1.2.3", "1.2.3"),  # stderr only
+    ('echo 1.2.3-rc.1+abc', "1.2.3-rc.1+abc", "v1.2.3-rc.1+abc"),
+    ('echo "starting..."; echo "tool 9.9.9" >&2', "9.9.9", "9.9.9"),  # stdout has no token: stderr
+    ('echo "tool 2.0.0"; echo "warning: 1.0.0 is deprecated" >&2', "2.0.0", "2.0.0"),  # stdout first
+]
+
+
+@pytest.mark.parametrize(("body", "want", "expect"), TOOL_OUTPUTS)
+async def test_c29_version_outputs_as_tools_print_them(
+    tmp_path: Path, body: str, want: str, expect: str
+) -> None:
+    path = _script(tmp_path, "tool", body + "\n")
+    assert await VerifierImpl().verify(path, None) == want
+    assert await VerifierImpl().verify(path, expect) == want
+    mismatch = f"reports version {re.escape(want)}, expected 0.0.1"
+    with pytest.raises(VersionMismatchError, match=mismatch):
+        await VerifierImpl().verify(path, "0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        ("printf 'tool \\377\\376 1.2.3\\n'", "not UTF-8 text on stdout"),
+        ("printf 'tool\\0001.2.3\\n'", "binary output on stdout"),
+        ("printf 'x' >&2; printf '\\177ELF 1.2.3' >&2", "binary output on stderr"),
+        ("echo 'agent 1.2.3 (core 1.2.4)'", "ambiguous: 1.2.3 and 1.2.4"),
+        ("echo 'hello'; echo 'world' >&2", 'no version token: "hello"'),
+    ],
+    ids=["non-utf8", "nul", "binary-stderr", "two-tokens", "no-token"],
+)
+async def test_c29_unreadable_version_output_is_one_line(tmp_path: Path, body: str, match: str) -> None:
+    path = _script(tmp_path, "tool", body + "\n")
+    with pytest.raises(VerifyError, match=match) as info:
+        await VerifierImpl().verify(path, None)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(path) and "b'" not in message
+
+
+async def test_version_regex_in_the_verifier(tmp_path: Path) -> None:
+    path = _script(tmp_path, "go", "echo 'go version go1.22.1 linux/amd64'\n")
+    assert await VerifierImpl(version_regex=r"\bgo(\d+(?:\.\d+)+)").verify(path, "1.22.1") == "1.22.1"
+    with pytest.raises(VerifyError, match="no version token"):
+        await VerifierImpl().verify(path, None)
+
+
+async def test_stderr_is_bounded_too(tmp_path: Path) -> None:
+    path = _script(tmp_path, "chatty", "yes 1.2.3 >&2\n")
+    with anyio.fail_after(HANG_GUARD_S), pytest.raises(VerifyError, match="4096 on stderr"):
+        await VerifierImpl(max_output_bytes=4096).verify(path, None)
 
 
 async def test_custom_version_args_and_stderr(tmp_path: Path) -> None:

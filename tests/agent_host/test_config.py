@@ -116,7 +116,13 @@ path = "/srv/m2"
         (MINIMAL + 'exec_args = "--x"\n', "agent.exec_args", "must be an array"),
         (MINIMAL + "version_args = [1]\n", "agent.version_args[0]", "must be a string"),
         (MINIMAL + 'member = ""\n', "agent.member", "empty"),
-        (MINIMAL + 'member_policy = "any"\n', "agent.member_policy", 'must be "exact" or "select"'),
+        (MINIMAL + 'member_policy = "any"\n', "agent.member_policy", 'must be "exact", "select" or "none"'),
+        (MINIMAL + "[verify]\nversion_regex = '\\\\d+'\n", "verify.version_regex",
+         "must have exactly one capture group, found 0"),
+        (MINIMAL + "[verify]\nversion_regex = '(a)(b)'\n", "verify.version_regex", "found 2"),
+        (MINIMAL + "[verify]\nversion_regex = '(1'\n", "verify.version_regex",
+         "must be a valid regular expression"),
+        (MINIMAL + "[verify]\nversion_regex = 5\n", "verify.version_regex", "must be a string"),
         (MINIMAL + 'color = "red"\n', "agent.color", "unknown key"),
         (MINIMAL + "[host]\nroot = \"opt\"\n", "host.root", "absolute"),
         (MINIMAL + "[host]\nlegacy_root = \"usr/local\"\n", "host.legacy_root", "absolute"),
@@ -169,7 +175,9 @@ def test_bad_value_message_is_exactly_one_line(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL + 'member_policy = "any"\n')
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert str(info.value) == f"{path}: agent.member_policy: must be \"exact\" or \"select\", got 'any'"
+    assert str(info.value) == (
+        f"{path}: agent.member_policy: must be \"exact\", \"select\" or \"none\", got 'any'"
+    )
 
 
 def test_invalid_toml_and_missing_file_name_the_file(tmp_path: Path) -> None:

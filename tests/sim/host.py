@@ -98,7 +98,7 @@ def archive_sha256(cand: Candidate) -> str:
 def make_candidate(label: str, behavior: Behavior) -> Candidate:
     """A candidate whose digest derives from ``label``; version ``1.<n>`` style from the label."""
     sha = hashlib.sha256(label.encode()).hexdigest()
-    return Candidate(sha, f"v1.{int(sha[:4], 16)}", behavior)
+    return Candidate(sha, f"1.{int(sha[:4], 16)}", behavior)
 
 
 @attrs.frozen
@@ -498,7 +498,7 @@ class SimVerifier:
         if expected_version is not None and expected_version.lstrip("v") != cand.version.lstrip("v"):
             raise VersionMismatchError(f"sim: {path}: reported {cand.version}, expected {expected_version}")
         self.w.verified_digests.add(cand.sha256)
-        return cand.version
+        return cand.version.removeprefix("v")  # the normalised version, as agent.verify records it (C29)
 
 
 class SimService:
