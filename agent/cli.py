@@ -27,7 +27,8 @@ EXIT_CODES_HELP = """exit codes:
   0    committed or noop; recover left no open episode
   1    rolled_back or aborted: the host runs its previous good binary
   2    usage, configuration, not installed, already installed
-  3    needs_attention; journal corrupt, newer or poisoned; a failure after the switch
+  3    needs_attention; journal corrupt, newer or poisoned; a failure after the switch;
+       a reset/uninstall that removed only part of what it made
   4    the host refused: permission, ownership, file type, read-only file system; nothing was changed
   75   busy: another process holds the host lock (or the journal)
   130  interrupted twice"""

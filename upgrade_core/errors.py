@@ -156,6 +156,14 @@ class HostRefusedError(HostError):
         self.path = path
 
 
+class CleanupIncompleteError(HostError):
+    """``reset``/``uninstall`` (or a failed install's clean-up) removed part of what it made and could not
+    remove the rest: the message names the first path and why; an operator must look. Exit 3 (exit 1 keeps
+    its one meaning: rolled back or aborted, SPEC 10)."""
+
+    exit_code: ClassVar[int] = 3
+
+
 # -- journal ---------------------------------------------------------------------------------------
 class JournalError(UpgradeError):
     """The journal cannot be trusted or written; nothing of it can be journaled. Exit 3.

@@ -25,12 +25,13 @@ def _cleanup_outcome(out: Cleanup) -> Outcome:
     error (the first one), the others go with it as ``cleanup_errors``.
 
     Raises:
-        HostError: a removal failed (exit 1); ``cleanup_errors`` on it lists the rest.
+        CleanupIncompleteError: a removal failed (exit 3: part was removed, an operator must look);
+            ``cleanup_errors`` on it lists the rest.
     """
-    from upgrade_core.errors import HostError
+    from upgrade_core.errors import CleanupIncompleteError
 
     if out.errors:
-        error = HostError(out.errors[0])
+        error = CleanupIncompleteError(out.errors[0])
         error.cleanup_errors = out.errors[1:]  # type: ignore[attr-defined]
         raise error
     lines = [f"removed {p}" for p in out.removed] + out.kept + out.notes
@@ -42,16 +43,16 @@ def _refuse_read_only(*paths: str) -> None:
     """Refuse, before stopping anything, to uninstall from a read-only mount (C14 rescue views).
 
     Raises:
-        HostError: the nearest existing ancestor of one of ``paths`` is on a read-only mount (exit 1).
+        HostRefusedError: the nearest existing ancestor of one of ``paths`` is on a read-only mount (exit 4).
     """
-    from upgrade_core.errors import HostError
+    from upgrade_core.errors import HostRefusedError
 
     for path in paths:
         probe = path
         while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
             probe = os.path.dirname(probe)
         if os.statvfs(probe).f_flag & os.ST_RDONLY:
-            raise HostError(f"{path}: on a read-only mount; nothing was stopped or removed")
+            raise HostRefusedError(path, "on a read-only mount; nothing was stopped or removed")
 
 
 def cmd_uninstall(args: argparse.Namespace) -> Outcome:

@@ -1,5 +1,5 @@
-"""SPEC 4.3 step 10 through the real CLI: a signal before ``switch intended`` aborts (exit 1), the host
-untouched; the second signal exits 130 at once, leaving the episode to ``recover``.
+"""SPEC 4.3 step 10 through the real CLI: a signal (SIGINT, SIGTERM, SIGHUP) before ``switch intended``
+aborts (exit 1), the host untouched; the second signal exits 130 at once, leaving the episode to ``recover``.
 
 The upgrade is held inside its download by a loopback server that sends the headers and a first chunk,
 then stalls, so the signal provably lands before any switch.
@@ -68,14 +68,18 @@ def _wait_for_download(proc: subprocess.Popen[str], rig: Rig) -> None:
     pytest.fail("the upgrade never opened its episode")
 
 
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"]
+)
 def test_one_signal_before_the_switch_aborts_with_exit_1(
-    rig: Rig, stalling: tuple[servers.LoopbackServer, threading.Event]
+    rig: Rig, stalling: tuple[servers.LoopbackServer, threading.Event], signum: signal.Signals
 ) -> None:
+    """SIGHUP (an operator's ssh session dropping, case C26) is handled like SIGTERM and SIGINT."""
     server, _release = stalling
     before = rig.host_facts()
     proc = _start_upgrade(rig, server.url("/a.tar.gz"))
     _wait_for_download(proc, rig)
-    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 1, (out, err)
     lines = out.strip().splitlines()
