@@ -10,7 +10,6 @@ reads (``links()``, ``is_installed()``) and for the ``/usr`` protection. Changes
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from typing import Literal
 
@@ -227,50 +226,3 @@ class Provisioner:
         if self._legacy_layout_ok():
             return os.path.realpath(self.host.legacy_root)
         return os.path.realpath(self.host.root)
-
-    def _made_legacy_link(self) -> bool:
-        return bool(
-            self.host.legacy_root
-            and os.path.islink(self.host.root)
-            and os.path.realpath(self.host.root) == os.path.realpath(self.host.legacy_root)
-        )
-
-    def remove_layout(self) -> list[str]:
-        """Remove what install/adoption created, for ``uninstall`` (SPEC 7); EROFS-safe.
-
-        When R is the link to LEGACY that adoption made, only that link goes: the legacy layout was there
-        before and stays (never the legacy root or anything we did not create). Otherwise ``R/lib/NAME``
-        (the slots, links and leftovers), ``R/bin/NAME`` when it is a symlink, then ``R/lib``, ``R/bin``
-        and R only if they are empty real directories.
-
-        Returns:
-            The removed paths, in removal order.
-
-        Raises:
-            HostError: something that exists could not be removed.
-        """
-        removed: list[str] = []
-        try:
-            if self._made_legacy_link():
-                if durable.remove_if_present(self.host.root):
-                    removed.append(self.host.root)
-                return removed
-            agent_dir = self.layout.agent_dir
-            if os.path.islink(agent_dir):
-                if durable.remove_if_present(agent_dir):
-                    removed.append(agent_dir)
-            elif os.path.isdir(agent_dir):
-                shutil.rmtree(agent_dir)
-                durable.fsync_dir(self.layout.lib_dir)
-                removed.append(agent_dir)
-            if os.path.islink(self.layout.bin_link) and durable.remove_if_present(self.layout.bin_link):
-                removed.append(self.layout.bin_link)
-            for d in (self.layout.lib_dir, self.layout.bin_dir, self.host.root):
-                if os.path.isdir(d) and not os.path.islink(d) and not os.listdir(d):
-                    os.rmdir(d)
-                    durable.fsync_dir(os.path.dirname(d))
-                    removed.append(d)
-        except OSError as e:
-            raise host_error("remove the layout", e.filename or self.host.root, e) from None
-        return removed
-

@@ -20,6 +20,7 @@ import anyio
 
 from agent import durable
 from agent.host import AgentHost
+from agent.install_record import Entry, Remover
 from agent.provision import Provisioner
 from upgrade_core.errors import UpgradeError
 
@@ -78,7 +79,8 @@ def check_ro_usr(d: Path) -> dict[str, Any]:
         "links": outcome(lambda: str(host.links())),
         "prepare_staging": outcome(lambda: anyio.run(host.prepare_staging, "blue")),
         "point_current": outcome(lambda: anyio.run(host.point_current, "blue")),
-        "remove_layout": outcome(Provisioner(host).remove_layout),
+        "remove_layout": outcome(lambda: Remover(host.layout, "/nonexistent", host.legacy_root).remove(
+            [Entry("link", str(d / "opt" / "ua"))]).removed),
         "r_exists_after": os.path.lexists(d / "opt" / "ua"),
         "binary_adopt": outcome(lambda: str(Provisioner(binary_host).adopt())),
     }

@@ -10,6 +10,7 @@ import pytest
 
 from agent import durable
 from agent.host import AgentHost, ProtectedPathError, SlotInUseError
+from agent.install_record import Entry, Remover
 from agent.provision import Provisioner
 from upgrade_core.errors import HostError, LayoutConflictError, NoSpaceError
 from upgrade_core.ports import LinkState, StagedCandidate
@@ -283,6 +284,20 @@ async def test_not_executable_or_nothing_is_not_adopted(tmp_path: Path) -> None:
         Provisioner(host).ensure_compat_link()
 
 
+def _remover(host: AgentHost) -> Remover:
+    return Remover(host.layout, "/nonexistent-unit-dir", host.legacy_root)
+
+
+def _entries_of(host: AgentHost) -> list[Entry]:
+    """What ``install`` records for ``installed_host``, in creation order (intent before effect)."""
+    lay = host.layout
+    return [
+        Entry("dir", lay.root), Entry("dir", lay.lib_dir), Entry("dir", lay.bin_dir), Entry("dir", lay.agent_dir),
+        Entry("file", host.slot_path("blue")), Entry("link", lay.current_link),
+        Entry("link", lay.last_good_link), Entry("link", lay.bin_link),
+    ]
+
+
 def legacy_layout(legacy: Path) -> None:
     d = legacy / "lib" / NAME
     plain_binary(d / f"{NAME}-blue")
@@ -308,7 +323,7 @@ async def test_adopt_legacy_layout_links_r_and_uninstall_removes_only_the_link(t
     assert host.is_installed()
     assert Provisioner(host).adopt() is None
     assert Provisioner(host).host_root() == str(legacy.resolve())
-    removed = Provisioner(host).remove_layout()
+    removed = _remover(host).remove([Entry("link", str(R))]).removed  # what the install record lists
     assert removed == [str(R)]
     assert snapshot(legacy) == legacy_before
     assert (tmp_path / "opt").is_dir()  # R's parent existed after adoption; not ours to judge: kept
@@ -323,18 +338,20 @@ async def test_uninstall_removes_exactly_what_install_created(tmp_path: Path) ->
     host = installed_host(R)
     durable.atomic_write_bytes(host.slot_path("green"), GREEN_BYTES, 0o755)
     Path(host.layout.new_staging_path("green")).write_bytes(b"leftover")
-    removed = Provisioner(host).remove_layout()
-    assert removed == [host.layout.agent_dir, host.layout.bin_link, host.layout.lib_dir, host.layout.bin_dir,
-                       str(R)]
+    cleanup = _remover(host).remove(_entries_of(host))
+    assert set(cleanup.removed) >= {host.layout.agent_dir, host.layout.bin_link, host.layout.lib_dir,
+                                    host.layout.bin_dir, str(R)}
+    assert cleanup.errors == [] and cleanup.kept == []
     assert snapshot(tmp_path) == before
-    assert Provisioner(host).remove_layout() == []
+    assert _remover(host).remove(_entries_of(host)).removed == []
 
 
 async def test_uninstall_keeps_non_empty_dirs_and_foreign_files(tmp_path: Path) -> None:
     R = tmp_path / "R"
     host = installed_host(R)
     (R / "lib" / "other-agent").mkdir()
-    Provisioner(host).remove_layout()
+    cleanup = _remover(host).remove(_entries_of(host))
+    assert any(k.startswith(f"{R / 'lib'}: kept") for k in cleanup.kept), cleanup
     assert (R / "lib" / "other-agent").is_dir()
     assert not (R / "bin").exists()
     assert not (R / "lib" / NAME).exists()
