@@ -292,7 +292,8 @@ def _entries_of(host: AgentHost) -> list[Entry]:
     """What ``install`` records for ``installed_host``, in creation order (intent before effect)."""
     lay = host.layout
     return [
-        Entry("dir", lay.root), Entry("dir", lay.lib_dir), Entry("dir", lay.bin_dir), Entry("dir", lay.agent_dir),
+        Entry("dir", lay.root), Entry("dir", lay.lib_dir), Entry("dir", lay.bin_dir),
+        Entry("dir", lay.agent_dir),
         Entry("file", host.slot_path("blue")), Entry("link", lay.current_link),
         Entry("link", lay.last_good_link), Entry("link", lay.bin_link),
     ]
