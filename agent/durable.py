@@ -33,6 +33,7 @@ __all__ = [
     "fsync_dir",
     "fsync_file",
     "make_dirs",
+    "missing_dirs",
     "remove_if_present",
 ]
 
@@ -308,6 +309,20 @@ def copy_file_durable(src: str, dst: str, mode: int = 0o755, expected_sha256: st
     return True
 
 
+def missing_dirs(path: str) -> list[str]:
+    """The directories on the way to ``path`` (``path`` included) that do not exist yet, outermost first:
+    what :func:`make_dirs` creates, so a caller can record them before they exist (intent before effect)."""
+    missing: list[str] = []
+    p = os.path.normpath(path)
+    while not os.path.isdir(p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    return list(reversed(missing))
+
+
 def make_dirs(path: str, mode: int = 0o755, leaf_mode: int | None = None) -> list[str]:
     """Create ``path`` and its missing parents durably (SPEC 3: missing parents are created 0755).
 
@@ -326,17 +341,10 @@ def make_dirs(path: str, mode: int = 0o755, leaf_mode: int | None = None) -> lis
         NotADirectoryError: a non-directory stands on the way.
         OSError: creation or fsync failed (``EROFS``, ``EACCES``, ``ENOSPC``).
     """
-    missing: list[str] = []
-    p = os.path.normpath(path)
-    while not os.path.isdir(p):
-        missing.append(p)
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
+    missing = missing_dirs(path)
     created: list[str] = []
-    for d in reversed(missing):
-        want = leaf_mode if (d == missing[0] and leaf_mode is not None) else mode
+    for d in missing:
+        want = leaf_mode if (d == missing[-1] and leaf_mode is not None) else mode
         os.mkdir(d, want)
         os.chmod(d, want)
         fsync_dir(os.path.dirname(d))

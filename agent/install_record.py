@@ -113,15 +113,7 @@ class Cleanup:
 
 def missing_dirs(path: str) -> list[str]:
     """The directories ``durable.make_dirs(path)`` would create, outermost first (what to list first)."""
-    missing: list[str] = []
-    p = os.path.normpath(path)
-    while not os.path.isdir(p):
-        missing.append(p)
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    return list(reversed(missing))
+    return durable.missing_dirs(path)
 
 
 # ----------------------------------------------------------------------------------------------- the record
@@ -395,24 +387,7 @@ class Remover:
             return
         if path in (self.layout.agent_dir, self.layout.bin_dir):
             self._empty_agent_files(path, out)
-        try:
-            left = sorted(os.listdir(path))
-        except OSError as e:
-            out.errors.append(f"{path}: cannot remove: {e.strerror}")
-            return
-        if left:
-            shown = ", ".join(left[:4]) + (" ..." if len(left) > 4 else "")
-            out.kept.append(f"{path}: kept: not empty ({shown})")
-            return
-        try:
-            os.rmdir(path)
-            durable.fsync_dir(os.path.dirname(path))
-        except FileNotFoundError:
-            return
-        except OSError as e:
-            out.errors.append(f"{path}: cannot remove: {e.strerror}")
-            return
-        out.removed.append(path)
+        _rmdir_if_empty(path, out)
 
     @staticmethod
     def _unlink(path: str, out: Cleanup) -> None:
