@@ -64,8 +64,7 @@ WantedBy=multi-user.target
 """
 
 
-GOLDEN_TIMER = """\
-# Written by upgrade-agent (upgrade-core). Rewritten on install; local edits are lost.
+GOLDEN_TIMER = HEADER + """\
 [Unit]
 Description=Recover an abandoned demo-agent upgrade every 300 s
 
@@ -79,8 +78,7 @@ Unit=demo-agent-recover-timer.service
 WantedBy=timers.target
 """
 
-GOLDEN_TIMER_SERVICE = """\
-# Written by upgrade-agent (upgrade-core). Rewritten on install; local edits are lost.
+GOLDEN_TIMER_SERVICE = HEADER + """\
 [Unit]
 Description=Recover an abandoned demo-agent upgrade (started by demo-agent-recover.timer)
 
