@@ -128,6 +128,8 @@ class UpgradeRequest:
         source_redacted: the same without userinfo, query or fragment; the only form journaled (C08).
         expected_sha256: 64 lowercase hex of the compressed archive, or None.
         expected_version: ``--expect-version``, or None.
+        signature: ``--signature``, the release signature's source as given (may hold secrets; the agent's
+            archive source reads it, the core never journals it), or None for ``<archive>.minisig``.
 
     Raises:
         ValueError: an operation id not matching :data:`OPERATION_ID_RE` (caller misuse: the agent
@@ -139,6 +141,7 @@ class UpgradeRequest:
     source_redacted: str
     expected_sha256: str | None = None
     expected_version: str | None = None
+    signature: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if not OPERATION_ID_RE.fullmatch(self.operation):
