@@ -88,6 +88,9 @@ class _VersionAction(argparse.Action):
         parser.exit(0)
 
 
+_SIG_HELP = "the release's minisign signature (default: <archive>.minisig)"
+
+
 def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     """The whole command-line grammar (SPEC 7); ``wants_json``: ``--json`` is on the command line (for
     ``--version``, which acts as soon as it is parsed)."""
@@ -112,10 +115,12 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--archive", metavar="SRC")
     p.add_argument("--sha256", metavar="HEX")
     p.add_argument("--expect-version", metavar="V")
+    p.add_argument("--signature", metavar="SRC", help=_SIG_HELP)
     p = cmd("upgrade", "upgrade the agent (the supervised flow)")
     p.add_argument("--archive", metavar="SRC", required=True)
     p.add_argument("--sha256", metavar="HEX")
     p.add_argument("--expect-version", metavar="V")
+    p.add_argument("--signature", metavar="SRC", help=_SIG_HELP)
     p.add_argument("--operation", metavar="ID")
     p.add_argument("--preflight", action="store_true", help="print the plan; fetch nothing, change nothing")
     p = cmd("recover", "replay the journal and finish or roll back an open episode")

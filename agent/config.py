@@ -52,6 +52,7 @@ __all__ = [
     "JournalSection",
     "LimitsSection",
     "MirrorEntry",
+    "TrustSection",
     "VerifySection",
     "discover_config_path",
     "load_config",
@@ -247,6 +248,50 @@ class JournalSection:
     keep_episodes: int = attrs.field(default=50, validator=_positive)
 
 
+def _root_keys(_inst: object, a: attrs.Attribute[Any], v: tuple[str, ...]) -> None:
+    from upgrade_core.errors import SignatureError
+
+    from .minisign import parse_public_key
+
+    for i, key in enumerate(v):
+        try:
+            parse_public_key(key, "key")
+        except SignatureError as e:
+            raise _BadValue(f"{a.name}[{i}]", str(e).removeprefix("key: ")) from None
+
+
+def _keyring_source(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
+    if v and "\x00" in v:
+        raise _BadValue(a.name, "must not contain a NUL byte")
+
+
+@attrs.frozen
+class TrustSection:
+    """``[trust]`` (SPEC 10, issue 12): who may sign releases.
+
+    Attributes:
+        root_keys: minisign public keys (the ``RW...`` line of a ``.pub`` file).
+        keyring: "" or a source (file or URL) of a root-signed keyring of signing keys (see
+            :mod:`agent.trust`); its signature is ``<keyring>.minisig``.
+        require_signatures: None (the default) means true whenever a key is configured.
+    """
+
+    root_keys: tuple[str, ...] = attrs.field(default=(), validator=_root_keys)
+    keyring: str = attrs.field(default="", validator=_keyring_source)
+    require_signatures: bool | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.keyring and not self.root_keys:
+            raise _BadValue("keyring", "needs root_keys: a keyring is trusted only when a root key signed it")
+        if self.require_signatures and not self.root_keys:
+            raise _BadValue("require_signatures", "is true but no root_keys are configured")
+
+    @property
+    def required(self) -> bool:
+        """Signatures are required: as configured, else whenever a key is configured."""
+        return bool(self.root_keys) if self.require_signatures is None else self.require_signatures
+
+
 @attrs.frozen
 class MirrorEntry:
     """One ``[[mirrors]]`` entry: an absolute path that receives a verified copy of the current slot."""
@@ -271,6 +316,7 @@ class AgentConfig:
     verify: VerifySection = attrs.Factory(VerifySection)
     health: HealthSection = attrs.Factory(HealthSection)
     journal: JournalSection = attrs.Factory(JournalSection)
+    trust: TrustSection = attrs.Factory(TrustSection)
     mirrors: tuple[MirrorEntry, ...] = ()
     source: str = ""
 
@@ -292,6 +338,11 @@ def _make_converter() -> cattrs.Converter:
     def s_int(v: object, _t: object) -> int:
         if type(v) is not int:
             raise TypeError(f"must be an integer, got {_describe(v)}")
+        return v
+
+    def s_bool(v: object, _t: object) -> bool:
+        if type(v) is not bool:
+            raise TypeError(f"must be a boolean (true or false), got {_describe(v)}")
         return v
 
     def s_float(v: object, _t: object) -> float:
@@ -338,6 +389,7 @@ def _make_converter() -> cattrs.Converter:
     conv.register_structure_hook(str, s_str)
     conv.register_structure_hook(int, s_int)
     conv.register_structure_hook(float, s_float)
+    conv.register_structure_hook(bool, s_bool)
     conv.register_structure_hook_func(is_literal, s_literal)
     conv.register_structure_hook_factory(is_var_tuple, var_tuple_factory)
     return conv

@@ -175,9 +175,15 @@ class _RawInput:
     """Compressed bytes from the producer: sha256, count, max_archive_bytes, one-chunk look-ahead."""
 
     def __init__(
-        self, pull: Callable[[], bytes | None], limit: int, shown: str, hashing: bool = True
+        self,
+        pull: Callable[[], bytes | None],
+        limit: int,
+        shown: str,
+        hashing: bool = True,
+        observe: Callable[[bytes], None] | None = None,
     ) -> None:
         self._pull = pull
+        self._observe = observe
         self._limit = limit
         self._shown = shown
         self._hashing = hashing
@@ -205,6 +211,8 @@ class _RawInput:
             )
         if self._hashing:
             self._hash.update(chunk)
+        if self._observe is not None:
+            self._observe(chunk)
         return chunk
 
     def peek(self, n: int) -> bytes:
@@ -733,6 +741,7 @@ def extract_sync(
     limits: ExtractLimits,
     expected_sha256: str | None,
     source_name: str,
+    observe: Callable[[bytes], None] | None = None,
 ) -> ExtractResult:
     """Blocking core of :func:`extract`: read the archive from ``pull`` and stage its member.
 
@@ -748,6 +757,8 @@ def extract_sync(
         limits: the size and count bounds.
         expected_sha256: 64 lowercase hex over the file as published, or None.
         source_name: the redacted source, used in messages.
+        observe: called with every chunk of the file as published (the bytes the sha256 is over), in
+            order, in the worker thread (a release signature's pre-hash, issue 12).
 
     Returns:
         The :class:`ExtractResult`; the staging file holds the member and is fsynced.
@@ -785,7 +796,7 @@ def extract_sync(
             return message
 
         file_pull = _undo_codings(pull_bytes, codings, shown, limits) if codings else pull_bytes
-        raw = _RawInput(file_pull, limits.max_archive_bytes, shown)
+        raw = _RawInput(file_pull, limits.max_archive_bytes, shown, observe=observe)
         if policy == "none":
             return_value = _stage_file(raw, fd, limits, shown, staging_path, expected_sha256, codings)
             done = True
@@ -973,6 +984,7 @@ async def extract(
     limits: ExtractLimits,
     expected_sha256: str | None = None,
     source_name: str,
+    observe: Callable[[bytes], None] | None = None,
 ) -> ExtractResult:
     """Run ``feed`` (the fetch) and the extraction together; stage the member at ``staging_path``.
 
@@ -987,6 +999,7 @@ async def extract(
         limits: ``[limits]``.
         expected_sha256: 64 lowercase hex over the file as published (see ``agent.fetch.parse_sha256``).
         source_name: the redacted source for messages.
+        observe: see :func:`extract_sync`.
 
     Returns:
         The :class:`ExtractResult`.
@@ -1022,6 +1035,7 @@ async def extract(
             limits=limits,
             expected_sha256=expected_sha256,
             source_name=source_name,
+            observe=observe,
         )
 
     results: list[ExtractResult] = []

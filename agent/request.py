@@ -27,7 +27,7 @@ __all__ = ["check_source", "make_request"]
 _MAX_VERSION_CHARS = 128
 
 
-def check_source(source: str, allow_http: AllowHttp) -> str:
+def check_source(source: str, allow_http: AllowHttp, option: str = "--archive") -> str:
     """Check an archive source before anything is locked or journaled.
 
     Args:
@@ -47,16 +47,16 @@ def check_source(source: str, allow_http: AllowHttp) -> str:
         try:
             check_http_allowed(source, allow_http)
         except FetchError as exc:
-            raise UsageError(f"--archive {exc}") from None
+            raise UsageError(f"{option} {exc}") from None
         return shown
     try:
         st = os.stat(target.local_path)
     except OSError as exc:
-        raise UsageError(f"--archive {shown}: {exc.strerror or exc}") from None
+        raise UsageError(f"{option} {shown}: {exc.strerror or exc}") from None
     except ValueError:  # a NUL byte: no such path can exist
-        raise UsageError(f"--archive {shown}: not a valid path") from None
+        raise UsageError(f"{option} {shown}: not a valid path") from None
     if not stat.S_ISREG(st.st_mode):
-        raise UsageError(f"--archive {shown}: not a regular file")
+        raise UsageError(f"{option} {shown}: not a regular file")
     return shown
 
 
@@ -67,6 +67,7 @@ def make_request(
     sha256: str | None = None,
     operation: str | None = None,
     expect_version: str | None = None,
+    signature: str | None = None,
 ) -> UpgradeRequest:
     """Build a checked :class:`~upgrade_core.UpgradeRequest` from what an operator or a caller typed.
 
@@ -79,6 +80,8 @@ def make_request(
             dot-separated numbers, an optional ``-pre.release`` and ``+build`` metadata; see
             ``agent.verify.normalise_version``), at most 128 characters; None for any. It is compared
             with the candidate's version after both are normalised (no leading ``v``).
+        signature: ``--signature``, a source as ``archive`` is (checked the same way); None for
+            ``<archive>.minisig`` when ``[trust]`` has keys.
 
     Returns:
         The request; its ``source_redacted`` is the only form of ``archive`` that is journaled.
@@ -87,6 +90,8 @@ def make_request(
         UsageError: any of the above is malformed (exit 2). Nothing was locked, created or journaled.
     """
     source_redacted = check_source(archive, allow_http)
+    if signature is not None:
+        check_source(signature, allow_http, "--signature")
     digest = parse_sha256(sha256)
     op = uuid.uuid4().hex if operation is None else operation
     if not OPERATION_ID_RE.fullmatch(op):
@@ -96,4 +101,4 @@ def make_request(
     ):
         shown = expect_version[:_MAX_VERSION_CHARS].encode("unicode_escape").decode("ascii")
         raise UsageError(f"--expect-version \"{shown}\": not a version such as 1.2.3 or v1.2.3-rc.1+build.7")
-    return UpgradeRequest(op, archive, source_redacted, digest, expect_version)
+    return UpgradeRequest(op, archive, source_redacted, digest, expect_version, signature)

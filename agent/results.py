@@ -24,7 +24,7 @@ from upgrade_core.errors import HostError, HostRefusedError, NoSpaceError
 
 from .ownership import open_state_dir, refused
 
-__all__ = ["FileResultSink", "read_result", "result_path"]
+__all__ = ["FileResultSink", "read_result", "result_path", "write_checked_file"]
 
 _MODE = 0o600  # SPEC 10: files the agent creates under state_dir are 0600
 _KEYS = ("operation", "result", "from_version", "to_version", "slot", "reason")
@@ -78,7 +78,7 @@ class FileResultSink:
             finally:
                 os.close(state_fd)
             try:
-                _write_result(dir_fd, path, encode_result(result))
+                write_checked_file(dir_fd, path, encode_result(result))
             finally:
                 os.close(dir_fd)
         except JournalRefusedError as e:
@@ -108,7 +108,7 @@ class FileResultSink:
             await anyio.to_thread.run_sync(self.publish_sync, result)
 
 
-def _write_result(dir_fd: int, path: str, data: bytes) -> None:
+def write_checked_file(dir_fd: int, path: str, data: bytes) -> None:
     """Replace ``path`` (in the checked directory ``dir_fd``) with ``data``, durably; identical content
     (a regular file of ours, mode 0600) is not rewritten (the file and directory are fsynced anyway)."""
     name = os.path.basename(path)

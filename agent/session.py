@@ -255,6 +255,7 @@ class Session:
         sha256: str | None = None,
         operation: str | None = None,
         expect_version: str | None = None,
+        signature: str | None = None,
     ) -> UpgradeRequest:
         """A checked request (see :func:`agent.request.make_request`); nothing is locked or created.
 
@@ -267,6 +268,7 @@ class Session:
             sha256=sha256,
             operation=operation,
             expect_version=expect_version,
+            signature=signature,
         )
 
     # -- what a signal handler needs -------------------------------------------------------------------
@@ -306,7 +308,8 @@ class Session:
 
         self._require_installed()
         return await self._write(
-            lambda p, pol, f: run_upgrade(p, pol, request, folder=f), operation=request.operation
+            lambda p, pol, f: run_upgrade(p, pol, request, folder=f), operation=request.operation,
+            signature=request.signature,
         )
 
     async def recover(self, trigger: Trigger = "manual") -> UpgradeResult | HandedOff:
@@ -446,6 +449,7 @@ class Session:
         source_override: Any = None,
         operation: str | None = None,
         before_wire: Callable[[], Awaitable[None]] | None = None,
+        signature: str | None = None,
     ) -> Any:
         """Check the state paths, lock, open the journal, fold once, run ``flow``, compact, close, unlock (see
         the module doc).
@@ -479,6 +483,7 @@ class Session:
                         on_event=self._seen,
                         source_override=source_override,
                         lock=lock,
+                        signature=signature,
                     )
                 except JournalError as exc:
                     raise _untrusted(exc) from None
@@ -582,13 +587,15 @@ class Session:
             return await self._write(lambda p, pol, f: self._adopt_legacy(provision))
         if self.host.is_installed():
             return await self._write(
-                lambda p, pol, f: self._install_again(p, request), source_override=source_override
+                lambda p, pol, f: self._install_again(p, request), source_override=source_override,
+                signature=request.signature,
             )
         provision.check_bare()  # before the lock file too: a refusal leaves the host untouched
         return await self._write(
             lambda p, pol, f: self._install_bare(p, pol, f, request, provision),
             source_override=source_override,
             operation=request.operation,
+            signature=request.signature,
         )
 
     async def _install_bare(

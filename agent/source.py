@@ -8,6 +8,8 @@ reaches the disk, in the staging file the host prepared.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import ssl
 from collections.abc import Mapping
 
@@ -19,6 +21,7 @@ from upgrade_core.ports import StagedCandidate
 from .extract import ExtractLimits, MemberPolicy, extract, member_parts
 from .fetch import ChunkSink, CodingSink, FetchPolicy, ProgressCallback, fetch, parse_sha256
 from .redact import redact_url
+from .trust import ReleaseTrust, trusted_release
 
 __all__ = ["ArchiveSourceImpl"]
 
@@ -36,6 +39,9 @@ class ArchiveSourceImpl:
         progress: optional ``progress(bytes_so_far, total_or_None)`` for the CLI's bar or log lines.
         headers: extra request headers (e.g. ``Authorization``), sent to the source's origin only.
         ssl_context: https trust store; None means the system's.
+        trust: ``[trust]`` at work (issue 12): the release's minisign signature is fetched and its key
+            checked before the archive, and verified over the archive as published before ``stage``
+            returns; None when no key is configured.
 
     Raises:
         ConfigError: at construction, when ``member`` is absolute or contains ``..``.
@@ -48,6 +54,7 @@ class ArchiveSourceImpl:
     progress: ProgressCallback | None = None
     headers: Mapping[str, str] | None = None
     ssl_context: ssl.SSLContext | None = None
+    trust: ReleaseTrust | None = None
 
     def __attrs_post_init__(self) -> None:
         member_parts(self.member)
@@ -74,10 +81,14 @@ class ArchiveSourceImpl:
                 DigestMismatchError, see ``agent.extract.extract_sync``.
             NoSpaceError: the staging filesystem filled up.
             HostError: the staging file could not be created or written.
+            SignatureError, KeyringError: the release's signature is missing (when required), malformed,
+                by a key this host does not trust, or does not match the archive (no staging file is left).
 
         Cancellation: the staging file is removed; no other effect.
         """
         digest = parse_sha256(expected_sha256)
+        signed = await self.trust.release_signature(source) if self.trust is not None else None
+        hasher = signed[0].message_hasher() if signed is not None else None
 
         async def feed(sink: ChunkSink, coding: CodingSink) -> object:
             return await fetch(
@@ -99,7 +110,16 @@ class ArchiveSourceImpl:
             limits=self.limits,
             expected_sha256=digest,
             source_name=redact_url(source),
+            observe=hasher.update if hasher is not None else None,
         )
+        release = None
+        if signed is not None and hasher is not None:
+            try:
+                release = trusted_release(signed[0], signed[1], hasher)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(staging_path)
+                raise
         return StagedCandidate(
             slot=slot,
             staging_path=staging_path,
@@ -107,4 +127,5 @@ class ArchiveSourceImpl:
             size=result.member_size,
             archive_sha256=result.archive_sha256,
             archive_size=result.archive_size,
+            release=release,
         )

@@ -33,7 +33,9 @@ from upgrade_core.errors import JournalError as CoreJournalError
 from upgrade_core.ports import ArchiveSource
 
 if TYPE_CHECKING:
+    from agent.fetch import FetchPolicy
     from agent.systemd import SystemdServiceManager
+    from agent.trust import ReleaseTrust
 
 KILL_HOOK_ENV = "UPGRADE_AGENT_TEST_KILL_AFTER"
 
@@ -194,6 +196,23 @@ def policy_from(cfg: AgentConfig) -> Policy:
     )
 
 
+def release_trust(cfg: AgentConfig, download: FetchPolicy, signature: str | None) -> ReleaseTrust | None:
+    """``[trust]`` at work for one request (issue 12), or None when no key is configured."""
+    from agent.minisign import parse_public_key
+    from agent.trust import ReleaseTrust
+
+    if not cfg.trust.root_keys:
+        return None
+    return ReleaseTrust(
+        roots=tuple(parse_public_key(k) for k in cfg.trust.root_keys),
+        keyring_source=cfg.trust.keyring,
+        require=cfg.trust.required,
+        state_dir=cfg.host.state_dir,
+        download=download,
+        signature=signature,
+    )
+
+
 def service_manager(cfg: AgentConfig, config_path: str) -> SystemdServiceManager:
     """The systemd binding for ``agent.unit`` (``host.systemctl_prefix``, ``host.unit_dir``)."""
     from agent.systemd import SystemdServiceManager
@@ -225,6 +244,7 @@ async def wire(
     on_event: Callable[[Recorded], None] | None = None,
     source_override: ArchiveSource | None = None,
     lock: HostLock | None = None,
+    signature: str | None = None,
 ) -> Wired:
     """Open the journal (the caller holds the host lock) and build every port.
 
@@ -236,6 +256,7 @@ async def wire(
         source_override: an :class:`~upgrade_core.ports.ArchiveSource` to use instead of the fetcher
             (adoption of a plain binary).
         lock: the host lock the caller holds; released by :meth:`JournalPort.relinquish` on a hand-off.
+        signature: ``--signature`` (None: ``<archive>.minisig``), used when ``[trust]`` has keys.
 
     Raises:
         JournalError: the journal cannot be trusted (corrupt: :class:`JournalUnreadableError` with file and
@@ -266,12 +287,13 @@ async def wire(
     except StoreError as exc:
         raise journal_error(exc, journal_dir(cfg)) from None
     journal = JournalPort(writer, on_event, lock)
+    download = FetchPolicy(
+        allow_http=cfg.download.allow_http,
+        max_redirects=cfg.download.max_redirects,
+        timeout_s=cfg.download.timeout_s,
+    )
     source = source_override or ArchiveSourceImpl(
-        download=FetchPolicy(
-            allow_http=cfg.download.allow_http,
-            max_redirects=cfg.download.max_redirects,
-            timeout_s=cfg.download.timeout_s,
-        ),
+        download=download,
         limits=ExtractLimits(
             max_archive_bytes=cfg.limits.max_archive_bytes,
             max_member_bytes=cfg.limits.max_member_bytes,
@@ -282,6 +304,7 @@ async def wire(
         member=cfg.agent.member,
         member_policy=cfg.agent.member_policy,
         progress=progress,
+        trust=release_trust(cfg, download, signature),
     )
     ports = Ports(
         journal=journal,

@@ -16,6 +16,8 @@ command -v xz >/dev/null || need_apt+=(xz-utils)
 command -v bzip2 >/dev/null || need_apt+=(bzip2)
 command -v tar >/dev/null || need_apt+=(tar)
 command -v openssl >/dev/null || need_apt+=(openssl)
+# tests/agent_fetch/test_signatures.py signs releases with the publishers' own tool
+command -v minisign >/dev/null || need_apt+=(minisign)
 { [ -x /usr/lib/systemd/systemd ] || [ -x /lib/systemd/systemd ]; } || need_apt+=(systemd)
 command -v unshare >/dev/null || need_apt+=(util-linux)
 command -v script >/dev/null || need_apt+=(bsdutils)

@@ -136,6 +136,27 @@ class CandidateVerified(Event):
 
 
 @attrs.frozen
+class ReleaseTrusted(Event):
+    """The release's minisign signature was verified over the archive as published (issue 12 item 1).
+
+    Journaled after ``CandidateVerified`` and before the switch, so that the anti-rollback watermark
+    (issue 12 item 3) can be derived from the journal: ``security_version`` of every committed episode.
+
+    Attributes:
+        key_id: the signer's key id, 16 upper-case hex digits (minisign's little-endian number).
+        name: the agent name the trusted comment names (equal to this agent's).
+        version: the version the trusted comment names (equal to the candidate's reported version).
+        security_version: the trusted comment's non-negative integer.
+    """
+
+    TAG: ClassVar[str] = "ReleaseTrusted"
+    key_id: str
+    name: str
+    version: str
+    security_version: int
+
+
+@attrs.frozen
 class CandidateUnchanged(Event):
     """The staged candidate's sha256 equals the slot ``current`` names: nothing to do (result ``noop``).
 
@@ -374,6 +395,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     ArchiveFetched,
     CandidateStaged,
     CandidateVerified,
+    ReleaseTrusted,
     CandidateUnchanged,
     CandidateInstalled,
     LastGoodRepointed,

@@ -43,6 +43,7 @@ class EpisodeView:
         candidate_slot / candidate_sha256 / candidate_size: the staged member (slot, 64 hex, bytes).
         staging_path: the staging temp file, until it was installed.
         candidate_version: what the candidate's version command reported.
+        release: the ``ReleaseTrusted`` fact of a signed release (signer, security_version), or None.
         installed: the staging file was renamed onto the candidate slot.
         switch_intended / switch_landed: ``SwitchIntended`` / ``SwitchCommitted`` were journaled.
         switch_previous_slot / switch_last_good: what ``SwitchIntended`` recorded.
@@ -81,6 +82,7 @@ class EpisodeView:
     candidate_size: int | None = None
     staging_path: str | None = None
     candidate_version: str | None = None
+    release: ev.ReleaseTrusted | None = None
     installed: bool = False
     switch_intended: bool = False
     switch_landed: bool = False
@@ -382,6 +384,11 @@ class Folder:
 
     def _h_verified(self, ep: _Ep, e: ev.CandidateVerified, seq: int) -> None:
         ep.fields["candidate_version"] = e.version
+        _refresh(ep)
+
+    def _h_release_trusted(self, ep: _Ep, e: ev.ReleaseTrusted, seq: int) -> None:
+        ep.fields["release"] = e
+        _refresh(ep)
 
     def _h_installed(self, ep: _Ep, e: ev.CandidateInstalled, seq: int) -> None:
         f = ep.fields
@@ -477,6 +484,7 @@ _HANDLERS: Final[dict[type[ev.Event], Callable[[Folder, _Ep, Any, int], None]]] 
     ev.ArchiveFetched: Folder._h_fetched,
     ev.CandidateStaged: Folder._h_staged,
     ev.CandidateVerified: Folder._h_verified,
+    ev.ReleaseTrusted: Folder._h_release_trusted,
     ev.CandidateUnchanged: Folder._h_unchanged,
     ev.CandidateInstalled: Folder._h_installed,
     ev.LastGoodRepointed: Folder._h_last_good,
@@ -507,6 +515,7 @@ def _refresh(ep: _Ep) -> None:
         ep.episode_id, f["kind"], f.get("candidate_slot"), f.get("candidate_sha256"),
         f.get("installed", False), f.get("attempts_started", 0), f.get("rollback_attempts_started", 0),
         published.result if published is not None else None,
+        verified_version=f.get("candidate_version"), release_trusted=f.get("release") is not None,
     )
 
 

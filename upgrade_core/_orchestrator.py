@@ -54,6 +54,7 @@ from .errors import (
     JournalError,
     NotInstalledError,
     ServiceError,
+    SignatureError,
     UpgradeError,
 )
 from .ports import (
@@ -127,6 +128,8 @@ class UpgradeRequest:
         source_redacted: the same without userinfo, query or fragment; the only form journaled (C08).
         expected_sha256: 64 lowercase hex of the compressed archive, or None.
         expected_version: ``--expect-version``, or None.
+        signature: ``--signature``, the release signature's source as given (may hold secrets; the agent's
+            archive source reads it, the core never journals it), or None for ``<archive>.minisig``.
 
     Raises:
         ValueError: an operation id not matching :data:`OPERATION_ID_RE` (caller misuse: the agent
@@ -138,6 +141,7 @@ class UpgradeRequest:
     source_redacted: str
     expected_sha256: str | None = None
     expected_version: str | None = None
+    signature: str | None = None
 
     def __attrs_post_init__(self) -> None:
         if not OPERATION_ID_RE.fullmatch(self.operation):
@@ -385,10 +389,12 @@ class _Run:
                 )
                 await self.publish_close(op)
             return False
-        await self.bracket(
+        version = await self.bracket(
             op, lambda: self.p.verifier.verify(staged.staging_path, req.expected_version),
             ev.CandidateVerified, kind=ev.CandidateVerified,
         )
+        if staged.release is not None:
+            await self.emit(op, self.trusted_release(staged.release, version))
         if current is not None and links.last_good != current:
             # The slot last-good names is about to be overwritten: last-good joins current first.
             await self.bracket(op, lambda: host.point_last_good(current), ev.LastGoodRepointed(current),
@@ -396,6 +402,24 @@ class _Run:
         installed = ev.CandidateInstalled(staged.slot, staged.sha256)
         await self.bracket(op, lambda: host.install_staged(staged), installed, shield=True)
         return True
+
+    def trusted_release(self, release: ev.ReleaseTrusted, version: str) -> ev.ReleaseTrusted:
+        """Issue 12: a signed release is for this agent and this version, or it is refused before the switch.
+
+        Raises:
+            SignatureError: the trusted comment names another agent, or another version than the candidate
+                reported (the episode aborts: exit 1).
+        """
+        if release.name != self.policy.agent:
+            raise SignatureError(
+                f"release signed by key {release.key_id} is for agent {release.name}, not {self.policy.agent}"
+            )
+        if release.version != version:
+            raise SignatureError(
+                f"release signed by key {release.key_id} is version {release.version}, "
+                f"the candidate reports {version}"
+            )
+        return release
 
     async def pre_switch(self, req: UpgradeRequest, slot: Slot, links: LinkState) -> UpgradeResult | None:
         """Steps 3-4 under the phase rule: a terminal result (aborted/noop), or None to go on to the switch.

@@ -70,6 +70,8 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     (S.OPENED, ev.ArchiveFetched.TAG): S.FETCHED,
     (S.FETCHED, ev.CandidateStaged.TAG): S.STAGED,
     (S.STAGED, ev.CandidateVerified.TAG): S.VERIFIED,
+    # a signed release (issue 12): once, after the version command, before last-good moves or the install
+    (S.VERIFIED, ev.ReleaseTrusted.TAG): S.VERIFIED,
     (S.VERIFIED, ev.LastGoodRepointed.TAG): S.VERIFIED,
     (S.VERIFIED, ev.CandidateInstalled.TAG): S.VERIFIED,
     (S.OPENED, ev.Aborted.TAG): S.ABORTED,
@@ -226,6 +228,8 @@ class EpisodeContext:
         installed: ``CandidateInstalled`` was journaled.
         attempts_started: candidate health attempts begun (``HealthAttemptStarted``, target candidate).
         rollback_attempts_started: last-good health attempts begun during the rollback.
+        verified_version: the version ``CandidateVerified`` recorded, or None.
+        release_trusted: ``ReleaseTrusted`` was journaled.
         published: the result value ``ResultPublished`` recorded (e.g. ``"committed"``), or None.
         open_episode: the journal's open episode, if another one is open (only consulted for
             ``EpisodeOpened``).
@@ -242,6 +246,8 @@ class EpisodeContext:
     published: str | None = None
     open_episode: str | None = None
     closed_before: bool = False
+    verified_version: str | None = None
+    release_trusted: bool = False
 
 
 def _health_rule(
@@ -279,6 +285,17 @@ def _installed_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Candidat
     """SPEC 4.3 step 3: the bytes renamed onto the slot are the ones staged and verified."""
     if event.slot != ctx.candidate_slot or event.sha256 != ctx.candidate_sha256:
         return "CandidateInstalled does not match the staged candidate"
+    return None
+
+
+def _release_trusted_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.ReleaseTrusted) -> str | None:
+    """Issue 12: a release is trusted once, before its candidate is installed, for the version it reported."""
+    if ctx.release_trusted:
+        return "ReleaseTrusted twice in one episode"
+    if ctx.installed:
+        return "ReleaseTrusted after the candidate was installed"
+    if event.version != ctx.verified_version:
+        return f"ReleaseTrusted for version {event.version}, the candidate reported {ctx.verified_version}"
     return None
 
 
@@ -332,6 +349,7 @@ _RULES: Final[dict[type[ev.Event], _Rule]] = {
     ev.HealthPassed: _health_rule,
     ev.HealthFailed: _health_rule,
     ev.CandidateInstalled: _installed_rule,
+    ev.ReleaseTrusted: _release_trusted_rule,
     ev.SwitchIntended: _switch_intended_rule,
     ev.SwitchCommitted: _switch_committed_rule,
     ev.Aborted: _aborted_rule,

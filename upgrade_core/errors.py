@@ -63,6 +63,17 @@ class VersionMismatchError(VerifyError):
     """The reported version differs from ``--expect-version`` (compared without a leading ``v``)."""
 
 
+class SignatureError(CandidateError):
+    """The release's minisign signature is missing, malformed, by a key this host does not trust (unknown,
+    revoked, expired), does not match the archive as published, or its trusted comment names another agent
+    or version (issue 12). Nothing was switched. Exit 1."""
+
+
+class KeyringError(SignatureError):
+    """The signing keyring is malformed, not signed by a root key, or older than the cached one (its
+    ``serial`` never goes back). Nothing was switched and the cached keyring was kept. Exit 1."""
+
+
 # -- transport -------------------------------------------------------------------------------------
 class FetchError(UpgradeError):
     """Fetching the archive failed for a transport reason. The URL in the message is redacted."""

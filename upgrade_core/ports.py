@@ -16,7 +16,7 @@ from typing import Protocol
 
 import attrs
 
-from ._events import Event, Recorded, Slot, UpgradeResult
+from ._events import Event, Recorded, ReleaseTrusted, Slot, UpgradeResult
 
 
 @attrs.frozen
@@ -43,6 +43,10 @@ class StagedCandidate:
         size: member size in bytes.
         archive_sha256: 64 lowercase hex, of the compressed archive bytes as fetched.
         archive_size: compressed size in bytes.
+        release: for a signed release (issue 12), what its verified signature says: the signer's key id and
+            the trusted comment's name, version and security_version; None for an unsigned source. The
+            orchestrator refuses a name other than the agent's, or a version other than the candidate's,
+            before the switch.
     """
 
     slot: Slot
@@ -51,6 +55,7 @@ class StagedCandidate:
     size: int
     archive_sha256: str
     archive_size: int
+    release: ReleaseTrusted | None = None
 
 
 @attrs.frozen

@@ -26,7 +26,9 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
         request = None
         parse_sha256(args.sha256)  # a malformed digest is refused before the host is looked at
     else:
-        request = session.request(args.archive, sha256=args.sha256, expect_version=args.expect_version)
+        request = session.request(
+            args.archive, sha256=args.sha256, expect_version=args.expect_version, signature=args.signature
+        )
     sha, version = args.sha256, args.expect_version
     result = run_writing(session, args, lambda: session.install(request, sha256=sha, expect_version=version))
     outcome = result_outcome(result)

@@ -26,7 +26,8 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
     """
     session = cli_session(args)
     request = session.request(
-        args.archive, sha256=args.sha256, operation=args.operation, expect_version=args.expect_version
+        args.archive, sha256=args.sha256, operation=args.operation, expect_version=args.expect_version,
+        signature=args.signature,
     )
     if args.preflight:
         pre = session.preflight(request)

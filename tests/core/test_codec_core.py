@@ -14,7 +14,7 @@ PINNED_TAGS = {
     "CandidateInstalled", "LastGoodRepointed", "SwitchIntended", "SwitchCommitted", "MirrorsSynced",
     "RestartRequested", "RestartObserved", "HealthAttemptStarted", "HealthPassed", "HealthFailed",
     "UpgradeCommitted", "RollbackStarted", "RolledBack", "AttentionNeeded", "Aborted", "ResultPublished",
-    "EpisodeClosed", "RecoveryStarted", "HistorySnapshot", "JournalQuarantined",
+    "EpisodeClosed", "RecoveryStarted", "HistorySnapshot", "JournalQuarantined", "ReleaseTrusted",
 }
 
 

@@ -87,6 +87,10 @@ def variants(cls: type[Event], kind: str, folder: Folder, op: str = OP) -> list[
         out.append(("ok", ev.CandidateStaged(slot, sha, 1000, f"/R/lib/agent/.agent-{slot}.stage-01")))
     elif cls is ev.CandidateVerified:
         out.append(("ok", ev.CandidateVerified("2.0.0")))
+    elif cls is ev.ReleaseTrusted:
+        version = ctx.verified_version or "2.0.0"
+        out += [("ok", ev.ReleaseTrusted("0123456789ABCDEF", "agent", version, 3)),
+                ("another version", ev.ReleaseTrusted("0123456789ABCDEF", "agent", version + ".1", 3))]
     elif cls is ev.CandidateUnchanged:
         out.append(("ok", ev.CandidateUnchanged("blue", "1.0.0")))
     elif cls is ev.CandidateInstalled:
