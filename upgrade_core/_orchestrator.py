@@ -840,10 +840,10 @@ async def run_rollback(
 
     Returns:
         ``committed`` (``current`` names the last-good slot, healthy; exit 0), ``aborted`` (its version
-        command failed, or a signal before the switch: nothing changed; exit 1), ``rolled_back`` (the last-good
-        was unhealthy; back on the previous current, healthy; exit 1; the reason names both slots and
-        versions) or ``needs_attention`` (neither is healthy; exit 3). A closed operation id returns its
-        recorded result.
+        command failed, or a signal before the switch: nothing changed; exit 1), ``rolled_back`` (the
+        last-good was unhealthy; back on the previous current, healthy; exit 1; the reason names both
+        slots and versions) or ``needs_attention`` (neither is healthy; exit 3). A closed operation id
+        returns its recorded result.
 
     Raises:
         NotInstalledError, NothingToRollBackError: before any episode opened (exit 2), journal unchanged.

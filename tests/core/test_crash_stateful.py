@@ -1,12 +1,13 @@
 """Crash injection, in process (SPEC 8): a hypothesis state machine over the simulated host.
 
 Workloads: upgrades to good, exiting, crash-looping and hanging candidates, refused ones, the same digest
-again, the same operation id repeated, a second operation while one is open, upgrades started from
-inside the agent's unit (hand-off), and operator rollbacks to ``last-good`` (issue 12 item 5). Any step may crash before or after any port call, as a process crash
-or a power cut, and recoveries (boot, on-failure, manual) may crash again, repeatedly. After every step
-the SPEC 4.6 invariants that must hold at any instant are checked; after every completed step (and at
-teardown, after a clean recovery) the settled ones are, and ``fold(replay(disk))`` is compared with the
-model: which operations were started, and which results each candidate's nature allows.
+again, the same operation id repeated, a second operation while one is open, upgrades started from inside
+the agent's unit (hand-off), and operator rollbacks to ``last-good`` (issue 12 item 5). Any step may crash
+before or after any port call, as a process crash or a power cut, and recoveries (boot, on-failure, manual)
+may crash again, repeatedly. After every step the SPEC 4.6 invariants that must hold at any instant are
+checked; after every completed step (and at teardown, after a clean recovery) the settled ones are, and
+``fold(replay(disk))`` is compared with the model: which operations were started, and which results each
+candidate's nature allows.
 
 Coverage is shown, not assumed: each fired crash is tagged with ``hypothesis.event`` and collected;
 ``test_every_crash_point_fired`` (run after the machines) fails if a (port call, before/after, fault kind)

@@ -57,7 +57,8 @@ async def test_rollback_commits_to_last_good_and_both_links_name_it() -> None:
         "ResultPublished", "EpisodeClosed",
     ]
     ep = fold(w.replay()).episodes["rb1"]
-    assert (ep.kind, ep.source, ep.from_slot, ep.return_slot) == ("rollback", "last-good blue", "green", "green")
+    assert (ep.kind, ep.source, ep.from_slot, ep.return_slot) == (
+        "rollback", "last-good blue", "green", "green")
     check_settled(w)
     # a second rollback has nothing to roll back to; the same operation id prints its result
     with pytest.raises(NothingToRollBackError, match="last-good names blue"):

@@ -46,7 +46,7 @@ S = EpisodeState
 OP = "op1"
 CAND = "c" * 64
 KINDS = ("upgrade", "install", "self_upgrade", "rollback")
-# A rollback episode (issue 12 item 5) fetches and stages nothing, so it never is fetched, staged or unchanged.
+# A rollback episode (issue 12 item 5) fetches and stages nothing: never fetched, staged or unchanged.
 UNREACHABLE = {"rollback": {S.FETCHED, S.STAGED, S.UNCHANGED}}
 RESULT_OF_STATE = {
     S.COMMITTED: "committed", S.UNCHANGED: "noop", S.ABORTED: "aborted", S.ROLLED_BACK: "rolled_back",
