@@ -332,13 +332,17 @@ class Session:
 
         Raises:
             NotInstalledError, LayoutConflictError: checked before the lock (exit 2).
-            NothingToRollBackError: ``last-good`` is missing, names ``current``'s slot or an empty slot
-                (exit 2); checked under the lock before any episode opens: the journal is unchanged.
+            NothingToRollBackError: ``last-good`` is missing or names ``current``'s slot (exit 2; checked
+                before the lock: nothing locked, created or journaled), or (under the lock, before any
+                episode opens) names a missing or empty slot.
             LockBusyError, EpisodeLeftOpenError, JournalError: as :meth:`upgrade`.
         """
-        from upgrade_core import run_rollback
+        from upgrade_core import rollback_target, run_rollback
 
         self._require_installed()
+        # Before the lock, as upgrade's input checks: nothing to roll back to now is exit 2 with nothing
+        # locked, created or journaled. The flow checks again under the lock (after any recovery).
+        rollback_target(self.host.links(), self.host.current_link_path())
         return await self._write(
             lambda p, pol, f: run_rollback(p, pol, operation, folder=f), operation=operation
         )
