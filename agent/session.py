@@ -373,11 +373,13 @@ class Session:
             target = links.last_good or links.current
         else:
             target = rollback_target(links, self.host.current_link_path())
+            current = links.current
+            assert current is not None  # rollback_target refuses a host without current
             versions = view.slot_versions
             plan += [
                 f"run the version command of last-good's slot {target} ({versions.get(target, '?')})",
-                f"switch current from {links.current} ({versions.get(links.current or 'blue', '?')}) to "
-                f"{target}; last-good stays {target}",
+                f"switch current from {current} ({versions.get(current, '?')}) to {target}; "
+                f"last-good stays {target}",
                 f"restart {cfg.agent.unit} through a transient unit and health-check it "
                 f"({cfg.health.max_attempts} attempts, {cfg.health.stability_s} s stable)",
                 f"commit (both links name {target}), or go back to {links.current} and health-check it",
