@@ -338,11 +338,17 @@ class Session:
             LockBusyError, EpisodeLeftOpenError, JournalError: as :meth:`upgrade`.
         """
         from upgrade_core import rollback_target, run_rollback
+        from upgrade_core.errors import NothingToRollBackError
 
         self._require_installed()
         # Before the lock, as upgrade's input checks: nothing to roll back to now is exit 2 with nothing
-        # locked, created or journaled. The flow checks again under the lock (after any recovery).
-        rollback_target(self.host.links(), self.host.current_link_path())
+        # locked, created or journaled, unless ``operation`` already closed (the flow prints its recorded
+        # result). The flow checks again under the lock (after any recovery).
+        try:
+            rollback_target(self.host.links(), self.host.current_link_path())
+        except NothingToRollBackError:
+            if self.view().result_of(operation) is None:
+                raise
         return await self._write(
             lambda p, pol, f: run_rollback(p, pol, operation, folder=f), operation=operation
         )
