@@ -60,6 +60,18 @@ def check_source(source: str, allow_http: AllowHttp, option: str = "--archive") 
     return shown
 
 
+def operation_id(operation: str | None) -> str:
+    """``--operation``, checked (SPEC 4.3 step 1), or a fresh uuid4 hex when None.
+
+    Raises:
+        UsageError: not ``[A-Za-z0-9._-]{1,64}`` (exit 2).
+    """
+    op = uuid.uuid4().hex if operation is None else operation
+    if not OPERATION_ID_RE.fullmatch(op):
+        raise UsageError(f"--operation {op!r}: must match [A-Za-z0-9._-]{{1,64}}")
+    return op
+
+
 def make_request(
     archive: str,
     *,
@@ -93,9 +105,7 @@ def make_request(
     if signature is not None:
         check_source(signature, allow_http, "--signature")
     digest = parse_sha256(sha256)
-    op = uuid.uuid4().hex if operation is None else operation
-    if not OPERATION_ID_RE.fullmatch(op):
-        raise UsageError(f"--operation {op!r}: must match [A-Za-z0-9._-]{{1,64}}")
+    op = operation_id(operation)
     if expect_version is not None and (
         len(expect_version) > _MAX_VERSION_CHARS or normalise_version(expect_version) is None
     ):

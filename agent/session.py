@@ -71,7 +71,7 @@ from .errors import UsageError
 from .host import AgentHost
 from .install_record import RECORD_NAME, Cleanup, InstallRecord, Remover, missing_dirs
 from .logline import log
-from .request import make_request
+from .request import make_request, operation_id
 
 __all__ = [
     "BUSY_REASON", "EpisodeInfo", "Preflight", "Quarantined", "ServiceInfo", "Session", "SlotInfo", "Status",
@@ -311,6 +311,92 @@ class Session:
             lambda p, pol, f: run_upgrade(p, pol, request, folder=f), operation=request.operation,
             signature=request.signature,
         )
+
+    def rollback_operation(self, operation: str | None = None) -> str:
+        """A checked operation id for :meth:`rollback` (a fresh uuid4 hex when None); nothing is touched.
+
+        Raises:
+            UsageError: not ``[A-Za-z0-9._-]{1,64}`` (exit 2).
+        """
+        return operation_id(operation)
+
+    async def rollback(self, operation: str) -> UpgradeResult:
+        """Operator rollback (issue 12 item 5): ``current`` to ``last-good``'s slot as its own episode
+        (kind ``rollback``), restart, health-check; an unhealthy last-good returns to the previous current.
+
+        Args:
+            operation: from :meth:`rollback_operation`.
+
+        Returns:
+            ``committed`` (on last-good's slot, healthy; both links name it; exit 0), ``aborted`` (its version
+            command failed or a signal came before the switch: nothing changed; exit 1), ``rolled_back`` (back
+            on the previous current, healthy; the reason names both slots and versions; exit 1) or
+            ``needs_attention`` (neither healthy; exit 3); a closed operation id returns its recorded result.
+
+        Raises:
+            NotInstalledError, LayoutConflictError: checked before the lock (exit 2).
+            NothingToRollBackError: ``last-good`` is missing or names ``current``'s slot (exit 2; checked
+                before the lock: nothing locked, created or journaled), or (under the lock, before any
+                episode opens) names a missing or empty slot.
+            LockBusyError, EpisodeLeftOpenError, JournalError: as :meth:`upgrade`.
+        """
+        from upgrade_core import rollback_target, run_rollback
+        from upgrade_core.errors import NothingToRollBackError
+
+        self._require_installed()
+        # Before the lock, as upgrade's input checks: nothing to roll back to now is exit 2 with nothing
+        # locked, created or journaled, unless ``operation`` already closed (the flow prints its recorded
+        # result). The flow checks again under the lock (after any recovery).
+        try:
+            rollback_target(self.host.links(), self.host.current_link_path())
+        except NothingToRollBackError:
+            if self.view().result_of(operation) is None:
+                raise
+        return await self._write(
+            lambda p, pol, f: run_rollback(p, pol, operation, folder=f), operation=operation
+        )
+
+    def rollback_preflight(self, operation: str) -> Preflight:
+        """``rollback --preflight``: the plan, from the links, the journal and a lock probe; changes nothing
+        and runs no binary (as :meth:`preflight`).
+
+        Raises:
+            NotInstalledError, LayoutConflictError, NothingToRollBackError: as :meth:`rollback` (exit 2).
+            JournalError, HistoryError: as :meth:`view` (exit 3).
+        """
+        from upgrade_core import rollback_target
+
+        from .lock import probe_lock
+
+        self._require_installed()
+        links = self.host.links()
+        view = self.view()
+        open_ep = view.open_episode.episode_id if view.open_episode else None
+        cfg = self.config
+        plan = []
+        if open_ep is not None:
+            plan.append(f"recover the open episode {open_ep} first (the links may change)")
+        prior = view.result_of(operation)
+        if prior is not None:
+            plan.append(f"operation {operation} already closed as {prior.result}: print it, do nothing")
+            target = links.last_good or links.current
+        else:
+            target = rollback_target(links, self.host.current_link_path())
+            current = links.current
+            assert current is not None  # rollback_target refuses a host without current
+            versions = view.slot_versions
+            plan += [
+                f"run the version command of last-good's slot {target} ({versions.get(target, '?')})",
+                f"switch current from {current} ({versions.get(current, '?')}) to {target}; "
+                f"last-good stays {target}",
+                f"restart {cfg.agent.unit} through a transient unit and health-check it "
+                f"({cfg.health.max_attempts} attempts, {cfg.health.stability_s} s stable)",
+                f"commit (both links name {target}), or go back to {links.current} and health-check it",
+            ]
+        episode, drift, next_ = self._convergence(view, installed=True)
+        assert target is not None
+        return Preflight(tuple(plan), target, probe_lock(cfg.host.lock_path), open_ep, episode, drift.missing,
+                         drift.drifted, next_)
 
     async def recover(self, trigger: Trigger = "manual") -> UpgradeResult | HandedOff:
         """``recover`` (SPEC 4.5): replay, look at the host, finish or roll back the open episode.

@@ -32,7 +32,9 @@ from ._orchestrator import (
     record_quarantine,
     recover,
     resume_self_upgrade,
+    rollback_target,
     run_install,
+    run_rollback,
     run_upgrade,
     self_upgrade_prepare,
 )

@@ -77,7 +77,8 @@ class Rollback:
 
     Attributes:
         reason: one line for ``RollbackStarted`` and the result.
-        to_slot: the slot ``last-good`` named when the switch was intended.
+        to_slot: the slot ``last-good`` named when the switch was intended (a ``rollback`` episode: the
+            slot ``current`` named before, :attr:`EpisodeView.return_slot`).
         close_open_attempt: as in :class:`ResumeHealth`.
     """
 
@@ -189,9 +190,8 @@ def _active_candidate(ep: EpisodeView, *, confirm_switch: bool) -> Plan:
     open_attempt = ep.health_attempt_open
     if ep.health_attempts_left > 0:
         return ResumeHealth(ep.health_attempts_left, confirm_switch, open_attempt)
-    reason = ep.health_failure or "out of health attempts"
-    reason = f"candidate unhealthy after {ep.max_health_attempts} attempt(s): {reason}"
-    to_slot = ep.switch_last_good
+    reason = ep.unhealthy_reason(ep.health_failure or "out of health attempts")
+    to_slot = ep.return_slot
     if ep.kind == "install" or to_slot is None:
         return Abort(reason)
     return Rollback(reason, to_slot, open_attempt)

@@ -21,7 +21,7 @@ import attrs
 
 Slot = Literal["blue", "green"]
 ResultValue = Literal["committed", "rolled_back", "aborted", "noop", "needs_attention"]
-EpisodeKind = Literal["upgrade", "install", "self_upgrade", "quarantine"]
+EpisodeKind = Literal["upgrade", "install", "self_upgrade", "quarantine", "rollback"]
 Trigger = Literal["boot", "on-failure", "manual", "timer", "upgrade", "resume"]
 HealthTarget = Literal["candidate", "last_good"]
 

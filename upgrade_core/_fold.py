@@ -33,14 +33,15 @@ class EpisodeView:
     Attributes:
         episode_id: the episode id (= operation id).
         state: the state after the episode's last event.
-        kind: ``upgrade``, ``install`` or ``self_upgrade``.
-        source: the redacted archive source.
+        kind: ``upgrade``, ``install``, ``self_upgrade``, ``quarantine`` or ``rollback``.
+        source: the redacted archive source (a ``rollback``: ``last-good <slot>``).
         expected_sha256 / expected_version: what the request demanded, if anything.
         from_slot / from_version: what ``current`` named (and its version) when the episode opened.
         max_health_attempts / stability_s / health_timeout_s: the health policy recorded at opening
             (seconds), so a recovery under another configuration spends exactly these attempts.
         archive_sha256 / archive_size: the fetched archive (64 hex / bytes).
-        candidate_slot / candidate_sha256 / candidate_size: the staged member (slot, 64 hex, bytes).
+        candidate_slot / candidate_sha256 / candidate_size: the staged member (slot, 64 hex, bytes); a
+            ``rollback``'s candidate is the last-good slot (from ``SwitchIntended``; digest as expected).
         staging_path: the staging temp file, until it was installed.
         candidate_version: what the candidate's version command reported.
         release: the ``ReleaseTrusted`` fact of a signed release (signer, security_version), or None.
@@ -143,6 +144,23 @@ class EpisodeView:
     def health_attempt_open(self) -> bool:
         """A candidate attempt was begun and has no outcome yet (e.g. a crash or reboot inside it)."""
         return self.attempts_started > self.attempts_failed and self.state in (_S.SWITCHED, _S.RESTARTED)
+
+    @property
+    def return_slot(self) -> Slot | None:
+        """Where an unhealthy candidate goes back to: what ``last-good`` named at ``SwitchIntended``; for a
+        ``rollback`` episode (whose candidate IS the last-good slot) the slot ``current`` named before."""
+        return self.switch_previous_slot if self.kind == "rollback" else self.switch_last_good
+
+    def unhealthy_reason(self, detail: str) -> str:
+        """The one-line reason of an unhealthy candidate (``RollbackStarted``, ``Aborted``), naming both slots
+        and versions for a ``rollback`` episode."""
+        if self.kind == "rollback":
+            return (
+                f"last-good {self.candidate_slot} ({self.candidate_version}) unhealthy after "
+                f"{self.max_health_attempts} attempt(s): {detail}; back to {self.switch_previous_slot} "
+                f"({self.from_version})"
+            )
+        return f"candidate unhealthy after {self.max_health_attempts} attempt(s): {detail}"
 
     @property
     def rollback_attempts_left(self) -> int:
@@ -411,6 +429,15 @@ class Folder:
         f["switch_last_good"] = e.last_good
         if f.get("last_good_slot") is None:
             f["last_good_slot"] = e.last_good
+        if f["kind"] == "rollback":
+            # The rollback's candidate is the slot last-good names, installed long ago: its digest is the one
+            # EpisodeOpened expected, its version the one CandidateVerified just read.
+            f["candidate_slot"] = e.candidate_slot
+            f["candidate_sha256"] = f["expected_sha256"]
+            version = f.get("candidate_version")
+            if version is not None:
+                self._slot_versions[e.candidate_slot] = version
+            _refresh(ep)
 
     def _h_switch_committed(self, ep: _Ep, e: ev.SwitchCommitted, seq: int) -> None:
         ep.fields["switch_landed"] = True

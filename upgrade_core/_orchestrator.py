@@ -52,6 +52,7 @@ from .errors import (
     AlreadyInstalledError,
     HostError,
     JournalError,
+    NothingToRollBackError,
     NotInstalledError,
     ServiceError,
     SignatureError,
@@ -428,9 +429,13 @@ class _Run:
         :class:`UpgradeError` returns that result; a cancellation or a bug is re-raised after the abort. A
         :class:`JournalError` passes through (nothing can be journaled).
         """
-        op = req.operation
+        return await self.guard_pre_switch(req.operation, lambda: self.stage_and_verify(req, slot, links))
+
+    async def guard_pre_switch(self, op: str, steps: Callable[[], Awaitable[bool]]) -> UpgradeResult | None:
+        """Run the pre-switch ``steps`` of ``op`` under the phase rule of :meth:`pre_switch` (the one copy);
+        ``steps`` returns False when it already closed the episode (noop)."""
         try:
-            if not await self.stage_and_verify(req, slot, links):
+            if not await steps():
                 result = self.folder.view().result_of(op)
                 assert result is not None
                 return result
@@ -450,14 +455,15 @@ class _Run:
             raise
         return None
 
-    async def switch(self, op: str, last_good: Slot | None) -> None:
+    async def switch(self, op: str, last_good: Slot | None, slot: Slot | None = None) -> None:
         """Step 5: ``SwitchIntended`` -> flip ``current`` -> ``SwitchCommitted`` (shielded by the caller).
 
         ``last_good`` is what ``last-good`` names now (the flow's one read of the links, plus its own
-        repointing).
+        repointing); ``slot`` the slot to switch to (default: the staged candidate's; a rollback names
+        last-good's).
         """
         ep = self.ep(op)
-        slot = ep.candidate_slot
+        slot = slot or ep.candidate_slot
         assert slot is not None
 
         async def flip() -> None:
@@ -537,9 +543,7 @@ class _Run:
         if isinstance(verdict, Passed):
             return await self.commit(op)
         reason = verdict.reason if verdict is not None else ep.health_failure or "out of health attempts"
-        return await self.out_of_attempts(
-            op, f"candidate unhealthy after {ep.max_health_attempts} attempt(s): {reason}"
-        )
+        return await self.out_of_attempts(op, ep.unhealthy_reason(reason))
 
     async def commit(self, op: str) -> UpgradeResult:
         ep = self.ep(op)
@@ -549,9 +553,9 @@ class _Run:
 
     async def out_of_attempts(self, op: str, reason: str) -> UpgradeResult:
         ep = self.ep(op)
-        if ep.kind == "install" or ep.switch_last_good is None:
+        to_slot = ep.return_slot
+        if ep.kind == "install" or to_slot is None:
             return await self.abort(op, reason)
-        to_slot = ep.switch_last_good
         await self.start_rollback(op, reason, to_slot)
         return await self.finish_rollback(op, to_slot, self.ep(op).rollback_attempts_left)
 
@@ -582,7 +586,11 @@ class _Run:
             await self.emit(op, ev.RolledBack(to_slot))
             return await self.publish_close(op)
         reason = verdict.reason if verdict is not None else "no attempt left for the last-good"
-        await self.emit(op, ev.AttentionNeeded(f"last-good {to_slot} failed its own health check: {reason}"))
+        ep = self.ep(op)
+        what = f"last-good {to_slot}"
+        if ep.kind == "rollback":
+            what = f"{ep.rollback_reason}; but the previous current {to_slot}"
+        await self.emit(op, ev.AttentionNeeded(f"{what} failed its own health check: {reason}"))
         return await self.publish_close(op)
 
     async def attempt(self, op: str, n: int, slot: Slot, *, restart: bool) -> Passed | Failed:
@@ -815,6 +823,85 @@ async def run_install(
         await run.switch(op, links.last_good)
         await run.bracket(op, lambda: ports.host.point_last_good("blue"), ev.LastGoodRepointed("blue"))
         result = await run.after_switch(op, run.ep(op).health_attempts_left)
+    return result
+
+
+def rollback_target(links: LinkState, current_link: str) -> Slot:
+    """The slot ``upgrade-agent rollback`` would switch ``current`` to: the one ``last-good`` names.
+
+    Raises:
+        NotInstalledError: ``current`` does not exist (exit 2).
+        NothingToRollBackError: ``last-good`` is missing or names ``current``'s slot (exit 2).
+    """
+    if links.current is None:
+        raise NotInstalledError(f"not installed: {current_link} does not exist")
+    if links.last_good is None:
+        raise NothingToRollBackError("nothing to roll back to: last-good does not exist")
+    if links.last_good == links.current:
+        raise NothingToRollBackError(
+            f"nothing to roll back to: last-good names {links.last_good}, the slot current runs"
+        )
+    return links.last_good
+
+
+async def run_rollback(
+    ports: Ports, policy: Policy, operation: str, *, folder: Folder | None = None
+) -> UpgradeResult:
+    """Operator rollback (issue 12 item 5, SPEC 10 ``rollback``): ``current`` to ``last-good``'s slot as an
+    episode of kind ``rollback`` (the caller holds the host lock).
+
+    The flow is the upgrade's from step 4 on, with the last-good slot as the candidate: ``EpisodeOpened``
+    (source ``last-good <slot>``, the slot's digest expected) -> its version command
+    (``CandidateVerified``) -> ``SwitchIntended``/``SwitchCommitted`` -> mirrors, restarts and health
+    attempts (the same bracket and loop) -> ``UpgradeCommitted``. Out of attempts, ``RollbackStarted``
+    returns ``current`` to the slot it named before, which is health-checked in turn. ``last-good`` never
+    moves: after a commit both links name the rolled-back-to slot (the next upgrade overwrites the other);
+    after a failure both links are as they were.
+
+    Args:
+        ports, policy, folder: as :func:`run_upgrade`.
+        operation: the operation id.
+
+    Returns:
+        ``committed`` (``current`` names the last-good slot, healthy; exit 0), ``aborted`` (its version
+        command failed, or a signal before the switch: nothing changed; exit 1), ``rolled_back`` (the
+        last-good was unhealthy; back on the previous current, healthy; exit 1; the reason names both
+        slots and versions) or ``needs_attention`` (neither is healthy; exit 3). A closed operation id
+        returns its recorded result.
+
+    Raises:
+        NotInstalledError, NothingToRollBackError: before any episode opened (exit 2), journal unchanged.
+        JournalError, HistoryError: as :func:`run_upgrade`.
+    """
+    run = _Run(ports, policy, folder)
+    settled = await _settle(run, operation)
+    if settled is not None:
+        return settled
+    host = ports.host
+    links = host.links()
+    target = rollback_target(links, host.current_link_path())
+    current = links.current
+    assert current is not None
+    sha = await host.slot_sha256(target)
+    if sha is None:
+        raise NothingToRollBackError(f"nothing to roll back to: slot {target} ({host.slot_path(target)}) "
+                                     "is missing or empty")
+    label = f"last-good {target}"
+    request = UpgradeRequest(operation, label, label, expected_sha256=sha)
+    await run.open_episode(request, "rollback", current)
+    path = host.slot_path(target)
+
+    async def verify() -> bool:
+        await run.bracket(operation, lambda: ports.verifier.verify(path, None), ev.CandidateVerified,
+                          kind=ev.CandidateVerified)
+        return True
+
+    done = await run.guard_pre_switch(operation, verify)
+    if done is not None:
+        return done
+    with anyio.CancelScope(shield=True):
+        await run.switch(operation, target, target)
+        result = await run.after_switch(operation, run.ep(operation).health_attempts_left)
     return result
 
 

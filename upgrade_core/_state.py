@@ -11,7 +11,8 @@ Nothing here performs I/O or calls back into anything.
 - :func:`advance` raises :class:`~upgrade_core.errors.IllegalTransitionError`; ``MachineError`` never
   leaks. It knows only the table.
 - :func:`next_state` is THE rule: the table plus every rule that needs the episode's facts
-  (:class:`EpisodeContext`): ``Aborted`` after the switch only for ``install``, the health target and
+  (:class:`EpisodeContext`): ``Aborted`` after the switch only for ``install``, a ``rollback`` episode's
+  own order (verify, then switch to last-good's slot; no fetch, no last-good move), the health target and
   attempt number, the installed candidate, the published result, one open episode at a time. The fold
   replays with it and the orchestrator checks every event with it *before* the append
   (:class:`upgrade_core.CheckedJournal`), so an event that breaks a rule never becomes durable.
@@ -82,6 +83,9 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     (S.STAGED, ev.CandidateUnchanged.TAG): S.UNCHANGED,
     # ``journal quarantine`` (SPEC 10): a new journal records what the host shows; nothing changed (noop).
     (S.OPENED, ev.JournalQuarantined.TAG): S.UNCHANGED,
+    # rollback (operator, ``upgrade-agent rollback``): nothing is fetched or staged; the last-good slot's
+    # version command is run (next_state: only a rollback episode verifies straight after opening).
+    (S.OPENED, ev.CandidateVerified.TAG): S.VERIFIED,
     # -- the switch: intent, then completion; a switch that never landed is aborted ---------------------
     (S.VERIFIED, ev.SwitchIntended.TAG): S.SWITCHING,
     (S.SWITCHING, ev.SwitchCommitted.TAG): S.SWITCHED,
@@ -223,8 +227,11 @@ class EpisodeContext:
 
     Attributes:
         episode_id: the episode the next event belongs to.
-        kind: ``upgrade``, ``install`` or ``self_upgrade``; None before ``EpisodeOpened``.
-        candidate_slot / candidate_sha256: what ``CandidateStaged`` recorded (slot, 64 hex), or None.
+        kind: ``upgrade``, ``install``, ``self_upgrade``, ``quarantine`` or ``rollback``; None before
+            ``EpisodeOpened``.
+        candidate_slot / candidate_sha256: what ``CandidateStaged`` recorded (slot, 64 hex), or None; for a
+            ``rollback`` episode the last-good slot its ``SwitchIntended`` names and the digest its
+            ``EpisodeOpened`` expected.
         installed: ``CandidateInstalled`` was journaled.
         attempts_started: candidate health attempts begun (``HealthAttemptStarted``, target candidate).
         rollback_attempts_started: last-good health attempts begun during the rollback.
@@ -300,7 +307,12 @@ def _release_trusted_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Re
 
 
 def _switch_intended_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.SwitchIntended) -> str | None:
-    """SPEC 4.3 step 5: only an installed candidate is switched to, in its own slot."""
+    """SPEC 4.3 step 5: only an installed candidate is switched to, in its own slot. A ``rollback`` episode
+    switches ``current`` to the slot ``last-good`` names, away from another slot (issue 12 item 5)."""
+    if ctx.kind == "rollback":
+        if event.candidate_slot != event.last_good or event.previous_slot in (None, event.candidate_slot):
+            return "a rollback's SwitchIntended must go from current's slot to last-good's other slot"
+        return None
     if event.candidate_slot != ctx.candidate_slot or not ctx.installed:
         return "SwitchIntended before its candidate was installed"
     return None
@@ -318,6 +330,22 @@ def _aborted_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Aborted) -
     roll back to) aborts; every other kind must roll back (SPEC 4.3 step 8)."""
     if state in (S.SWITCHED, S.RESTARTED) and ctx.kind != "install":
         return f"Aborted after the switch of a {ctx.kind} episode"
+    return None
+
+
+def _verified_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.CandidateVerified) -> str | None:
+    """Only a ``rollback`` verifies without staging (the last-good slot is already installed), and it never
+    stages."""
+    if (state is S.OPENED) != (ctx.kind == "rollback"):
+        return f"CandidateVerified in state {state.value} of a {ctx.kind} episode"
+    return None
+
+
+def _rollback_kind_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Event) -> str | None:
+    """A ``rollback`` episode fetches nothing and never moves ``last-good`` (issue 12 item 5: a failed
+    rollback leaves both links as they were; a committed one leaves both naming the rolled-back-to slot)."""
+    if ctx.kind == "rollback":
+        return f"{event.TAG} in a rollback episode"
     return None
 
 
@@ -356,6 +384,9 @@ _RULES: Final[dict[type[ev.Event], _Rule]] = {
     ev.ResultPublished: _published_rule,
     ev.EpisodeClosed: _closed_rule,
     ev.JournalQuarantined: _quarantined_rule,
+    ev.CandidateVerified: _verified_rule,
+    ev.ArchiveFetched: _rollback_kind_rule,
+    ev.LastGoodRepointed: _rollback_kind_rule,
 }
 """The rules beyond the table, by event class: each returns why the event breaks it, or None."""
 

@@ -133,6 +133,13 @@ class NotInstalledError(HostError):
     exit_code: ClassVar[int] = 2
 
 
+class NothingToRollBackError(HostError):
+    """``rollback`` where ``last-good`` is missing, names ``current``'s slot, or names a missing or empty
+    slot: refused before any episode opens, the journal unchanged. Exit 2."""
+
+    exit_code: ClassVar[int] = 2
+
+
 class AlreadyInstalledError(HostError):
     """``install`` on a host whose slot holds a different binary: "already installed; use upgrade". Exit 2."""
 

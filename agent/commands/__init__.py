@@ -5,7 +5,8 @@ SPEC 7 pins), a human summary, and the exit code. The work itself is the embeddi
 (:class:`agent.session.Session`); a command parses, asks the session, and prints. Errors are raised, and
 :func:`describe_error` maps them to one line and an exit code in one place.
 
-- :mod:`~agent.commands.upgrade`: ``upgrade`` (and ``--preflight``), ``recover``;
+- :mod:`~agent.commands.upgrade`: ``upgrade`` (and ``--preflight``), ``rollback`` (and ``--preflight``),
+  ``recover``;
 - :mod:`~agent.commands.install`: ``install`` (and adoption);
 - :mod:`~agent.commands.readers`: ``status``, ``history``, ``units``, ``host-root``;
 - :mod:`~agent.commands.journal`: ``journal verify|dump|compact``;
@@ -33,7 +34,7 @@ from agent.commands.journal import cmd_journal
 from agent.commands.outcome import Outcome
 from agent.commands.readers import cmd_history, cmd_host_root, cmd_status, cmd_units
 from agent.commands.removal import cmd_reset, cmd_uninstall
-from agent.commands.upgrade import cmd_recover, cmd_upgrade
+from agent.commands.upgrade import cmd_recover, cmd_rollback, cmd_upgrade
 from upgrade_core.errors import UpgradeError
 
 __all__ = ["COMMANDS", "Outcome", "describe_error", "run_command"]
@@ -82,6 +83,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], Outcome]] = {
     "install": cmd_install,
     "upgrade": cmd_upgrade,
     "recover": cmd_recover,
+    "rollback": cmd_rollback,
     "status": cmd_status,
     "history": cmd_history,
     "journal": cmd_journal,

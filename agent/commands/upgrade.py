@@ -1,4 +1,5 @@
-"""``upgrade`` (and ``upgrade --preflight``) and ``recover``: the commands that run an episode's flow."""
+"""``upgrade`` (and ``upgrade --preflight``), ``rollback`` (and ``--preflight``) and ``recover``: the commands
+that run an episode's flow."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import attrs
 from agent.commands.common import cli_session, run_writing
 from agent.commands.outcome import Outcome, result_outcome, result_payload
 from agent.logline import log
-from agent.session import BUSY_REASON
+from agent.session import BUSY_REASON, Preflight
 from upgrade_core import HandedOff, UpgradeResult
 
 
@@ -30,15 +31,37 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
         signature=args.signature,
     )
     if args.preflight:
-        pre = session.preflight(request)
-        human = "\n".join(f"- {p}" for p in pre.plan) + f"\nlock: {pre.lock}"
-        if pre.missing_units:
-            human += "\nmissing units: " + ", ".join(pre.missing_units)
-        if pre.next:
-            human += f"\nnext: {pre.next}"
-        return Outcome(pre.to_json(), human, 75 if pre.lock == "busy" else 0)
+        return _preflight_outcome(session.preflight(request))
     log(f"upgrade {request.operation}: {request.source_redacted}")
     return result_outcome(run_writing(session, args, lambda: session.upgrade(request)))
+
+
+def cmd_rollback(args: argparse.Namespace) -> Outcome:
+    """``rollback`` (issue 12 item 5, SPEC 10): ``current`` to ``last-good`` as its own episode, and
+    ``rollback --preflight``. Exit 0 committed, 1 rolled_back/aborted (the previous current runs), 3
+    needs_attention, as ``upgrade``.
+
+    Raises:
+        ConfigError, UsageError: bad configuration or ``--operation`` (exit 2): nothing locked or journaled.
+        NotInstalledError, NothingToRollBackError: no ``current``; ``last-good`` missing or naming current's
+            slot (exit 2), before any episode opens.
+        LockBusyError, EpisodeLeftOpenError, JournalError: as ``upgrade``.
+    """
+    session = cli_session(args)
+    operation = session.rollback_operation(args.operation)
+    if args.preflight:
+        return _preflight_outcome(session.rollback_preflight(operation))
+    log(f"rollback {operation}: current to last-good")
+    return result_outcome(run_writing(session, args, lambda: session.rollback(operation)))
+
+
+def _preflight_outcome(pre: Preflight) -> Outcome:
+    human = "\n".join(f"- {p}" for p in pre.plan) + f"\nlock: {pre.lock}"
+    if pre.missing_units:
+        human += "\nmissing units: " + ", ".join(pre.missing_units)
+    if pre.next:
+        human += f"\nnext: {pre.next}"
+    return Outcome(pre.to_json(), human, 75 if pre.lock == "busy" else 0)
 
 
 def cmd_recover(args: argparse.Namespace) -> Outcome:

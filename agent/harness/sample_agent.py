@@ -10,7 +10,9 @@ Usage:
 
 Baked-in behaviours (``BEHAVIOUR``): "good" serves forever; "exit-after:S" exits 1 after S seconds of
 serving (a candidate that passes its version check and then dies, case C16); "unhealthy" serves /healthz
-with 503.
+with 503; "refuse-if-exists:PATH" serves like "good" but exits 1 at start while PATH exists (an older
+release that cannot read what a newer one left behind, e.g. a migrated configuration: the reason an
+operator's rollback to ``last-good`` fails, issue 12 item 5).
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
 
 def _serve(port: int) -> int:
+    if BEHAVIOUR.startswith("refuse-if-exists:"):
+        import os
+
+        marker = BEHAVIOUR.split(":", 1)[1]
+        if os.path.exists(marker):
+            print(f"demo-agent {VERSION}: cannot start: {marker} exists", flush=True)
+            return 1
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Handler)
     server.allow_reuse_address = True
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())

@@ -60,3 +60,23 @@ FULL_ROLLBACK: list[Event] = [*ROLLED_BACK, ev.ResultPublished(ROLLED_BACK_RESUL
 def records(events: list[Event], episode: str = OP, start: int = 1) -> list[SimRecord]:
     """Wrap events in envelopes with consecutive sequence numbers."""
     return [SimRecord(start + i, episode, 1_700_000_000.0 + i, e) for i, e in enumerate(events)]
+
+
+# -- an operator rollback (issue 12 item 5): current blue runs 2.0.0, last-good green holds 1.0.0 ---------
+LG_SHA = "d" * 64
+RB_OPENED = ev.EpisodeOpened(
+    operation=OP, kind="rollback", source="last-good green", expected_sha256=LG_SHA, expected_version=None,
+    from_slot="blue", from_version="2.0.0", max_health_attempts=3, stability_s=1.0, health_timeout_s=3.0,
+)
+RB_VERIFIED: list[Event] = [RB_OPENED, ev.CandidateVerified("1.0.0")]
+RB_INTENDED: list[Event] = [*RB_VERIFIED, ev.SwitchIntended("green", "blue", "green")]
+RB_SWITCHED: list[Event] = [*RB_INTENDED, ev.SwitchCommitted("green"), ev.MirrorsSynced(())]
+RB_HEALTHY: list[Event] = [*RB_SWITCHED, *attempt(1, "pass")]
+RB_COMMITTED: list[Event] = [*RB_HEALTHY, ev.UpgradeCommitted("green", "1.0.0")]
+RB_COMMITTED_RESULT = UpgradeResult(OP, "committed", "2.0.0", "1.0.0", "green", None)
+RB_FAILED_3: list[Event] = [*RB_SWITCHED, *attempt(1, "MainPID changed"), *attempt(2, "MainPID changed"),
+                            *attempt(3, "start-limit-hit")]
+RB_REASON = "last-good green (1.0.0) unhealthy after 3 attempt(s): start-limit-hit; back to blue (2.0.0)"
+RB_RETURNING: list[Event] = [*RB_FAILED_3, ev.RollbackStarted(RB_REASON, "blue")]
+RB_RETURNED: list[Event] = [*RB_RETURNING, *attempt(1, "pass", "last_good"), ev.RolledBack("blue")]
+RB_RETURNED_RESULT = UpgradeResult(OP, "rolled_back", "2.0.0", "1.0.0", "blue", RB_REASON)

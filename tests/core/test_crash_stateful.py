@@ -1,12 +1,13 @@
 """Crash injection, in process (SPEC 8): a hypothesis state machine over the simulated host.
 
 Workloads: upgrades to good, exiting, crash-looping and hanging candidates, refused ones, the same digest
-again, the same operation id repeated, a second operation while one is open, and upgrades started from
-inside the agent's unit (hand-off). Any step may crash before or after any port call, as a process crash
-or a power cut, and recoveries (boot, on-failure, manual) may crash again, repeatedly. After every step
-the SPEC 4.6 invariants that must hold at any instant are checked; after every completed step (and at
-teardown, after a clean recovery) the settled ones are, and ``fold(replay(disk))`` is compared with the
-model: which operations were started, and which results each candidate's nature allows.
+again, the same operation id repeated, a second operation while one is open, upgrades started from inside
+the agent's unit (hand-off), and operator rollbacks to ``last-good`` (issue 12 item 5). Any step may crash
+before or after any port call, as a process crash or a power cut, and recoveries (boot, on-failure, manual)
+may crash again, repeatedly. After every step the SPEC 4.6 invariants that must hold at any instant are
+checked; after every completed step (and at teardown, after a clean recovery) the settled ones are, and
+``fold(replay(disk))`` is compared with the model: which operations were started, and which results each
+candidate's nature allows.
 
 Coverage is shown, not assumed: each fired crash is tagged with ``hypothesis.event`` and collected;
 ``test_every_crash_point_fired`` (run after the machines) fails if a (port call, before/after, fault kind)
@@ -28,8 +29,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from upgrade_core import HandedOff, UpgradeRequest, UpgradeResult, fold, recover, run_upgrade
+from upgrade_core import HandedOff, UpgradeRequest, UpgradeResult, fold, recover, run_rollback, run_upgrade
 from upgrade_core import _events as ev
+from upgrade_core.errors import NothingToRollBackError
 
 from ..sim.host import (
     CRASH_METHODS,
@@ -45,6 +47,7 @@ from ..sim.invariants import INTERRUPTED, check_always, check_settled, events_by
 LONG = os.environ.get("UPGRADE_CORE_LONG") == "1"
 FIRED: set[tuple[str, str, str]] = set()
 RESULTS: set[str] = set()
+ROLLBACK_RESULTS: set[str] = set()
 
 BEHAVIORS: dict[str, Behavior | None] = {
     "good": Behavior("good"),
@@ -168,6 +171,38 @@ class CrashMachine(RuleBasedStateMachine):
         inside = method in ("service.hand_off_recovery", "journal.reread")
         self.upgrade(nature, False, inside, CrashPlan(1, when, kind, method))  # type: ignore[arg-type]
 
+    @rule(inside_unit=st.booleans(), plan=crash_plans)
+    def rollback(self, inside_unit: bool, plan: CrashPlan | None) -> None:
+        """``upgrade-agent rollback``: current to last-good as its own episode; refused (nothing journaled)
+        when last-good names current's slot."""
+        self.counter += 1
+        op = f"op{self.counter}"
+
+        async def flow() -> UpgradeResult | None:
+            try:
+                return await run_rollback(self.w.ports(), SIM_POLICY, op)
+            except NothingToRollBackError:
+                return None
+
+        before = len(self.w.replay())
+        self.w.inside_unit = inside_unit
+        ok, result = self._run(plan, flow)
+        self.w.inside_unit = False
+        if ok and result is None:
+            # refused before any episode opened: only a recovery of an older open episode may have written
+            assert fold(self.w.replay()).result_of(op) is None
+            hypothesis.event("rollback refused: nothing to roll back to")
+            return
+        self.nature[op] = "rollback"
+        self.started.append(op)
+        if ok:
+            self.completed.add(op)
+            RESULTS.add(result.result)
+            ROLLBACK_RESULTS.add(result.result)
+            hypothesis.event(f"rollback result {result.result}")
+            assert len(self.w.replay()) > before
+            self._settled()
+
     @rule(trigger=st.sampled_from(["boot", "on-failure", "manual"]), plan=crash_plans)
     def recover(self, trigger: str, plan: CrashPlan | None) -> None:
         ok, result = self._run(plan, recover, self.w.ports(), SIM_POLICY, trigger)
@@ -217,6 +252,9 @@ class CrashMachine(RuleBasedStateMachine):
                         op, candidate_failures)
             if nature in ("missing", "verify_fails"):
                 assert value == "aborted"
+            if nature == "rollback" and value == "committed":
+                # the rollback took effect: both links name the rolled-back-to slot (last-good never moves)
+                assert ep.kind == "rollback" and ep.candidate_slot == ep.switch_last_good
             if nature == "same" and not ep.switch_landed:
                 assert value in ("noop", "aborted")
 
@@ -256,3 +294,4 @@ def test_every_crash_point_fired() -> None:
     missing = sorted(expected - FIRED)
     assert not missing, f"crash points never exercised: {missing}"
     assert {"committed", "rolled_back", "aborted"} <= RESULTS, RESULTS
+    assert "committed" in ROLLBACK_RESULTS, ROLLBACK_RESULTS

@@ -31,9 +31,22 @@ from .journals import (
     FULL_COMMIT,
     FULL_ROLLBACK,
     HEALTHY,
+    LG_SHA,
     OLD_SHA,
     OPENED,
     PRE_SWITCH,
+    RB_COMMITTED,
+    RB_COMMITTED_RESULT,
+    RB_FAILED_3,
+    RB_HEALTHY,
+    RB_INTENDED,
+    RB_OPENED,
+    RB_REASON,
+    RB_RETURNED,
+    RB_RETURNED_RESULT,
+    RB_RETURNING,
+    RB_SWITCHED,
+    RB_VERIFIED,
     ROLLBACK_REASON,
     ROLLED_BACK,
     ROLLED_BACK_RESULT,
@@ -58,6 +71,12 @@ INSTALL_SWITCHED: list[Event] = [
     ev.SwitchCommitted("blue"), ev.LastGoodRepointed("blue"),
 ]
 OUT_REASON = "candidate unhealthy after 3 attempt(s): "
+# An operator rollback: current blue (2.0.0) goes to last-good green (1.0.0); last-good never moves.
+RB_ON_BLUE = HostFacts(LinkState("blue", "green"))
+RB_ON_GREEN = HostFacts(LinkState("green", "green"), LG_SHA)
+RB_ON_GREEN_OTHER_BYTES = HostFacts(LinkState("green", "green"), OLD_SHA)
+RB_ATTENTION = f"{RB_REASON}; but the previous current blue failed its own health check: MainPID changed"
+RB_ABORTED = UpgradeResult("op1", "aborted", "2.0.0", None, "blue", "last-good green: version command failed")
 
 # (name, journal prefix, host facts, plan)
 RECOVERY_CASES: list[tuple[str, list[Event], HostFacts, Plan]] = [
@@ -116,6 +135,40 @@ RECOVERY_CASES: list[tuple[str, list[Event], HostFacts, Plan]] = [
      PublishAndClose(UpgradeResult("op1", "aborted", "1.0.0", "2.0.0", "blue", "verify failed"))),
     ("unchanged candidate (noop), not published", [*PRE_SWITCH[:3], ev.CandidateUnchanged("blue", "1.0.0")],
      ON_BLUE, PublishAndClose(UpgradeResult("op1", "noop", "1.0.0", "1.0.0", "blue", None))),
+    # -- an operator rollback (kind rollback) at every durable step: the same rows, the return slot is the
+    #    previous current (blue), never last-good's (green)
+    ("rollback: opened only", [RB_OPENED], RB_ON_BLUE, Abort("interrupted before the switch")),
+    ("rollback: last-good verified", RB_VERIFIED, RB_ON_BLUE, Abort("interrupted before the switch")),
+    ("rollback: intended, current is last-good's slot -> treat as switched", RB_INTENDED, RB_ON_GREEN,
+     ResumeHealth(3, confirm_switch=True)),
+    ("rollback: intended, current still the previous slot -> abort", RB_INTENDED, RB_ON_BLUE,
+     Abort("interrupted before the switch took effect")),
+    ("rollback: intended, last-good's slot holds other bytes -> abort", RB_INTENDED, RB_ON_GREEN_OTHER_BYTES,
+     Abort("interrupted before the switch took effect")),
+    ("rollback: switched, no attempt yet", RB_SWITCHED, RB_ON_GREEN, ResumeHealth(3)),
+    ("rollback: attempt 1 cut inside", [*RB_SWITCHED, *attempt(1, None)], RB_ON_GREEN,
+     ResumeHealth(2, close_open_attempt=True)),
+    ("rollback: out of attempts -> back to the previous current", RB_FAILED_3, RB_ON_GREEN,
+     Rollback(RB_REASON, "blue")),
+    ("rollback: third attempt cut inside -> back to the previous current",
+     [*RB_SWITCHED, *attempt(1, "x"), *attempt(2, "y"), *attempt(3, None)], RB_ON_GREEN,
+     Rollback(RB_REASON.replace("start-limit-hit", "y"), "blue", close_open_attempt=True)),
+    ("rollback: health passed, commit missing", RB_HEALTHY, RB_ON_GREEN, Commit()),
+    ("rollback: committed, not published", RB_COMMITTED, RB_ON_GREEN, PublishAndClose(RB_COMMITTED_RESULT)),
+    ("rollback: committed, host shows the previous slot: still no return", RB_COMMITTED, RB_ON_BLUE,
+     PublishAndClose(RB_COMMITTED_RESULT)),
+    ("rollback: returning started", RB_RETURNING, RB_ON_GREEN, FinishRollback("blue", 3)),
+    ("rollback: returning, link already flipped", RB_RETURNING, RB_ON_BLUE, FinishRollback("blue", 3)),
+    ("rollback: returning, attempt cut inside", [*RB_RETURNING, *attempt(1, None, "last_good")], RB_ON_BLUE,
+     FinishRollback("blue", 2, close_open_attempt=True)),
+    ("rollback: returned, not published", RB_RETURNED, RB_ON_BLUE, PublishAndClose(RB_RETURNED_RESULT)),
+    ("rollback: neither healthy, not published", [*RB_RETURNING, ev.AttentionNeeded(RB_ATTENTION)],
+     RB_ON_BLUE,
+     PublishAndClose(UpgradeResult("op1", "needs_attention", "2.0.0", "1.0.0", "blue", RB_ATTENTION))),
+    ("rollback: last-good failed its version command, not published",
+     [RB_OPENED, ev.Aborted(RB_ABORTED.reason or "")], RB_ON_BLUE, PublishAndClose(RB_ABORTED)),
+    ("rollback: returned and published", [*RB_RETURNED, ev.ResultPublished(RB_RETURNED_RESULT)], RB_ON_BLUE,
+     CloseOnly(RB_RETURNED_RESULT)),
     # -- published, not closed -> close only
     ("published, not closed", [*COMMITTED, ev.ResultPublished(COMMITTED_RESULT)], ON_GREEN,
      CloseOnly(COMMITTED_RESULT)),
@@ -148,6 +201,6 @@ def test_unreadable_journal_is_an_error_naming_file_and_offset_not_a_plan() -> N
 def test_no_row_after_a_commit_ever_rolls_back() -> None:
     for name, events, _facts, _plan in RECOVERY_CASES:
         if any(isinstance(e, ev.UpgradeCommitted) for e in events):
-            for facts in (ON_BLUE, ON_GREEN, ON_GREEN_OTHER_BYTES):
+            for facts in (ON_BLUE, ON_GREEN, ON_GREEN_OTHER_BYTES, RB_ON_BLUE, RB_ON_GREEN):
                 plan = decide(fold(records(events)), facts)
                 assert not isinstance(plan, Rollback | FinishRollback | Abort), name

@@ -14,6 +14,8 @@ Mutants:
 - ``f``: the orchestrator's checked append (``CheckedJournal.append``) appends without the pre-check, so
   an event breaking a lifecycle rule is made durable first (issue 9); killed by
   ``tests/core/test_rule_pairs.py``.
+- ``g``: an operator rollback (kind ``rollback``) that runs out of attempts "returns" to what ``last-good``
+  names, i.e. stays on the unhealthy slot it just switched to, instead of the previous ``current``.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ TESTS: dict[str, list[str]] = {
     "d_journal_fsync_dropped": ["tests/core/test_prefix_recovery.py", "tests/core/test_crash_stateful.py"],
     "e_real_journal_fdatasync_dropped": ["tests/journal"],
     "f_append_without_precheck": ["tests/core/test_rule_pairs.py"],
+    "g_rollback_returns_to_last_good": ["tests/core/test_decide.py", "tests/core/test_rollback.py"],
 }
 FAILED = re.compile(r"^FAILED (.+?)(?: - .*)?$", re.MULTILINE)
 
