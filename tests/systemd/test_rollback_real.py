@@ -72,8 +72,11 @@ def prepare(sandbox: PrivateSystemd, base: Path, path: str) -> Prepared:
     releases.mkdir(exist_ok=True)
     old_archive = build_release(releases, old, behaviour, name=NAME, arch=ARCH)
     new_archive = build_release(releases, GOOD, "good", name=NAME, arch=ARCH)
+    # 10 s an attempt: a healthy slot's restart must never miss its window on a loaded CI machine (the
+    # kill-point test runs five agents at once; at 4 s one good return to the previous current timed out
+    # under the full suite). A failing last-good still fails at once: it exits on start.
     agent = CliAgent.create(sandbox, base / "agent", prefix="rb", member=MEMBER, stability_s=0.3,
-                            timeout_s=4.0, max_attempts=2)
+                            timeout_s=10.0, max_attempts=2)
     try:
         done = agent.cli("install", *_args(old_archive), "--expect-version", old)
         assert done.returncode == 0, f"install of {old}: exit {done.returncode}: {done.stderr[-600:]}"
