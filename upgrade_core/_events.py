@@ -368,13 +368,22 @@ class JournalQuarantined(Event):
 # -- history kept across compaction -----------------------------------------------------------------
 @attrs.frozen
 class EpisodeSummary:
-    """What retention keeps of a dropped closed episode (for ``history`` and operation-id idempotency)."""
+    """What retention keeps of a dropped closed episode (for ``history`` and operation-id idempotency).
+
+    Attributes:
+        operation / result / opened_at / closed_at: the episode's id, published result and times.
+        candidate_sha256: the staged member's digest (known-bad memory, SPEC 4.6 inv. 6).
+        security_version: the ``ReleaseTrusted`` security version of a signed release, None for an unsigned
+            one (the anti-rollback watermark counts it when ``result`` is committed, issue 12 item 3).
+            Written only when set, so snapshots without one keep their bytes and old ones decode.
+    """
 
     operation: str
     result: UpgradeResult
     opened_at: float
     closed_at: float
     candidate_sha256: str | None = None
+    security_version: int | None = None
 
 
 @attrs.frozen

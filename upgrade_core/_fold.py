@@ -214,6 +214,9 @@ class JournalView:
         history: summaries kept by compaction (``HistorySnapshot``), oldest first.
         slot_versions: slot -> the version its current binary reported, as far as the journal knows.
         last_seq: the last sequence number, 0 for an empty journal.
+        security_watermark: the highest ``security_version`` of a signed release ever committed on this
+            host (``UpgradeCommitted`` in an episode with ``ReleaseTrusted``, or a committed summary of a
+            snapshot), None when none was; a signed release below it is refused (issue 12 item 3).
     """
 
     episodes: dict[str, EpisodeView]
@@ -223,6 +226,7 @@ class JournalView:
     history: tuple[ev.EpisodeSummary, ...]
     slot_versions: dict[Slot, str]
     last_seq: int
+    security_watermark: int | None = None
 
     def result_of(self, operation: str) -> UpgradeResult | None:
         """The recorded result of a closed episode ``operation``, or None."""
@@ -261,6 +265,7 @@ class Folder:
         self._failed: set[str] = set()
         self._history: list[ev.EpisodeSummary] = []
         self._slot_versions: dict[Slot, str] = {}
+        self._watermark: int | None = None
         self._cache: JournalView | None = None
 
     @property
@@ -326,6 +331,7 @@ class Folder:
                 history=tuple(self._history),
                 slot_versions=dict(self._slot_versions),
                 last_seq=self._last_seq,
+                security_watermark=self._watermark,
             )
         return self._cache
 
@@ -386,6 +392,12 @@ class Folder:
             self._closed[summary.operation] = summary.result
             if summary.candidate_sha256 and summary.result.result in ("rolled_back", "needs_attention"):
                 self._failed.add(summary.candidate_sha256)
+            if summary.security_version is not None and summary.result.result == "committed":
+                self._raise_watermark(summary.security_version)
+
+    def _raise_watermark(self, security_version: int) -> None:
+        if self._watermark is None or security_version > self._watermark:
+            self._watermark = security_version
 
     def _h_fetched(self, ep: _Ep, e: ev.ArchiveFetched, seq: int) -> None:
         ep.fields["archive_sha256"] = e.sha256
@@ -466,6 +478,9 @@ class Folder:
 
     def _h_committed(self, ep: _Ep, e: ev.UpgradeCommitted, seq: int) -> None:
         ep.fields["committed_version"] = e.version
+        release: ev.ReleaseTrusted | None = ep.fields.get("release")
+        if release is not None:  # the one-way door: from here on this release is the host's floor
+            self._raise_watermark(release.security_version)
 
     def _h_rollback(self, ep: _Ep, e: ev.RollbackStarted, seq: int) -> None:
         ep.fields["rollback_reason"] = e.reason

@@ -54,6 +54,7 @@ from .errors import (
     JournalError,
     NothingToRollBackError,
     NotInstalledError,
+    SecurityVersionError,
     ServiceError,
     SignatureError,
     UpgradeError,
@@ -410,6 +411,8 @@ class _Run:
         Raises:
             SignatureError: the trusted comment names another agent, or another version than the candidate
                 reported (the episode aborts: exit 1).
+            SecurityVersionError: its ``security_version`` is below the host's watermark
+                (:attr:`JournalView.security_watermark`; equal is accepted: a re-release at the same level).
         """
         if release.name != self.policy.agent:
             raise SignatureError(
@@ -419,6 +422,11 @@ class _Run:
             raise SignatureError(
                 f"release signed by key {release.key_id} is version {release.version}, "
                 f"the candidate reports {version}"
+            )
+        watermark = self.folder.view().security_watermark
+        if watermark is not None and release.security_version < watermark:
+            raise SecurityVersionError(
+                f"security version {release.security_version} is below this host's watermark {watermark}"
             )
         return release
 

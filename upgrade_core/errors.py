@@ -74,6 +74,16 @@ class KeyringError(SignatureError):
     ``serial`` never goes back). Nothing was switched and the cached keyring was kept. Exit 1."""
 
 
+class SecurityVersionError(SignatureError):
+    """A validly signed release whose ``security_version`` is below this host's watermark, the highest one
+    ever committed here (issue 12 item 3: a rollback attack). Nothing was switched. Exit 1."""
+
+
+class KnownBadError(CandidateError):
+    """The staged candidate's digest failed its health check or its verification in an earlier operation
+    (issue 12 item 4); ``--retry-known-bad`` offers it again. Nothing was switched. Exit 1."""
+
+
 # -- transport -------------------------------------------------------------------------------------
 class FetchError(UpgradeError):
     """Fetching the archive failed for a transport reason. The URL in the message is redacted."""

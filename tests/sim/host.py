@@ -29,7 +29,7 @@ import anyio
 import attrs
 
 from upgrade_core import Policy, Ports, UpgradeResult, fold
-from upgrade_core._events import Event, Slot
+from upgrade_core._events import Event, ReleaseTrusted, Slot
 from upgrade_core.errors import (
     DigestMismatchError,
     FetchError,
@@ -78,12 +78,14 @@ class Behavior:
 
 @attrs.frozen
 class Candidate:
-    """An archive the simulated source can serve: its member digest, version, behavior and member size."""
+    """An archive the simulated source can serve: its member digest, version, behavior and member size, and
+    for a signed release what its verified signature says (issue 12)."""
 
     sha256: str
     version: str
     behavior: Behavior
     size: int = 1000
+    release: ReleaseTrusted | None = None
 
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -479,7 +481,7 @@ class SimSource:
         if expected_sha256 is not None and expected_sha256 != archive_sha:
             raise DigestMismatchError(f"sim: {source}: sha256 mismatch")
         self.w.files[staging_path] = cand.sha256
-        return StagedCandidate(slot, staging_path, cand.sha256, cand.size, archive_sha, 500)
+        return StagedCandidate(slot, staging_path, cand.sha256, cand.size, archive_sha, 500, cand.release)
 
 
 class SimVerifier:
