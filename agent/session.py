@@ -275,6 +275,7 @@ class Session:
         operation: str | None = None,
         expect_version: str | None = None,
         signature: str | None = None,
+        retry_known_bad: bool = False,
     ) -> UpgradeRequest:
         """A checked request (see :func:`agent.request.make_request`); nothing is locked or created.
 
@@ -288,6 +289,7 @@ class Session:
             operation=operation,
             expect_version=expect_version,
             signature=signature,
+            retry_known_bad=retry_known_bad,
         )
 
     # -- what a signal handler needs -------------------------------------------------------------------
@@ -1125,6 +1127,7 @@ class Session:
             next=next_,
             service_error=error,
             security_watermark=view.security_watermark,
+            known_bad=tuple(KnownBad(sha, bad.operation) for sha, bad in sorted(view.known_bad.items())),
         )
 
 

@@ -42,6 +42,7 @@ def summarize_history(records: Sequence[ev.Recorded]) -> ev.HistorySnapshot:
                 closed_at=ep.closed_at if ep.closed_at is not None else ep.opened_at,
                 candidate_sha256=ep.candidate_sha256,
                 security_version=ep.release.security_version if ep.release is not None else None,
+                known_bad=ep.condemns_candidate,
             )
         )
     return ev.HistorySnapshot(tuple(summaries))

@@ -52,15 +52,34 @@ class DigestMismatchError(CandidateError):
 
 
 class VerifyError(CandidateError):
-    """The candidate's version command failed: non-zero exit, no output, no version token (case C10)."""
+    """The candidate's version command failed: non-zero exit, no output, no version token (case C10).
+
+    ``condemns_release``: the failure is the release's own, so its digest becomes known-bad (issue 12
+    item 4); False for the subclasses whose cause may be the host or the request.
+    """
+
+    condemns_release: ClassVar[bool] = True
 
 
 class VerifyTimeoutError(VerifyError):
-    """The version command ran past ``verify.timeout_s``; its whole process group was killed (C10)."""
+    """The version command ran past ``verify.timeout_s``; its whole process group was killed (C10).
+    Not known-bad: a loaded host can be the cause."""
+
+    condemns_release: ClassVar[bool] = False
+
+
+class VerifyCannotRunError(VerifyError):
+    """The version command could not be started (the spawn failed: ENOMEM, EAGAIN, a busy text file...).
+    Not known-bad: the host can be the cause."""
+
+    condemns_release: ClassVar[bool] = False
 
 
 class VersionMismatchError(VerifyError):
-    """The reported version differs from ``--expect-version`` (compared without a leading ``v``)."""
+    """The reported version differs from ``--expect-version`` (compared without a leading ``v``).
+    Not known-bad: the request expected another release."""
+
+    condemns_release: ClassVar[bool] = False
 
 
 class SignatureError(CandidateError):

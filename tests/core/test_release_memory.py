@@ -6,16 +6,19 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from upgrade_core import EVENT_CODEC, UpgradeRequest, fold, run_upgrade, summarize_history
+from upgrade_core import EVENT_CODEC, UpgradeRequest, UpgradeResult, fold, run_upgrade, summarize_history
 from upgrade_core import _events as ev
 
 from ..sim.host import SIM_POLICY, Behavior, SimRecord, World, make_candidate
 from ..sim.invariants import check_settled, events_by_episode
 from .journals import (
+    CAND_SHA,
     COMMITTED_RESULT,
     FULL_COMMIT,
     FULL_ROLLBACK,
+    OP,
     OPENED,
+    PRE_SWITCH,
     ROLLED_BACK_RESULT,
     records,
 )
@@ -124,3 +127,130 @@ async def test_a_signed_release_at_the_watermark_is_accepted_and_a_higher_one_ra
         result = await run_upgrade(w.ports(), SIM_POLICY, UpgradeRequest(op, source, source))
         assert result.result == "committed"
     assert check_settled(w).security_watermark == 6
+
+
+# -- item 4: known-bad memory, derived --------------------------------------------------------------------
+def environment_only(events: list[ev.Event]) -> list[ev.Event]:
+    """``events`` with every ``HealthFailed`` blamed on the environment."""
+    return [attrs.evolve(e, cause="environment") if isinstance(e, ev.HealthFailed) else e for e in events]
+
+
+def test_a_rolled_back_candidate_is_known_bad_with_its_operation() -> None:
+    view = fold(records(FULL_ROLLBACK))
+    assert {sha: bad.operation for sha, bad in view.known_bad.items()} == {CAND_SHA: "op1"}
+    assert view.known_bad[CAND_SHA].refusal(CAND_SHA) == (
+        f"release {CAND_SHA[:12]} was rolled back by operation op1; --retry-known-bad to try it again"
+    )
+
+
+def test_environment_health_failures_only_do_not_condemn() -> None:
+    """Every candidate failure was the environment's (probe could not connect, interrupted attempts)."""
+    view = fold(records(environment_only(FULL_ROLLBACK)))
+    assert view.known_bad == {} and view.episodes["op1"].condemns_candidate is False
+    assert view.failed_digests == {CAND_SHA}  # the rollback itself still happened
+
+
+def test_a_verification_failure_condemns_other_aborts_do_not() -> None:
+    pre = PRE_SWITCH[:3]  # opened, fetched, staged
+    aborted_by = {
+        "verification": ev.Aborted("version command exited 1", "verification"),
+        None: ev.Aborted("fetch: connection reset"),
+    }
+    for cause, event in aborted_by.items():
+        result = UpgradeResult(OP, "aborted", "1.0.0", None, "blue", event.reason)
+        view = fold(records([*pre, event, ev.ResultPublished(result), ev.EpisodeClosed("aborted")]))
+        assert (CAND_SHA in view.known_bad) is (cause == "verification")
+
+
+def test_a_later_commit_of_the_same_digest_clears_it() -> None:
+    first = records(FULL_ROLLBACK)
+    again = records([attrs.evolve(OPENED, operation="op2"), *FULL_COMMIT[1:]], "op2", len(first) + 1)
+    assert fold(first + again).known_bad == {}
+
+
+def test_known_bad_survives_compaction_and_old_snapshots_keep_what_failed_digests_kept() -> None:
+    snapshot = summarize_history(records(FULL_ROLLBACK))
+    assert [s.known_bad for s in snapshot.episodes] == [True]
+    decoded = EVENT_CODEC.decode(EVENT_CODEC.encode(snapshot))
+    assert set(fold([SimRecord(1, ev.SNAPSHOT_EPISODE, 0.0, decoded)]).known_bad) == {CAND_SHA}
+    old = ev.HistorySnapshot((ev.EpisodeSummary("old", ROLLED_BACK_RESULT, 1.0, 2.0, "d" * 64),))
+    old_bad = fold([SimRecord(1, ev.SNAPSHOT_EPISODE, 0.0, old)]).known_bad
+    assert {k: v.operation for k, v in old_bad.items()} == {"d" * 64: "old"}
+    not_bad = summarize_history(records(environment_only(FULL_ROLLBACK)))
+    assert [s.known_bad for s in not_bad.episodes] == [False]
+    assert fold([SimRecord(1, ev.SNAPSHOT_EPISODE, 0.0, not_bad)]).known_bad == {}
+
+
+# -- item 4: on the simulated host -------------------------------------------------------------------------
+def bad_world(behavior: Behavior) -> tuple[World, str]:
+    w = World(SIM_POLICY)
+    w.install_bare(make_candidate("base", GOOD))
+    source = "https://h/bad.tar.gz"
+    w.add_archive(source, make_candidate("bad", behavior))
+    return w, source
+
+
+async def upgrade(w: World, op: str, source: str, *, retry: bool = False) -> UpgradeResult:
+    return await run_upgrade(w.ports(), SIM_POLICY, UpgradeRequest(op, source, source, retry_known_bad=retry))
+
+
+@pytest.mark.anyio
+async def test_a_release_that_rolled_back_is_refused_then_accepted_with_retry_known_bad() -> None:
+    w, source = bad_world(Behavior("exit", 0.3))
+    assert (await upgrade(w, "op1", source)).result == "rolled_back"
+    sha = w.archives[source].sha256
+    before = host_facts(w)
+    refused = await upgrade(w, "op2", source)
+    assert refused.result == "aborted"
+    assert refused.reason == (
+        f"release {sha[:12]} was rolled back by operation op1; --retry-known-bad to try it again"
+    )
+    assert host_facts(w) == before
+    tags = [e.TAG for e in events_by_episode(w)["op2"]]
+    assert "CandidateStaged" in tags and "CandidateVerified" not in tags and "SwitchIntended" not in tags
+    assert {k: v.operation for k, v in check_settled(w).known_bad.items()} == {sha: "op1"}  # not op2
+    # The operator fixed what made it fail and retries: checked again, it commits and is known-bad no more.
+    w.by_sha[sha] = attrs.evolve(w.by_sha[sha], behavior=GOOD)
+    w.archives[source] = w.by_sha[sha]
+    retried = await upgrade(w, "op3", source, retry=True)
+    assert retried.result == "committed"
+    assert check_settled(w).known_bad == {}
+
+
+@pytest.mark.anyio
+async def test_a_retried_release_that_fails_again_is_condemned_by_the_new_operation() -> None:
+    w, source = bad_world(Behavior("exit", 0.3))
+    assert (await upgrade(w, "op1", source)).result == "rolled_back"
+    assert (await upgrade(w, "op2", source, retry=True)).result == "rolled_back"
+    assert [bad.operation for bad in check_settled(w).known_bad.values()] == ["op2"]
+
+
+@pytest.mark.anyio
+async def test_a_release_whose_version_command_failed_is_refused_when_offered_again() -> None:
+    w, source = bad_world(Behavior("verify_fail"))
+    assert (await upgrade(w, "op1", source)).result == "aborted"
+    refused = await upgrade(w, "op2", source)
+    assert refused.reason is not None and "failed its verification in operation op1" in refused.reason
+    assert (await upgrade(w, "op3", source, retry=True)).reason != refused.reason  # verified again
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("behavior", [Behavior("verify_hang"), Behavior("unreachable")],
+                         ids=["verify-timeout", "probe-cannot-connect"])
+async def test_environment_failures_never_mark_a_release(behavior: Behavior) -> None:
+    w, source = bad_world(behavior)
+    first = await upgrade(w, "op1", source)
+    assert first.result in ("aborted", "rolled_back")
+    assert check_settled(w).known_bad == {}
+    again = await upgrade(w, "op2", source)  # offered again: checked again, not refused
+    assert again.result == first.result and "known-bad" not in (again.reason or "")
+
+
+@pytest.mark.anyio
+async def test_a_download_failure_never_marks_a_release() -> None:
+    w, source = bad_world(GOOD)
+    cand = w.archives.pop(source)
+    assert (await upgrade(w, "op1", source)).result == "aborted"  # FetchError: no such archive
+    assert check_settled(w).known_bad == {}
+    w.add_archive(source, cand)
+    assert (await upgrade(w, "op2", source)).result == "committed"

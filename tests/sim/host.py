@@ -41,7 +41,7 @@ from upgrade_core.errors import (
     VerifyTimeoutError,
     VersionMismatchError,
 )
-from upgrade_core.ports import LinkState, StagedCandidate, UnitSnapshot
+from upgrade_core.ports import LinkState, ProbeUnreachable, StagedCandidate, UnitSnapshot
 
 FaultKind = Literal["crash", "power"]
 When = Literal["before", "after"]
@@ -68,11 +68,12 @@ class Behavior:
     Attributes:
         kind: ``good``; ``exit`` (exits after ``exit_after_s``, then auto-restarts); ``hang`` (runs,
             probe fails); ``verify_fail`` (its version command fails); ``verify_hang`` (its version command
-            outlives ``verify.timeout_s``: reported at once, the sim does not model the wait).
+            outlives ``verify.timeout_s``: reported at once, the sim does not model the wait); ``unreachable``
+            (runs, but its probe cannot connect: a :class:`ProbeUnreachable`, as the network not being up).
         exit_after_s: lifetime of each run for ``exit`` (0.05 = crash loop).
     """
 
-    kind: Literal["good", "exit", "hang", "verify_fail", "verify_hang"] = "good"
+    kind: Literal["good", "exit", "hang", "verify_fail", "verify_hang", "unreachable"] = "good"
     exit_after_s: float = 0.3
 
 
@@ -236,6 +237,8 @@ class World:
             return "connection refused"
         if self.behavior().kind == "hang":
             return "HTTP 503"
+        if self.behavior().kind == "unreachable":
+            return ProbeUnreachable("http probe: ConnectError: network is unreachable")
         return None
 
     # -- faults ------------------------------------------------------------------------------------------
