@@ -89,6 +89,7 @@ class _VersionAction(argparse.Action):
 
 
 _SIG_HELP = "the release's minisign signature (default: <archive>.minisig)"
+_RETRY_HELP = "offer a release that failed its health check or verification before (see status known_bad)"
 
 
 def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
@@ -116,11 +117,13 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--sha256", metavar="HEX")
     p.add_argument("--expect-version", metavar="V")
     p.add_argument("--signature", metavar="SRC", help=_SIG_HELP)
+    p.add_argument("--retry-known-bad", action="store_true", help=_RETRY_HELP)
     p = cmd("upgrade", "upgrade the agent (the supervised flow)")
     p.add_argument("--archive", metavar="SRC", required=True)
     p.add_argument("--sha256", metavar="HEX")
     p.add_argument("--expect-version", metavar="V")
     p.add_argument("--signature", metavar="SRC", help=_SIG_HELP)
+    p.add_argument("--retry-known-bad", action="store_true", help=_RETRY_HELP)
     p.add_argument("--operation", metavar="ID")
     p.add_argument("--preflight", action="store_true", help="print the plan; fetch nothing, change nothing")
     p = cmd("rollback", "switch current to last-good as its own episode, restart, health-check")

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from upgrade_core.ports import HealthProbe
+from upgrade_core.ports import HealthProbe, ProbeUnreachable
 
 from ._bounded_run import BoundedRunTimeout, run_bounded
 from .errors import ConfigError
@@ -79,7 +79,9 @@ class HttpProbe:
         return text
 
     async def check(self) -> str | None:
-        """GET the URL once. Returns None on 2xx, else ``"http probe URL: ..."`` (status or error)."""
+        """GET the URL once. Returns None on 2xx, else ``"http probe URL: ..."`` (status or error); a
+        connection that could not be made is a :class:`~upgrade_core.ports.ProbeUnreachable` (issue 12
+        item 4: a candidate failing only that way is not made known-bad)."""
         try:
             async with httpx.AsyncClient(
                 timeout=httpx.Timeout(self._timeout_s), follow_redirects=False, trust_env=False,
@@ -88,7 +90,11 @@ class HttpProbe:
                 response = await client.get(self._url)
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
             detail = self._scrub(str(exc)) or "no detail"
-            return _one_line(f"http probe {self._shown}: {type(exc).__name__}: {detail}")
+            reason = _one_line(f"http probe {self._shown}: {type(exc).__name__}: {detail}")
+            if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+                # never reached the service (network not up, DNS, refused): not the release's fault alone
+                return ProbeUnreachable(reason)
+            return reason
         if 200 <= response.status_code < 300:
             return None
         return _one_line(f"http probe {self._shown} answered {response.status_code} {response.reason_phrase}")

@@ -66,6 +66,19 @@ class EpisodeInfo:
 
 
 @attrs.frozen
+class KnownBad:
+    """A release digest the journal condemned (issue 12 item 4).
+
+    Attributes:
+        sha256: the candidate's member digest (64 lowercase hex).
+        operation: the operation whose candidate failed its health check or its verification.
+    """
+
+    sha256: str
+    operation: str
+
+
+@attrs.frozen
 class Status:
     """What ``status`` reports (SPEC 7), from the journal and the links; no binary is run.
 
@@ -79,6 +92,10 @@ class Status:
         next: what to run next (one line), None when nothing is needed
             (:func:`agent.converge.next_step`).
         service_error: why ``service`` is empty, when systemd could not be asked.
+        security_watermark: the highest ``security_version`` of a signed release ever committed on this host
+            (issue 12 item 3), None when none was.
+        known_bad: release digests refused when offered again, each with the operation that condemned it
+            (issue 12 item 4), sorted by digest.
     """
 
     agent: str
@@ -90,9 +107,11 @@ class Status:
     drifted_units: tuple[str, ...] = ()
     next: str | None = None
     service_error: str | None = None
+    security_watermark: int | None = None
+    known_bad: tuple[KnownBad, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The SPEC 7 ``status`` JSON object."""
+        """The SPEC 7 ``status`` JSON object (SPEC 10 adds ``security_watermark`` and ``known_bad``)."""
         doc = attrs.asdict(self)
         doc.pop("service_error")
         return doc

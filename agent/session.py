@@ -67,13 +67,13 @@ from .config import AgentConfig, discover_config_path, load_config
 from .errors import UsageError
 from .host import AgentHost
 from .logline import log
-from .reports import EpisodeInfo, Preflight, Quarantined, ServiceInfo, SlotInfo, Status
+from .reports import EpisodeInfo, KnownBad, Preflight, Quarantined, ServiceInfo, SlotInfo, Status
 from .request import make_request, operation_id
 from .session_setup import SetupMixin
 
 __all__ = [
-    "BUSY_REASON", "EpisodeInfo", "Preflight", "Quarantined", "ServiceInfo", "Session", "SlotInfo", "Status",
-    "open_session",
+    "BUSY_REASON", "EpisodeInfo", "KnownBad", "Preflight", "Quarantined", "ServiceInfo", "Session",
+    "SlotInfo", "Status", "open_session",
 ]
 
 BUSY_REASON = "busy: a live upgrade holds the lock"
@@ -138,6 +138,7 @@ class Session(SetupMixin):
         operation: str | None = None,
         expect_version: str | None = None,
         signature: str | None = None,
+        retry_known_bad: bool = False,
     ) -> UpgradeRequest:
         """A checked request (see :func:`agent.request.make_request`); nothing is locked or created.
 
@@ -151,6 +152,7 @@ class Session(SetupMixin):
             operation=operation,
             expect_version=expect_version,
             signature=signature,
+            retry_known_bad=retry_known_bad,
         )
 
     # -- what a signal handler needs -------------------------------------------------------------------
@@ -644,6 +646,8 @@ class Session(SetupMixin):
             drifted_units=drift.drifted,
             next=next_,
             service_error=error,
+            security_watermark=view.security_watermark,
+            known_bad=tuple(KnownBad(sha, bad.operation) for sha, bad in sorted(view.known_bad.items())),
         )
 
 

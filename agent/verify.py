@@ -45,7 +45,7 @@ import attrs
 from anyio.abc import ByteReceiveStream, Process
 
 from agent._bounded_run import kill_group
-from upgrade_core.errors import VerifyError, VerifyTimeoutError, VersionMismatchError
+from upgrade_core.errors import VerifyCannotRunError, VerifyError, VerifyTimeoutError, VersionMismatchError
 
 __all__ = [
     "VERSION_TOKEN",
@@ -283,7 +283,7 @@ class VerifierImpl:
                 if exc.errno == errno.ETXTBSY and attempt < self.etxtbsy_attempts:
                     await anyio.sleep(self.etxtbsy_delay_s * attempt)
                     continue
-                raise VerifyError(
+                raise VerifyCannotRunError(
                     f"{argv[0]}: cannot run the version command: {exc.strerror or exc}"
                 ) from None
         raise AssertionError("unreachable")  # pragma: no cover

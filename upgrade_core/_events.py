@@ -268,12 +268,19 @@ class HealthPassed(Event):
 
 @attrs.frozen
 class HealthFailed(Event):
-    """The attempt failed; ``reason`` is one line (e.g. ``MainPID changed``, ``start-limit-hit``)."""
+    """The attempt failed; ``reason`` is one line (e.g. ``MainPID changed``, ``start-limit-hit``).
+
+    ``cause`` is ``"environment"`` when the failure says nothing about the binary (the probe could not
+    connect, systemd could not be asked, the attempt was interrupted by a crash or signal): such a failure
+    never makes the candidate known-bad (issue 12 item 4). None (the default, omitted on disk): the
+    binary's own failure.
+    """
 
     TAG: ClassVar[str] = "HealthFailed"
     attempt: int
     reason: str
     target: HealthTarget = "candidate"
+    cause: Literal["environment"] | None = None
 
 
 @attrs.frozen
@@ -312,10 +319,17 @@ class AttentionNeeded(Event):
 
 @attrs.frozen
 class Aborted(Event):
-    """The episode stopped before the switch (bad candidate, signal, crash); links were never touched."""
+    """The episode stopped before the switch (bad candidate, signal, crash); links were never touched.
+
+    ``cause`` is ``"verification"`` when the candidate's own version command failed (a
+    :class:`~upgrade_core.errors.VerifyError` whose ``condemns_release``): its digest becomes known-bad
+    (issue 12 item 4). None (the default, omitted on disk) for everything else: transport, disk, lock,
+    signals, signatures, a refused request.
+    """
 
     TAG: ClassVar[str] = "Aborted"
     reason: str
+    cause: Literal["verification"] | None = None
 
 
 @attrs.frozen
@@ -368,13 +382,27 @@ class JournalQuarantined(Event):
 # -- history kept across compaction -----------------------------------------------------------------
 @attrs.frozen
 class EpisodeSummary:
-    """What retention keeps of a dropped closed episode (for ``history`` and operation-id idempotency)."""
+    """What retention keeps of a dropped closed episode (for ``history`` and operation-id idempotency).
+
+    Attributes:
+        operation / result / opened_at / closed_at: the episode's id, published result and times.
+        candidate_sha256: the staged member's digest (known-bad memory, SPEC 4.6 inv. 6).
+        security_version: the ``ReleaseTrusted`` security version of a signed release, None for an unsigned
+            one (the anti-rollback watermark counts it when ``result`` is committed, issue 12 item 3).
+            Written only when set, so snapshots without one keep their bytes and old ones decode.
+        known_bad: the episode condemned its candidate's digest (issue 12 item 4: an ``upgrade``,
+            ``install`` or ``self_upgrade`` whose candidate failed its health check for its own reasons,
+            or its verification); None in snapshots written before issue 12, read as "rolled back or
+            needed attention".
+    """
 
     operation: str
     result: UpgradeResult
     opened_at: float
     closed_at: float
     candidate_sha256: str | None = None
+    security_version: int | None = None
+    known_bad: bool | None = None
 
 
 @attrs.frozen

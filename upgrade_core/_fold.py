@@ -14,7 +14,7 @@ end. :class:`Folder` is the incremental form the orchestrator feeds with its own
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 import attrs
 
@@ -59,6 +59,9 @@ class EpisodeView:
         unchanged_version: version recorded by ``CandidateUnchanged`` (a ``noop`` episode).
         rollback_reason / rollback_slot: from ``RollbackStarted``.
         abort_reason / attention_reason: from ``Aborted`` / ``AttentionNeeded``.
+        abort_cause: ``Aborted.cause`` (``"verification"``: the candidate's own version command failed).
+        health_failed_own: a candidate ``HealthFailed`` without an environment cause was journaled (the
+            binary itself failed, not the probe's network, systemd or an interruption).
         published: the result published (``ResultPublished``), if any.
         recoveries: how many times a recovery took the episode over.
         opened_seq / last_seq: sequence numbers of its first and latest records.
@@ -106,7 +109,9 @@ class EpisodeView:
     rollback_reason: str | None = None
     rollback_slot: Slot | None = None
     abort_reason: str | None = None
+    abort_cause: str | None = None
     attention_reason: str | None = None
+    health_failed_own: bool = False
     published: UpgradeResult | None = None
     recoveries: int = 0
     opened_seq: int = 0
@@ -163,6 +168,23 @@ class EpisodeView:
         return f"candidate unhealthy after {self.max_health_attempts} attempt(s): {detail}"
 
     @property
+    def condemns_candidate(self) -> bool:
+        """Issue 12 item 4: this episode made its candidate's digest known-bad. An ``upgrade``, ``install``
+        or ``self_upgrade`` (never an operator ``rollback``: its failure says the old release fails in
+        today's environment) whose candidate was rolled back (or needed attention) after at least one
+        health failure of its own, or that aborted because the candidate's version command failed."""
+        if self.kind == "rollback" or self.candidate_sha256 is None:
+            return False
+        result = self.terminal_result
+        if result is None:
+            return False
+        if result.result in ("rolled_back", "needs_attention"):
+            return self.health_failed_own
+        if result.result == "aborted":  # an install's unhealthy candidate aborts after the switch
+            return self.abort_cause == "verification" or (self.switch_landed and self.health_failed_own)
+        return False
+
+    @property
     def rollback_attempts_left(self) -> int:
         """Health attempts left for the last-good during a rollback, >= 0."""
         return max(0, self.max_health_attempts - self.rollback_attempts_started)
@@ -202,6 +224,27 @@ class EpisodeView:
 
 
 @attrs.frozen
+class KnownBad:
+    """Why a release digest is refused when offered again (issue 12 item 4).
+
+    Attributes:
+        operation: the latest operation that condemned it.
+        failed: ``"health"`` (rolled back or needed attention) or ``"verification"``.
+    """
+
+    operation: str
+    failed: Literal["health", "verification"]
+
+    def refusal(self, sha256: str) -> str:
+        """The one-line reason a refused offer aborts with."""
+        how = (
+            f"was rolled back by operation {self.operation}" if self.failed == "health"
+            else f"failed its verification in operation {self.operation}"
+        )
+        return f"release {sha256[:12]} {how}; --retry-known-bad to try it again"
+
+
+@attrs.frozen
 class JournalView:
     """Everything the journal says, folded.
 
@@ -214,6 +257,12 @@ class JournalView:
         history: summaries kept by compaction (``HistorySnapshot``), oldest first.
         slot_versions: slot -> the version its current binary reported, as far as the journal knows.
         last_seq: the last sequence number, 0 for an empty journal.
+        security_watermark: the highest ``security_version`` of a signed release ever committed on this
+            host (``UpgradeCommitted`` in an episode with ``ReleaseTrusted``, or a committed summary of a
+            snapshot), None when none was; a signed release below it is refused (issue 12 item 3).
+        known_bad: candidate sha256 -> the latest operation that condemned it
+            (:attr:`EpisodeView.condemns_candidate`); a later commit of the same digest (offered with
+            ``--retry-known-bad``) clears it. Kept across compaction (``EpisodeSummary.known_bad``).
     """
 
     episodes: dict[str, EpisodeView]
@@ -223,6 +272,8 @@ class JournalView:
     history: tuple[ev.EpisodeSummary, ...]
     slot_versions: dict[Slot, str]
     last_seq: int
+    security_watermark: int | None = None
+    known_bad: dict[str, KnownBad] = attrs.Factory(dict)
 
     def result_of(self, operation: str) -> UpgradeResult | None:
         """The recorded result of a closed episode ``operation``, or None."""
@@ -261,6 +312,8 @@ class Folder:
         self._failed: set[str] = set()
         self._history: list[ev.EpisodeSummary] = []
         self._slot_versions: dict[Slot, str] = {}
+        self._watermark: int | None = None
+        self._known_bad: dict[str, KnownBad] = {}
         self._cache: JournalView | None = None
 
     @property
@@ -326,6 +379,8 @@ class Folder:
                 history=tuple(self._history),
                 slot_versions=dict(self._slot_versions),
                 last_seq=self._last_seq,
+                security_watermark=self._watermark,
+                known_bad=dict(self._known_bad),
             )
         return self._cache
 
@@ -386,6 +441,29 @@ class Folder:
             self._closed[summary.operation] = summary.result
             if summary.candidate_sha256 and summary.result.result in ("rolled_back", "needs_attention"):
                 self._failed.add(summary.candidate_sha256)
+            if summary.security_version is not None and summary.result.result == "committed":
+                self._raise_watermark(summary.security_version)
+            sha = summary.candidate_sha256
+            if sha is None:
+                continue
+            result = summary.result.result
+            condemned = summary.known_bad
+            if condemned is None:  # a snapshot written before issue 12: what failed_digests always kept
+                condemned = result in ("rolled_back", "needs_attention")
+            if condemned:
+                how: Literal["health", "verification"] = "verification" if result == "aborted" else "health"
+                self._known_bad[sha] = KnownBad(summary.operation, how)
+            elif result == "committed":
+                self._known_bad.pop(sha, None)
+
+    def _condemn(self, ep: _Ep, failed: Literal["health", "verification"]) -> None:
+        sha = ep.fields.get("candidate_sha256")
+        if sha and ep.fields["kind"] != "rollback":
+            self._known_bad[sha] = KnownBad(ep.episode_id, failed)
+
+    def _raise_watermark(self, security_version: int) -> None:
+        if self._watermark is None or security_version > self._watermark:
+            self._watermark = security_version
 
     def _h_fetched(self, ep: _Ep, e: ev.ArchiveFetched, seq: int) -> None:
         ep.fields["archive_sha256"] = e.sha256
@@ -463,9 +541,17 @@ class Folder:
         ep.fields[key] = ep.fields.get(key, 0) + 1
         if e.target == "candidate":
             ep.fields["health_failure"] = e.reason
+            if e.cause is None:
+                ep.fields["health_failed_own"] = True
 
     def _h_committed(self, ep: _Ep, e: ev.UpgradeCommitted, seq: int) -> None:
         ep.fields["committed_version"] = e.version
+        release: ev.ReleaseTrusted | None = ep.fields.get("release")
+        if release is not None:  # the one-way door: from here on this release is the host's floor
+            self._raise_watermark(release.security_version)
+        sha = ep.fields.get("candidate_sha256")
+        if sha:
+            self._known_bad.pop(sha, None)  # proven good (offered again with --retry-known-bad)
 
     def _h_rollback(self, ep: _Ep, e: ev.RollbackStarted, seq: int) -> None:
         ep.fields["rollback_reason"] = e.reason
@@ -475,15 +561,24 @@ class Folder:
         sha = ep.fields.get("candidate_sha256")
         if sha:
             self._failed.add(sha)
+        if ep.fields.get("health_failed_own"):
+            self._condemn(ep, "health")
 
     def _h_attention(self, ep: _Ep, e: ev.AttentionNeeded, seq: int) -> None:
         ep.fields["attention_reason"] = e.reason
         sha = ep.fields.get("candidate_sha256")
         if sha:
             self._failed.add(sha)
+        if ep.fields.get("health_failed_own"):
+            self._condemn(ep, "health")
 
     def _h_aborted(self, ep: _Ep, e: ev.Aborted, seq: int) -> None:
         ep.fields["abort_reason"] = e.reason
+        ep.fields["abort_cause"] = e.cause
+        if e.cause == "verification":
+            self._condemn(ep, "verification")
+        elif ep.fields.get("switch_landed") and ep.fields.get("health_failed_own"):
+            self._condemn(ep, "health")  # an install's candidate, unhealthy: nothing to roll back to
 
     def _h_unchanged(self, ep: _Ep, e: ev.CandidateUnchanged, seq: int) -> None:
         ep.fields["unchanged_version"] = e.version

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import attrs
 
-from .ports import UnitSnapshot
+from .ports import ProbeUnreachable, UnitSnapshot
 
 
 @attrs.frozen
@@ -44,9 +44,11 @@ class Passed:
 
 @attrs.frozen
 class Failed:
-    """The attempt failed; ``reason`` is one line for ``HealthFailed``."""
+    """The attempt failed; ``reason`` is one line for ``HealthFailed``. ``environment``: the failure says
+    nothing about the binary (its cause is journaled as ``"environment"``; issue 12 item 4)."""
 
     reason: str
+    environment: bool = False
 
 
 Verdict = Pending | Passed | Failed
@@ -135,22 +137,24 @@ class HealthJudge:
                 return why
         if why is None and (snap.active_state, snap.sub_state) != ("active", "running"):
             why = f"unit {snap.active_state}/{snap.sub_state}"
+        unreachable = False
         if why is None and probe_failure is not None:
             why = f"probe: {probe_failure}"
+            unreachable = isinstance(probe_failure, ProbeUnreachable)
         if why is not None:
             self.window_start = None
-            return self._timeout(now, why)
+            return self._timeout(now, why, environment=unreachable)
         if self.window_start is None:
             self.window_start = now
         if now - self.window_start >= e.stability_s:
             return Passed()
         return self._timeout(now, "")
 
-    def _timeout(self, now: float, why: str) -> Verdict:
+    def _timeout(self, now: float, why: str, *, environment: bool = False) -> Verdict:
         if now - self.started >= self.expect.timeout_s:
             detail = f": {why}" if why else ""
             return Failed(f"not healthy for {self.expect.stability_s:g} s within {self.expect.timeout_s:g} s"
-                          f"{detail}")
+                          f"{detail}", environment)
         return Pending(why)
 
     def _restart_not_begun(self, snap: UnitSnapshot) -> bool:

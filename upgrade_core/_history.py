@@ -3,7 +3,8 @@
 The journal drops old sealed segments only after a snapshot record summarising them is durable; this is
 the summariser it is given. A summary keeps what later decisions and ``history`` need: the operation id
 and its published result (operation-id idempotency, SPEC 4.3 step 1), the times, and the candidate's
-digest (a rolled-back candidate is never selected again, SPEC 4.6 inv. 6).
+digest (a rolled-back candidate is never selected again, SPEC 4.6 inv. 6) and a signed release's
+security version (the anti-rollback watermark, issue 12 item 3).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def summarize_history(records: Sequence[ev.Recorded]) -> ev.HistorySnapshot:
                 opened_at=ep.opened_at,
                 closed_at=ep.closed_at if ep.closed_at is not None else ep.opened_at,
                 candidate_sha256=ep.candidate_sha256,
+                security_version=ep.release.security_version if ep.release is not None else None,
+                known_bad=ep.condemns_candidate,
             )
         )
     return ev.HistorySnapshot(tuple(summaries))

@@ -52,11 +52,14 @@ from .errors import (
     AlreadyInstalledError,
     HostError,
     JournalError,
+    KnownBadError,
     NothingToRollBackError,
     NotInstalledError,
+    SecurityVersionError,
     ServiceError,
     SignatureError,
     UpgradeError,
+    VerifyError,
 )
 from .ports import (
     ArchiveSource,
@@ -131,6 +134,8 @@ class UpgradeRequest:
         expected_version: ``--expect-version``, or None.
         signature: ``--signature``, the release signature's source as given (may hold secrets; the agent's
             archive source reads it, the core never journals it), or None for ``<archive>.minisig``.
+        retry_known_bad: ``--retry-known-bad``: offer a candidate whose digest the journal knows as bad
+            (issue 12 item 4) anyway; otherwise it is refused after staging, before the switch.
 
     Raises:
         ValueError: an operation id not matching :data:`OPERATION_ID_RE` (caller misuse: the agent
@@ -143,6 +148,7 @@ class UpgradeRequest:
     expected_sha256: str | None = None
     expected_version: str | None = None
     signature: str | None = None
+    retry_known_bad: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not OPERATION_ID_RE.fullmatch(self.operation):
@@ -343,8 +349,10 @@ class _Run:
             await self.emit(op, ev.EpisodeClosed(result.result))
         return result
 
-    async def abort(self, op: str, reason: str) -> UpgradeResult:
-        """Discard staging leftovers, never touch links, journal ``Aborted``, publish, close."""
+    async def abort(
+        self, op: str, reason: str, cause: Literal["verification"] | None = None
+    ) -> UpgradeResult:
+        """Discard staging leftovers, never touch links, journal ``Aborted`` (+ cause), publish, close."""
         ep = self.ep(op)
 
         async def clean() -> None:
@@ -353,7 +361,7 @@ class _Run:
             await self.p.host.sweep_staging()
 
         with anyio.CancelScope(shield=True):
-            await self.bracket(op, clean, ev.Aborted(reason), shield=True)
+            await self.bracket(op, clean, ev.Aborted(reason, cause), shield=True)
             result = await self.publish_close(op)
         return result
 
@@ -390,6 +398,9 @@ class _Run:
                 )
                 await self.publish_close(op)
             return False
+        known = self.folder.view().known_bad.get(staged.sha256)
+        if known is not None and not req.retry_known_bad:
+            raise KnownBadError(known.refusal(staged.sha256))
         version = await self.bracket(
             op, lambda: self.p.verifier.verify(staged.staging_path, req.expected_version),
             ev.CandidateVerified, kind=ev.CandidateVerified,
@@ -410,6 +421,8 @@ class _Run:
         Raises:
             SignatureError: the trusted comment names another agent, or another version than the candidate
                 reported (the episode aborts: exit 1).
+            SecurityVersionError: its ``security_version`` is below the host's watermark
+                (:attr:`JournalView.security_watermark`; equal is accepted: a re-release at the same level).
         """
         if release.name != self.policy.agent:
             raise SignatureError(
@@ -419,6 +432,11 @@ class _Run:
             raise SignatureError(
                 f"release signed by key {release.key_id} is version {release.version}, "
                 f"the candidate reports {version}"
+            )
+        watermark = self.folder.view().security_watermark
+        if watermark is not None and release.security_version < watermark:
+            raise SecurityVersionError(
+                f"security version {release.security_version} is below this host's watermark {watermark}"
             )
         return release
 
@@ -449,7 +467,9 @@ class _Run:
             if self.folder.state_of(op) not in _PRE_SWITCH_STATES:
                 raise  # the episode already reached its verdict (noop): nothing left to abort
             reason = str(exc) if isinstance(exc, UpgradeError) else f"{type(exc).__name__}: {_one_line(exc)}"
-            result = await self.abort(op, reason)
+            # Issue 12 item 4: only the candidate's own verification failure condemns its digest.
+            condemned = isinstance(exc, VerifyError) and exc.condemns_release
+            result = await self.abort(op, reason, "verification" if condemned else None)
             if isinstance(exc, UpgradeError):
                 return result
             raise
@@ -505,7 +525,8 @@ class _Run:
         """Journal a begun, never judged attempt as failed, so it stays spent."""
         ctx = self.folder.context_of(op)
         n = ctx.attempts_started if target == "candidate" else ctx.rollback_attempts_started
-        await self.emit(op, ev.HealthFailed(n, "attempt interrupted before its verdict", target))
+        interrupted = ev.HealthFailed(n, "attempt interrupted before its verdict", target, "environment")
+        await self.emit(op, interrupted)
 
     async def health_attempts(
         self, op: str, target: HealthTarget, slot: Slot, budget: int, *, restart: bool = True
@@ -528,7 +549,8 @@ class _Run:
             if isinstance(verdict, Passed):
                 await self.emit(op, ev.HealthPassed(n, target))
                 return verdict
-            await self.emit(op, ev.HealthFailed(n, verdict.reason, target))
+            cause: Literal["environment"] | None = "environment" if verdict.environment else None
+            await self.emit(op, ev.HealthFailed(n, verdict.reason, target, cause))
         return verdict
 
     async def health_phase(
@@ -612,7 +634,7 @@ class _Run:
             try:
                 await p.service.restart(name)
             except ServiceError as exc:
-                return Failed(f"restart failed: {exc}")
+                return Failed(f"restart failed: {exc}", environment=True)
         judge = HealthJudge(
             Expectation(
                 slot_path=p.host.slot_path(slot), current_link_path=p.host.current_link_path(),
@@ -626,7 +648,7 @@ class _Run:
             try:
                 snap = await p.service.snapshot()
             except ServiceError as exc:
-                return Failed(f"cannot read the unit: {exc}")
+                return Failed(f"cannot read the unit: {exc}", environment=True)
             probe_failure = await p.probe.check()
             verdict = judge.observe(snap, probe_failure, p.clock.monotonic())
             seen = judge.observed

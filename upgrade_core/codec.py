@@ -14,8 +14,9 @@ from collections.abc import Callable
 from typing import Any
 
 import cattrs
+from cattrs.gen import make_dict_unstructure_fn, override
 
-from ._events import ALL_EVENTS, Event
+from ._events import ALL_EVENTS, Aborted, EpisodeSummary, Event, HealthFailed
 from .wire import TAG_KEY as _TAG
 from .wire import VERSION_KEY as _VER
 from .wire import event_tag
@@ -30,6 +31,15 @@ class EventDecodeError(ValueError):
 
 def _make_converter() -> cattrs.Converter:
     conv = cattrs.Converter(forbid_extra_keys=True)
+    # Fields added after journals were written are omitted while they hold their default: a value without
+    # them encodes to the bytes it always did, and old payloads (which lack them) decode to the default.
+    omit = override(omit_if_default=True)
+    conv.register_unstructure_hook(
+        EpisodeSummary,
+        make_dict_unstructure_fn(EpisodeSummary, conv, security_version=omit, known_bad=omit),
+    )
+    conv.register_unstructure_hook(HealthFailed, make_dict_unstructure_fn(HealthFailed, conv, cause=omit))
+    conv.register_unstructure_hook(Aborted, make_dict_unstructure_fn(Aborted, conv, cause=omit))
     return conv
 
 

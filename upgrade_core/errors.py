@@ -52,15 +52,34 @@ class DigestMismatchError(CandidateError):
 
 
 class VerifyError(CandidateError):
-    """The candidate's version command failed: non-zero exit, no output, no version token (case C10)."""
+    """The candidate's version command failed: non-zero exit, no output, no version token (case C10).
+
+    ``condemns_release``: the failure is the release's own, so its digest becomes known-bad (issue 12
+    item 4); False for the subclasses whose cause may be the host or the request.
+    """
+
+    condemns_release: ClassVar[bool] = True
 
 
 class VerifyTimeoutError(VerifyError):
-    """The version command ran past ``verify.timeout_s``; its whole process group was killed (C10)."""
+    """The version command ran past ``verify.timeout_s``; its whole process group was killed (C10).
+    Not known-bad: a loaded host can be the cause."""
+
+    condemns_release: ClassVar[bool] = False
+
+
+class VerifyCannotRunError(VerifyError):
+    """The version command could not be started (the spawn failed: ENOMEM, EAGAIN, a busy text file...).
+    Not known-bad: the host can be the cause."""
+
+    condemns_release: ClassVar[bool] = False
 
 
 class VersionMismatchError(VerifyError):
-    """The reported version differs from ``--expect-version`` (compared without a leading ``v``)."""
+    """The reported version differs from ``--expect-version`` (compared without a leading ``v``).
+    Not known-bad: the request expected another release."""
+
+    condemns_release: ClassVar[bool] = False
 
 
 class SignatureError(CandidateError):
@@ -72,6 +91,16 @@ class SignatureError(CandidateError):
 class KeyringError(SignatureError):
     """The signing keyring is malformed, not signed by a root key, or older than the cached one (its
     ``serial`` never goes back). Nothing was switched and the cached keyring was kept. Exit 1."""
+
+
+class SecurityVersionError(SignatureError):
+    """A validly signed release whose ``security_version`` is below this host's watermark, the highest one
+    ever committed here (issue 12 item 3: a rollback attack). Nothing was switched. Exit 1."""
+
+
+class KnownBadError(CandidateError):
+    """The staged candidate's digest failed its health check or its verification in an earlier operation
+    (issue 12 item 4); ``--retry-known-bad`` offers it again. Nothing was switched. Exit 1."""
 
 
 # -- transport -------------------------------------------------------------------------------------

@@ -298,11 +298,20 @@ class ServiceManager(Protocol):
         ...
 
 
+class ProbeUnreachable(str):
+    """A probe's failure reason saying it never reached the service (the connection could not be made:
+    network not up yet, DNS, a connect timeout). A candidate that fails only this way is rolled back but is
+    not made known-bad (issue 12 item 4): the environment, not the release, may be at fault."""
+
+    __slots__ = ()
+
+
 class HealthProbe(Protocol):
     """The configured application probe (HTTP 2xx or a command exiting 0); may be a no-op."""
 
     async def check(self) -> str | None:
-        """Probe once. Returns None when healthy, else a one-line reason. Never raises for a failed probe."""
+        """Probe once. Returns None when healthy, else a one-line reason (a :class:`ProbeUnreachable` when
+        the service could not be reached at all). Never raises for a failed probe."""
         ...
 
 

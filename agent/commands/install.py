@@ -27,7 +27,8 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
         parse_sha256(args.sha256)  # a malformed digest is refused before the host is looked at
     else:
         request = session.request(
-            args.archive, sha256=args.sha256, expect_version=args.expect_version, signature=args.signature
+            args.archive, sha256=args.sha256, expect_version=args.expect_version, signature=args.signature,
+            retry_known_bad=args.retry_known_bad,
         )
     sha, version = args.sha256, args.expect_version
     result = run_writing(session, args, lambda: session.install(request, sha256=sha, expect_version=version))

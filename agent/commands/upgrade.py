@@ -28,7 +28,7 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
     session = cli_session(args)
     request = session.request(
         args.archive, sha256=args.sha256, operation=args.operation, expect_version=args.expect_version,
-        signature=args.signature,
+        signature=args.signature, retry_known_bad=args.retry_known_bad,
     )
     if args.preflight:
         return _preflight_outcome(session.preflight(request))

@@ -156,12 +156,17 @@ async def test_an_open_episode_of_another_operation_is_recovered_first() -> None
     assert "RecoveryStarted" in tags(w, "op1")
 
 
-async def test_c20_failed_version_requested_again_is_checked_again() -> None:
+async def test_c20_failed_version_requested_again_is_refused_explicitly_or_checked_again() -> None:
+    """C20: refused explicitly (known-bad, issue 12 item 4), or with ``--retry-known-bad`` checked again."""
     w = world(EXITS)
     assert (await run_upgrade(w.ports(), SIM_POLICY, request("x1"))).result == "rolled_back"
-    again = await run_upgrade(w.ports(), SIM_POLICY, request("x2"))
+    refused = await run_upgrade(w.ports(), SIM_POLICY, request("x2"))
+    assert refused.result == "aborted" and "was rolled back by operation x1" in (refused.reason or "")
+    assert "SwitchIntended" not in tags(w, "x2")
+    retry = attrs.evolve(request("x3"), retry_known_bad=True)
+    again = await run_upgrade(w.ports(), SIM_POLICY, retry)
     assert again.result == "rolled_back"
-    assert {"CandidateStaged", "CandidateVerified", "SwitchCommitted", "HealthFailed"} <= set(tags(w, "x2"))
+    assert {"CandidateStaged", "CandidateVerified", "SwitchCommitted", "HealthFailed"} <= set(tags(w, "x3"))
     check_settled(w)
 
 

@@ -148,3 +148,13 @@ async def test_a_crash_after_every_durable_event_is_recovered_consistently(kind:
             assert final.result == "aborted" and not switched, (n, final)
             assert (w.current, w.last_good) == ("green", "blue"), n
         del result
+
+
+async def test_a_failed_operator_rollback_does_not_make_last_good_known_bad() -> None:
+    """Issue 12 item 4: known-bad is about an upgrade's candidate. A rollback whose last-good fails says that
+    release fails in today's environment; its digest is not condemned (an upgrade to it may be offered)."""
+    w = await upgraded()
+    break_slot(w, "blue", "broken-last-good")
+    assert (await run_rollback(w.ports(), SIM_POLICY, "rb1")).result == "rolled_back"
+    view = fold(w.replay())  # (check_settled: break_slot put an unproven binary on last-good on purpose)
+    assert view.known_bad == {} and not view.episodes["rb1"].condemns_candidate

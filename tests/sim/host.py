@@ -29,7 +29,7 @@ import anyio
 import attrs
 
 from upgrade_core import Policy, Ports, UpgradeResult, fold
-from upgrade_core._events import Event, Slot
+from upgrade_core._events import Event, ReleaseTrusted, Slot
 from upgrade_core.errors import (
     DigestMismatchError,
     FetchError,
@@ -41,7 +41,7 @@ from upgrade_core.errors import (
     VerifyTimeoutError,
     VersionMismatchError,
 )
-from upgrade_core.ports import LinkState, StagedCandidate, UnitSnapshot
+from upgrade_core.ports import LinkState, ProbeUnreachable, StagedCandidate, UnitSnapshot
 
 FaultKind = Literal["crash", "power"]
 When = Literal["before", "after"]
@@ -68,22 +68,25 @@ class Behavior:
     Attributes:
         kind: ``good``; ``exit`` (exits after ``exit_after_s``, then auto-restarts); ``hang`` (runs,
             probe fails); ``verify_fail`` (its version command fails); ``verify_hang`` (its version command
-            outlives ``verify.timeout_s``: reported at once, the sim does not model the wait).
+            outlives ``verify.timeout_s``: reported at once, the sim does not model the wait); ``unreachable``
+            (runs, but its probe cannot connect: a :class:`ProbeUnreachable`, as the network not being up).
         exit_after_s: lifetime of each run for ``exit`` (0.05 = crash loop).
     """
 
-    kind: Literal["good", "exit", "hang", "verify_fail", "verify_hang"] = "good"
+    kind: Literal["good", "exit", "hang", "verify_fail", "verify_hang", "unreachable"] = "good"
     exit_after_s: float = 0.3
 
 
 @attrs.frozen
 class Candidate:
-    """An archive the simulated source can serve: its member digest, version, behavior and member size."""
+    """An archive the simulated source can serve: its member digest, version, behavior and member size, and
+    for a signed release what its verified signature says (issue 12)."""
 
     sha256: str
     version: str
     behavior: Behavior
     size: int = 1000
+    release: ReleaseTrusted | None = None
 
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
@@ -234,6 +237,8 @@ class World:
             return "connection refused"
         if self.behavior().kind == "hang":
             return "HTTP 503"
+        if self.behavior().kind == "unreachable":
+            return ProbeUnreachable("http probe: ConnectError: network is unreachable")
         return None
 
     # -- faults ------------------------------------------------------------------------------------------
@@ -479,7 +484,7 @@ class SimSource:
         if expected_sha256 is not None and expected_sha256 != archive_sha:
             raise DigestMismatchError(f"sim: {source}: sha256 mismatch")
         self.w.files[staging_path] = cand.sha256
-        return StagedCandidate(slot, staging_path, cand.sha256, cand.size, archive_sha, 500)
+        return StagedCandidate(slot, staging_path, cand.sha256, cand.size, archive_sha, 500, cand.release)
 
 
 class SimVerifier:

@@ -17,6 +17,7 @@ from agent.clock import SystemClock
 from agent.errors import ConfigError
 from agent.probes import CommandProbe, HttpProbe, NullProbe, make_probe
 from tests._proc import wait_dead
+from upgrade_core.ports import ProbeUnreachable
 
 pytestmark = pytest.mark.anyio
 
@@ -73,6 +74,12 @@ async def test_http_closed_port_is_a_reason() -> None:
     reason = await HttpProbe(url, timeout_s=1.0).check()
     assert reason is not None and reason.startswith(f"http probe {url}: ConnectError")
     assert "\n" not in reason
+    assert isinstance(reason, ProbeUnreachable)  # issue 12 item 4: never makes the candidate known-bad
+
+
+async def test_an_answer_is_never_unreachable(server: str) -> None:
+    reason = await HttpProbe(f"{server}/fail").check()
+    assert reason is not None and not isinstance(reason, ProbeUnreachable)
 
 
 async def test_https_probe_reaches_the_connect_stage_with_its_tls_context() -> None:

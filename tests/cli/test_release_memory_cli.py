@@ -1,0 +1,97 @@
+"""The anti-rollback watermark and the known-bad memory through the whole CLI (issue 12 items 3 and 4).
+
+The rig's systemctl is ``/bin/false``, so only refusals before the switch are driven here: the history that
+sets the watermark or condemns a release is written into the journal directly (``tests/cli/_journals.py``),
+as the orchestrator writes it. Each refusal: exit 1, result ``aborted`` with the reason, the host unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from upgrade_core import Event, UpgradeResult
+from upgrade_core import _events as ev
+
+from ._journals import committed_episode, write_journal
+from ._rig import Rig, version_script
+from .test_signed_releases import keypair, release, sign, trust_root
+
+
+def _journal_dir(rig: Rig) -> Path:
+    return rig.state_dir / "journal"
+
+
+def refused_before_switch(rig: Rig, op: str, archive: Path, reason: str, *extra: str) -> None:
+    """``upgrade --operation op``: exit 1, aborted with ``reason`` in its reason, the host unchanged."""
+    before = rig.host_facts()
+    run = rig.cli("upgrade", "--archive", str(archive), "--operation", op, *extra)
+    assert run.code == 1, run
+    run.assert_clean_stderr()
+    out = run.payload()
+    assert out["result"] == "aborted" and reason in (out["reason"] or ""), out
+    assert rig.host_facts() == before
+    assert rig.staging_leftovers() == []
+
+
+def signed_commit(op: str, agent: str, security_version: int) -> list[Event]:
+    """A committed upgrade to a signed 2.0.0 whose trusted comment carried ``security_version``."""
+    events = committed_episode(op, agent)
+    at = next(i for i, e in enumerate(events) if isinstance(e, ev.CandidateVerified)) + 1
+    trusted = ev.ReleaseTrusted("0123456789ABCDEF", agent, "2.0.0", security_version)
+    return [*events[:at], trusted, *events[at:]]
+
+
+def rolled_back(op: str, agent: str, sha: str) -> list[Event]:
+    """An upgrade blue -> green of member ``sha`` whose two health attempts failed (MainPID changed): rolled
+    back to blue."""
+    reason = "candidate unhealthy after 2 attempt(s): MainPID changed"
+    result = UpgradeResult(op, "rolled_back", "1.0.0", "2.0.0", "blue", reason)
+    head = committed_episode(op, agent)[:9]  # opened ... mirrors synced
+    head = [ev.CandidateStaged("green", sha, 8192, e.staging_path) if isinstance(e, ev.CandidateStaged)
+            else ev.CandidateInstalled("green", sha) if isinstance(e, ev.CandidateInstalled) else e
+            for e in head]
+
+    def attempt(n: int, target: ev.HealthTarget, passed: bool) -> list[Event]:
+        return [
+            ev.HealthAttemptStarted(n, target),
+            ev.RestartRequested(f"{agent}-restart-{op[:8]}-{n}-00a{n}", 10.0 * n),
+            ev.RestartObserved(4240 + n, f"{n:032x}"),
+            ev.HealthPassed(n, target) if passed else ev.HealthFailed(n, "MainPID changed", target),
+        ]
+
+    return [
+        *head, *attempt(1, "candidate", False), *attempt(2, "candidate", False),
+        ev.RollbackStarted(reason, "blue"), *attempt(1, "last_good", True), ev.RolledBack("blue"),
+        ev.ResultPublished(result), ev.EpisodeClosed("rolled_back"),
+    ]
+
+
+def test_a_signed_release_below_the_watermark_is_refused(installed_rig: Rig, tmp_path: Path) -> None:
+    rig = installed_rig
+    sec, pub = keypair(tmp_path, "publisher")
+    trust_root(rig, pub)
+    write_journal(_journal_dir(rig), [("op-high", signed_commit("op-high", rig.name, 5))])
+    status = rig.cli("status").payload()
+    assert (status["security_watermark"], status["known_bad"]) == (5, []), status
+    archive = release(rig, tmp_path, "3.0.0")
+    sign(sec, archive, f"name={rig.name} version=3.0.0 security_version=3")
+    refused_before_switch(rig, "op-low", archive, "security version 3 is below this host's watermark 5")
+    assert rig.cli("status").payload()["security_watermark"] == 5  # a refusal never lowers it
+
+
+def test_a_rolled_back_release_is_refused_unless_retry_known_bad(installed_rig: Rig, tmp_path: Path) -> None:
+    rig = installed_rig
+    sha = hashlib.sha256(version_script("2.0.0")).hexdigest()  # the member release() packs
+    write_journal(_journal_dir(rig), [("op-bad", rolled_back("op-bad", rig.name, sha))])
+    status = rig.cli("status").payload()
+    assert status["known_bad"] == [{"sha256": sha, "operation": "op-bad"}], status
+    assert status["security_watermark"] is None
+    archive = release(rig, tmp_path, "2.0.0")
+    refusal = f"release {sha[:12]} was rolled back by operation op-bad; --retry-known-bad to try it again"
+    refused_before_switch(rig, "op-again", archive, refusal)
+    # --retry-known-bad gets past the memory to the version command (here refused for --expect-version, so
+    # that the rig never reaches a switch; a mismatch never condemns a release either).
+    retry = ("--retry-known-bad", "--expect-version", "9.9.9")
+    refused_before_switch(rig, "op-retry", archive, "expected 9.9.9", *retry)
+    assert rig.cli("status").payload()["known_bad"] == [{"sha256": sha, "operation": "op-bad"}]
