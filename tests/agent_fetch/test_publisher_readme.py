@@ -58,7 +58,8 @@ async def test_readme_publisher_commands_make_keys_sign_and_rotate(tmp_path: Pat
     archive = release(work)  # demo-agent.tar.gz, the file the README signs
     run_block(make, work)
     root = pub_line(work, "root")
-    staged = await stage(fresh(tmp_path, 1), str(archive), trust(tmp_path, [root], str(work / "keyring.json")))
+    host = trust(tmp_path, [root], str(work / "keyring.json"))
+    staged = await stage(fresh(tmp_path, 1), str(archive), host)
     assert staged.release is not None and staged.release.key_id == key_id(pub_line(work, "sign1"))
     assert (staged.release.name, staged.release.version, staged.release.security_version) == (
         "demo-agent", "1.2.0", 3,
