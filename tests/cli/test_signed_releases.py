@@ -1,7 +1,8 @@
 """Signed releases through the whole CLI (issue 12 items 1-2): each attack ends before the switch.
 
 Releases are signed with Debian's real ``minisign`` (keys from ``minisign -G -W``); the host is installed by
-hand (``Rig.install_by_hand``) with ``[trust] root_keys`` naming the publisher's key. Expected outcome for
+hand (``Rig.install_by_hand``) with ``[trust] root_keys`` naming the publisher's key (and, for the keyring
+attacks, ``[trust] keyring`` naming a root-signed keyring file). Expected outcome for
 every attack: exit 1, result ``aborted`` with a reason naming the signature problem, one JSON object, no
 traceback, and the host exactly as before (both links, both slots' bytes, ``R/bin``, the unit files), with
 no staging file left. ``host.systemctl_prefix`` is ``/bin/false``: a run that wrongly reached a restart
@@ -121,3 +122,62 @@ def test_a_signature_given_explicitly_is_used(rig: Rig, tmp_path: Path) -> None:
     copy.write_bytes(archive.read_bytes())
     signature = sign(stranger, copy, f"name={rig.name} version=2.0.0 security_version=1")
     assert_refused_before_switch(rig, archive, "key", "--signature", str(signature))
+
+
+# -- the keyring (a local file here; the fetch rules are the archive's) -----------------------------------
+def publish_keyring(
+    d: Path, root_sec: Path, serial: int, keys: list[tuple[str, str]], revoked: list[str]
+) -> Path:
+    """A keyring document signed with ``root_sec`` (``minisign -S -t keyring``)."""
+    import json
+
+    ring = d / "keyring.json"
+    doc = {"serial": serial, "keys": [{"public_key": k, "expires": e} for k, e in keys], "revoked": revoked}
+    ring.write_text(json.dumps(doc))
+    sign(root_sec, ring, "keyring")
+    return ring
+
+
+def trust_keyring(rig: Rig, root_public_key: str, ring: Path) -> None:
+    rig.write_config(extra=f'[trust]\nroot_keys = ["{root_public_key}"]\nkeyring = "{ring}"\n')
+
+
+def key_id(public_key_file: Path) -> str:
+    """The key id minisign prints on the first line of a ``.pub`` file."""
+    return public_key_file.read_text().splitlines()[0].split()[-1]
+
+
+@pytest.mark.parametrize("case", ["revoked key", "expired key", "keyring signed by a non-root key"])
+def test_keyring_attacks_are_refused(rig: Rig, tmp_path: Path, case: str) -> None:
+    root_sec, root_pub = keypair(tmp_path, "root")
+    sec, pub = keypair(tmp_path, "sign1")
+    expires = "2020-01-01T00:00:00Z" if case == "expired key" else "2099-01-01T00:00:00Z"
+    revoked = [key_id(tmp_path / "sign1.pub")] if case == "revoked key" else []
+    ring_signer = sec if case == "keyring signed by a non-root key" else root_sec
+    ring = publish_keyring(tmp_path, ring_signer, 1, [(pub, expires)], revoked)
+    trust_keyring(rig, root_pub, ring)
+    archive = release(rig, tmp_path)
+    sign(sec, archive, f"name={rig.name} version=2.0.0 security_version=1")
+    word = {"revoked key": "revoked", "expired key": "expired"}.get(case, "root")
+    assert_refused_before_switch(rig, archive, word)
+
+
+def test_a_signature_url_redirecting_off_the_allowed_schemes_is_refused(rig: Rig, tmp_path: Path) -> None:
+    """The signature is fetched under the archive's redirect rules: http -> file:// is refused (C08)."""
+    from tests.agent_fetch import _servers as servers
+
+    sec, pub = keypair(tmp_path, "publisher")
+    trust_root(rig, pub)
+    archive = release(rig, tmp_path)
+    signature = sign(sec, archive, f"name={rig.name} version=2.0.0 security_version=1")
+    with servers.serve() as server:
+        server.routes["/a.tar.gz"] = servers.body(archive.read_bytes())
+        server.routes["/a.tar.gz.minisig"] = servers.redirect(f"file://{signature}")
+        before = rig.host_facts()
+        run = rig.cli("upgrade", "--archive", server.url("/a.tar.gz"), "--operation", "redirected")
+    assert run.code == 1, run
+    run.assert_clean_stderr()
+    out = run.payload()
+    assert out["result"] == "aborted" and "redirect" in (out["reason"] or ""), out
+    assert rig.host_facts() == before
+    assert rig.staging_leftovers() == []
