@@ -485,9 +485,7 @@ class PrivateSystemd:
         """Find PID 1 (our launcher's child once it has exec'd systemd), then wait for ``running``."""
         launcher_pid = self._launcher.pid
         while True:
-            if self._launcher.poll() is not None:
-                raise SandboxError(f"the launcher exited early (status {self._launcher.returncode})",
-                                   self.console_log)
+            self._refuse_if_launcher_exited()
             kids = _children(launcher_pid)
             if kids and _comm(kids[0]) == self._comm:
                 pidns = _ns_inode(kids[0], "pid")
@@ -504,6 +502,13 @@ class PrivateSystemd:
                                 timeout_s=max(0.5, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 break
+            except SandboxError:
+                # PID 1 vanished between finding it and asking it: a manager that died at boot. Its launcher
+                # is reaped within moments; report that (with its status), not the failed systemctl.
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self._launcher.wait(timeout=2.0)
+                self._refuse_if_launcher_exited()
+                raise
             state = done.stdout.strip()
             # "offline" and "unknown" also mean "not reachable yet" (no private socket): keep polling
             if state in ("running", "degraded", "maintenance", "stopping"):
@@ -516,6 +521,12 @@ class PrivateSystemd:
             detail = ": " + self.run("systemctl", "--failed", "--plain", "--no-legend", "--no-pager",
                                      check=False).stdout.strip().replace("\n", "; ")
         raise SandboxError(f"not running (state {state or 'unknown'!r}){detail}", self.console_log)
+
+    def _refuse_if_launcher_exited(self) -> None:
+        """Raise SandboxError naming the launcher's status once it has exited (the manager died early)."""
+        if self._launcher.poll() is not None:
+            raise SandboxError(f"the launcher exited early (status {self._launcher.returncode})",
+                               self.console_log)
 
     # ------------------------------------------------------------------ use
     def run(

@@ -283,9 +283,11 @@ def test_wall_clock_jumps_during_the_health_window(
 
 def test_failed_version_requested_again_is_checked_again(make_env: MakeEnv) -> None:
     """C20: X fails health and rolls back, leaving X's bytes in the inactive slot. Requested again under a
-    new operation id, X is staged, verified, switched and health-checked again (never reported done because
-    the files look present), and rolls back again. The same operation id repeated after its close prints
-    the recorded result and does nothing: no fetch, no new journal record."""
+    new operation id, X is refused explicitly as known-bad (issue 12 item 4: fetched and staged, then
+    aborted before any switch or restart, naming the operation that condemned it); with
+    ``--retry-known-bad`` it is staged, verified, switched and health-checked again (never reported done
+    because the files look present), and rolls back again. The same operation id repeated after its close
+    prints the recorded result and does nothing: no fetch, no new journal record."""
     env = make_env()
     v1, bad = env.release("1.0.0"), env.release("2.0.0", "exit-after:0.3")
     env.install(v1)
@@ -293,8 +295,17 @@ def test_failed_version_requested_again_is_checked_again(make_env: MakeEnv) -> N
     assert first.code == 1 and first.json is not None and first.json["result"] == "rolled_back"
     assert env.slot_sha256("green") == bad.member_sha256  # the files look present
 
+    pid = env.assert_running("blue", v1)
+    refused = env.upgrade(bad, "x-refused")
+    assert refused.code == 1 and refused.json is not None and refused.json["result"] == "aborted", refused
+    assert "x-first" in refused.json["reason"] and "--retry-known-bad" in refused.json["reason"]
+    events = env.events("x-refused")
+    assert "CandidateStaged" in events and "Aborted" in events and "SwitchIntended" not in events, events
+    assert env.assert_running("blue", v1) == pid  # nothing restarted
+
     fetched = len(env.server.requests)
-    again = env.upgrade(bad, "x-again")
+    again = env.cli("upgrade", "--archive", bad.url, "--sha256", bad.sha256, "--operation", "x-again",
+                    "--retry-known-bad")
     assert again.code == 1, again.stderr
     _assert_rolled_back(env, again.json, "x-again", v1)
     assert len(env.server.requests) == fetched + 1  # fetched again
@@ -308,7 +319,8 @@ def test_failed_version_requested_again_is_checked_again(make_env: MakeEnv) -> N
     before = env.journal()
     fetched = len(env.server.requests)
     pid = env.assert_running("blue", v1)
-    repeat = env.upgrade(bad, "x-again")
+    repeat = env.cli("upgrade", "--archive", bad.url, "--sha256", bad.sha256, "--operation", "x-again",
+                     "--retry-known-bad")
     assert repeat.code == 1, repeat.stderr
     assert repeat.json == again.json
     assert env.journal() == before
