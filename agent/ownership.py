@@ -257,3 +257,37 @@ def prepare_state(cfg: AgentConfig) -> None:
         raise refused(exc) from None
     finally:
         os.close(fd)
+
+
+def read_state_file(state_dir: str, sub: str, name: str) -> bytes | None:
+    """The bytes of ``state_dir/sub/name``, read through checked directory handles (SPEC 10): None when
+    ``state_dir``, ``sub`` or the file does not exist; creates nothing.
+
+    Raises:
+        HostRefusedError: a path on the way or the file is not ours (symlink, FIFO, hard link, foreign owner,
+            group/world-writable): refused, never followed or waited on (exit 4).
+        OSError: the file exists but cannot be read.
+    """
+    from journal import safefs
+    from journal.errors import JournalRefusedError
+
+    path = os.path.join(state_dir, sub, name)
+    try:
+        state_fd = open_state_dir(state_dir, create=False)
+        if state_fd is None:
+            return None
+        try:
+            dir_fd = safefs.open_dir(os.path.dirname(path), dir_fd=state_fd, name=sub)
+        finally:
+            os.close(state_fd)
+        if dir_fd is None:
+            return None
+        try:
+            return safefs.read_file(dir_fd, name, path)
+        finally:
+            os.close(dir_fd)
+    except FileNotFoundError:
+        return None
+    except JournalRefusedError as e:
+        raise refused(e) from None
+

@@ -22,7 +22,7 @@ from journal import JournalRefusedError, safefs
 from upgrade_core import OPERATION_ID_RE, SLOTS, ResultValue, Slot, UpgradeResult
 from upgrade_core.errors import HostError, HostRefusedError, NoSpaceError
 
-from .ownership import open_state_dir, refused
+from .ownership import open_state_dir, read_state_file, refused
 
 __all__ = ["FileResultSink", "read_result", "result_path", "write_checked_file"]
 
@@ -157,23 +157,10 @@ def read_result(state_dir: str, operation: str) -> UpgradeResult | None:
     """
     path = result_path(state_dir, operation)
     try:
-        state_fd = open_state_dir(state_dir, create=False)
-        if state_fd is None:
+        data = read_state_file(state_dir, "results", os.path.basename(path))
+        if data is None:
             return None
-        try:
-            dir_fd = safefs.open_dir(os.path.dirname(path), dir_fd=state_fd, name="results")
-        finally:
-            os.close(state_fd)
-        if dir_fd is None:
-            return None
-        try:
-            doc: Any = json.loads(safefs.read_file(dir_fd, os.path.basename(path), path))
-        finally:
-            os.close(dir_fd)
-    except FileNotFoundError:
-        return None
-    except JournalRefusedError as e:
-        raise refused(e) from None
+        doc: Any = json.loads(data)
     except (OSError, ValueError) as e:
         raise HostError(f"{path}: unreadable result: {e}") from None
     if not isinstance(doc, dict):

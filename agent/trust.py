@@ -206,28 +206,15 @@ class ReleaseTrust:
 
     def read_cache(self) -> tuple[bytes, bytes] | None:
         """The cached keyring and its signature (re-verified by the caller), or None; creates nothing."""
-        from .ownership import open_state_dir, refused
+        from .ownership import read_state_file
 
         path = self._cache_path()
         try:
-            state_fd = open_state_dir(self.state_dir, create=False)
-            if state_fd is None:
+            data = read_state_file(self.state_dir, "trust", "keyring.json")
+            if data is None:
                 return None
-            try:
-                dir_fd = safefs.open_dir(os.path.dirname(path), dir_fd=state_fd, name="trust")
-            finally:
-                os.close(state_fd)
-            if dir_fd is None:
-                return None
-            try:
-                doc: Any = json.loads(safefs.read_file(dir_fd, "keyring.json", path))
-            finally:
-                os.close(dir_fd)
+            doc: Any = json.loads(data)
             return base64.b64decode(doc["keyring"], validate=True), doc["signature"].encode()
-        except FileNotFoundError:
-            return None
-        except JournalRefusedError as exc:
-            raise refused(exc) from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise KeyringError(f"{path}: unreadable cached keyring: {type(exc).__name__}") from None
 
