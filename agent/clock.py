@@ -9,7 +9,7 @@ import anyio
 
 from upgrade_core.ports import Clock
 
-__all__ = ["SystemClock"]
+__all__ = ["SystemClock", "read_boot_id"]
 
 
 @final
@@ -31,6 +31,19 @@ class SystemClock:
     async def sleep(self, seconds: float) -> None:
         """Sleep ``seconds`` of monotonic time (anyio). Cancellation: no effect."""
         await anyio.sleep(seconds)
+
+    def boot_id(self) -> str | None:
+        """The kernel's boot id (``/proc/sys/kernel/random/boot_id``, random(4)); None when unreadable."""
+        return read_boot_id()
+
+
+def read_boot_id() -> str | None:
+    """This boot's id: ``/proc/sys/kernel/random/boot_id`` (random(4)) stripped, None when unreadable."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read(64).strip() or None
+    except (OSError, ValueError):
+        return None
 
 
 def _is_a_clock(clock: SystemClock) -> Clock:

@@ -20,6 +20,14 @@ from ._events import ALL_EVENTS, SLOTS, Event, Recorded, Slot, UpgradeResult, ot
 from ._fold import EpisodeView, Folder, JournalView, fold
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, Verdict
 from ._history import summarize_history
+from ._operations import (
+    PHASE_OF_RESULT,
+    TERMINAL_PHASES,
+    OperationPhase,
+    OperationStatus,
+    operation_status,
+    refused_status,
+)
 from ._orchestrator import (
     OPERATION_ID_RE,
     CheckedJournal,

@@ -92,6 +92,10 @@ class EpisodeOpened(Event):
 
     ``source`` is already redacted (no userinfo, query or fragment). The health policy is recorded here so
     that recovery, perhaps under another configuration, spends exactly the attempts this episode had.
+
+    ``boot_id`` is the kernel's boot id (``/proc/sys/kernel/random/boot_id``) of the boot the episode opened
+    in (a managed operation's status reports it, issue 13); None (the default, omitted on disk) in journals
+    written before it was recorded.
     """
 
     TAG: ClassVar[str] = "EpisodeOpened"
@@ -105,6 +109,7 @@ class EpisodeOpened(Event):
     max_health_attempts: int
     stability_s: float
     health_timeout_s: float
+    boot_id: str | None = None
 
 
 @attrs.frozen

@@ -66,6 +66,9 @@ class EpisodeView:
         recoveries: how many times a recovery took the episode over.
         opened_seq / last_seq: sequence numbers of its first and latest records.
         opened_at / closed_at: wall-clock seconds (informational only).
+        boot_id: ``EpisodeOpened.boot_id`` (the boot it opened in), None in older journals.
+        published_seq: the sequence number of its ``ResultPublished`` record, once there is one (a managed
+            operation's status names it: issue 13's exactly-once publication).
     """
 
     episode_id: str
@@ -118,6 +121,8 @@ class EpisodeView:
     last_seq: int = 0
     opened_at: float = 0.0
     closed_at: float | None = None
+    boot_id: str | None = None
+    published_seq: int | None = None
 
     # -- derived facts ---------------------------------------------------------------------------------
     @property
@@ -433,6 +438,7 @@ class Folder:
             "expected_version": e.expected_version, "from_slot": e.from_slot, "from_version": e.from_version,
             "max_health_attempts": e.max_health_attempts, "stability_s": e.stability_s,
             "health_timeout_s": e.health_timeout_s, "opened_seq": seq, "last_seq": seq, "opened_at": wall,
+            "boot_id": e.boot_id,
         }, ctx)
 
     def _snapshot(self, e: ev.HistorySnapshot) -> None:
@@ -592,6 +598,7 @@ class Folder:
 
     def _h_published(self, ep: _Ep, e: ev.ResultPublished, seq: int) -> None:
         ep.fields["published"] = e.result
+        ep.fields["published_seq"] = seq
         _refresh(ep)
 
     def _h_closed(self, ep: _Ep, e: ev.EpisodeClosed, seq: int) -> None:

@@ -374,6 +374,7 @@ class _Run:
             expected_sha256=req.expected_sha256, expected_version=req.expected_version,
             from_slot=from_slot, from_version=from_version, max_health_attempts=self.policy.max_attempts,
             stability_s=self.policy.stability_s, health_timeout_s=self.policy.health_timeout_s,
+            boot_id=self.p.clock.boot_id(),
         )
         # leftovers of an earlier crash (C05); never a slot target
         await self.bracket(req.operation, self.p.host.sweep_staging, opened)
@@ -1074,7 +1075,7 @@ async def record_quarantine(
         operation=operation, kind="quarantine", source=facts.quarantine_path, expected_sha256=None,
         expected_version=None, from_slot=facts.current_slot, from_version=facts.current_version,
         max_health_attempts=policy.max_attempts, stability_s=policy.stability_s,
-        health_timeout_s=policy.health_timeout_s,
+        health_timeout_s=policy.health_timeout_s, boot_id=ports.clock.boot_id(),
     )
     result = UpgradeResult(
         operation, "noop", facts.current_version, facts.current_version, facts.current_slot,

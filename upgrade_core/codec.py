@@ -16,7 +16,7 @@ from typing import Any
 import cattrs
 from cattrs.gen import make_dict_unstructure_fn, override
 
-from ._events import ALL_EVENTS, Aborted, EpisodeSummary, Event, HealthFailed
+from ._events import ALL_EVENTS, Aborted, EpisodeOpened, EpisodeSummary, Event, HealthFailed
 from .wire import TAG_KEY as _TAG
 from .wire import VERSION_KEY as _VER
 from .wire import event_tag
@@ -40,6 +40,9 @@ def _make_converter() -> cattrs.Converter:
     )
     conv.register_unstructure_hook(HealthFailed, make_dict_unstructure_fn(HealthFailed, conv, cause=omit))
     conv.register_unstructure_hook(Aborted, make_dict_unstructure_fn(Aborted, conv, cause=omit))
+    conv.register_unstructure_hook(
+        EpisodeOpened, make_dict_unstructure_fn(EpisodeOpened, conv, boot_id=omit)
+    )
     return conv
 
 

@@ -151,6 +151,11 @@ class Clock(Protocol):
         """Sleep ``seconds`` of monotonic time. Cancellation: no effect."""
         ...
 
+    def boot_id(self) -> str | None:
+        """The boot the ``monotonic`` readings belong to (Linux: ``/proc/sys/kernel/random/boot_id``,
+        random(4)), recorded in ``EpisodeOpened``; None when the host does not tell."""
+        ...
+
 
 class Host(Protocol):
     """The host layout of SPEC 3: two slots, ``current`` and ``last-good`` links, mirrors."""

@@ -387,6 +387,9 @@ class SimClock:
         self.w.wall += seconds
         await anyio.lowlevel.checkpoint()
 
+    def boot_id(self) -> str | None:
+        return "sim-boot"
+
 
 class SimHost:
     def __init__(self, world: World) -> None:

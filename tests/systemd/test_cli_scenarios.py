@@ -19,6 +19,7 @@ import anyio
 import attrs
 import pytest
 
+from agent.clock import read_boot_id
 from agent.config import load_config
 from agent.lock import HostLock
 from agent.wiring import JournalPort, journal_dir, wire
@@ -219,6 +220,10 @@ class JumpingClock:
         """Sleep for real, then jump the wall clock."""
         await anyio.sleep(seconds)
         self.jumps += 1
+
+    def boot_id(self) -> str | None:
+        """The real boot id."""
+        return read_boot_id()
 
 
 def _run_in_process(env: AgentEnv, rel: Release, op: str, clock: JumpingClock) -> UpgradeResult:

@@ -1,0 +1,124 @@
+"""Managed operations (issue 13, SPEC 10): the status of an operation, derived from the journal alone.
+
+A control plane (a spool directory, a Kubernetes ``UpgradeOperation``) asks for an upgrade under an operation
+id; the operator runs it as an episode whose id *is* that operation id and reports one terminal status. The
+status is never stored anywhere but the source: it is recomputed from the journal every time, so a crash
+between the result and its acknowledgement republishes exactly the same fields (same ``journal_seq``,
+same times, same boot id) and never runs host effects again.
+
+Phases follow the ``UpgradeOperation`` status contract of SPEC 10: ``Pending`` (seen, not started),
+``InProgress`` (its episode is open), and the terminal ``Succeeded`` (``committed`` or ``noop``),
+``Failed`` (``aborted``, or refused before any episode opened), ``RolledBack`` and ``NeedsAttention``.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+import attrs
+
+from ._events import ResultValue, UpgradeResult
+from ._fold import JournalView
+
+__all__ = [
+    "PHASE_OF_RESULT",
+    "TERMINAL_PHASES",
+    "OperationPhase",
+    "OperationStatus",
+    "operation_status",
+    "refused_status",
+]
+
+OperationPhase = Literal["Pending", "InProgress", "Succeeded", "Failed", "RolledBack", "NeedsAttention"]
+
+TERMINAL_PHASES: Final[frozenset[str]] = frozenset({"Succeeded", "Failed", "RolledBack", "NeedsAttention"})
+
+PHASE_OF_RESULT: Final[dict[ResultValue, OperationPhase]] = {
+    "committed": "Succeeded",
+    "noop": "Succeeded",
+    "aborted": "Failed",
+    "rolled_back": "RolledBack",
+    "needs_attention": "NeedsAttention",
+}
+"""The terminal phase of each published result (SPEC 7 result values -> SPEC 10 phases)."""
+
+
+@attrs.frozen
+class OperationStatus:
+    """What a source is told about one operation.
+
+    Attributes:
+        operation: the operation id (``[A-Za-z0-9._-]{1,64}``; the episode id in the journal).
+        phase: see the module docstring.
+        result: the published result value (``committed``...), None while in progress or when the
+            operation was refused before an episode opened.
+        from_version / to_version: as the result (or the open episode) names them.
+        message: the result's reason, or why the operation was refused; None when there is nothing to say.
+        journal_seq: the sequence number of the ``ResultPublished`` record, None when it is not (or no
+            longer, after compaction) in the journal, or the operation never reached the journal.
+        boot_id: the boot the episode opened in (``EpisodeOpened.boot_id``), None when unknown.
+        started_at / finished_at: Unix seconds of ``EpisodeOpened`` / ``EpisodeClosed`` (wall clock,
+            informational), None when unknown.
+    """
+
+    operation: str
+    phase: OperationPhase
+    result: ResultValue | None = None
+    from_version: str | None = None
+    to_version: str | None = None
+    message: str | None = None
+    journal_seq: int | None = None
+    boot_id: str | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def terminal(self) -> bool:
+        """True for ``Succeeded``, ``Failed``, ``RolledBack`` and ``NeedsAttention``."""
+        return self.phase in TERMINAL_PHASES
+
+
+def _terminal(result: UpgradeResult, operation: str) -> OperationStatus:
+    return OperationStatus(
+        operation, PHASE_OF_RESULT[result.result], result.result, result.from_version, result.to_version,
+        result.reason,
+    )
+
+
+def operation_status(view: JournalView, operation: str) -> OperationStatus | None:
+    """The status of ``operation`` as the journal tells it; pure.
+
+    Returns:
+        A terminal status once the episode's result is published (``journal_seq`` names that record; for
+        an episode compaction has summarised, ``journal_seq`` is None and the times are the summary's), an
+        ``InProgress`` status while its episode is open, None when the journal has never seen it.
+    """
+    ep = view.episodes.get(operation)
+    if ep is not None:
+        if ep.published is not None:
+            return attrs.evolve(
+                _terminal(ep.published, operation), journal_seq=ep.published_seq, boot_id=ep.boot_id,
+                started_at=ep.opened_at, finished_at=ep.closed_at,
+            )
+        return OperationStatus(
+            operation, "InProgress", from_version=ep.from_version, to_version=ep.candidate_version,
+            boot_id=ep.boot_id, started_at=ep.opened_at,
+        )
+    for summary in reversed(view.history):
+        if summary.operation == operation:
+            return attrs.evolve(
+                _terminal(summary.result, operation), started_at=summary.opened_at,
+                finished_at=summary.closed_at,
+            )
+    result = view.result_of(operation)
+    return None if result is None else _terminal(result, operation)
+
+
+def refused_status(operation: str, reason: str, at: float) -> OperationStatus:
+    """The terminal ``Failed`` status of an operation refused before any episode opened (wrong node or
+    agent, bad parameters): the host was not touched and the journal holds nothing of it.
+
+    Args:
+        at: Unix seconds of the refusal (``finished_at``).
+    """
+    return OperationStatus(operation, "Failed", message=reason, finished_at=at)
