@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -40,7 +41,7 @@ from .config_fast import (
     substitute,
 )
 from .errors import ConfigError
-from .pathrules import path_problem
+from .pathrules import path_problem, spool_problem
 from .units import check_agent_unit
 
 __all__ = [
@@ -63,6 +64,7 @@ __all__ = [
 T = TypeVar("T")
 MemberPolicy = Literal["exact", "select", "none"]
 AllowHttp = Literal["never", "loopback", "always"]
+OperationsSource = Literal["", "spool", "kubernetes"]
 
 
 class _BadValue(ValueError):
@@ -292,6 +294,46 @@ class TrustSection:
         return bool(self.root_keys) if self.require_signatures is None else self.require_signatures
 
 
+def _node_name(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
+    # a Kubernetes node name is a DNS subdomain (RFC 1123, at most 253 characters)
+    if v and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", v):
+        raise _BadValue(a.name, "must be a DNS subdomain name (lowercase letters, digits, '-' and '.')")
+
+
+@attrs.frozen
+class OperationsSection:
+    """``[operations]`` (SPEC 10, issue 13): where ``upgrade-agent operator`` takes operations from.
+
+    Attributes:
+        source: "" (no operator), "spool" or "kubernetes".
+        spool_dir: spool: the absolute directory holding ``<id>.json`` (in) and ``<id>.status.json`` (out);
+            owned by root (the effective user), not group- or world-writable.
+        node_name: this host's node name; "" means the host name (``socket.gethostname()``).
+        namespace: kubernetes: the namespace watched; "" means the service account's namespace in a pod,
+            else ``default``.
+        kubeconfig: kubernetes: "" for the in-cluster service account, else an absolute kubeconfig path.
+        poll_s: spool: seconds between two scans of the directory (seconds; the operator's idle cost).
+    """
+
+    source: OperationsSource = ""
+    spool_dir: str = attrs.field(default="", validator=_absolute_or_empty)
+    node_name: str = attrs.field(default="", validator=_node_name)
+    namespace: str = attrs.field(default="", validator=_node_name)
+    kubeconfig: str = attrs.field(default="", validator=_absolute_or_empty)
+    poll_s: float = attrs.field(default=2.0, validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if self.source == "spool" and not self.spool_dir:
+            raise _BadValue("spool_dir", 'is required when source = "spool"')
+
+    @property
+    def node(self) -> str:
+        """``node_name``, or this host's name."""
+        import socket
+
+        return self.node_name or socket.gethostname()
+
+
 @attrs.frozen
 class MirrorEntry:
     """One ``[[mirrors]]`` entry: an absolute path that receives a verified copy of the current slot."""
@@ -306,6 +348,7 @@ class AgentConfig:
     Attributes:
         source: the file it was loaded from (for messages).
         agent, host, download, limits, verify, health, journal: the sections of SPEC 3.
+        trust, operations: the sections of SPEC 10.
         mirrors: the ``[[mirrors]]`` entries, in file order.
     """
 
@@ -317,6 +360,7 @@ class AgentConfig:
     health: HealthSection = attrs.Factory(HealthSection)
     journal: JournalSection = attrs.Factory(JournalSection)
     trust: TrustSection = attrs.Factory(TrustSection)
+    operations: OperationsSection = attrs.Factory(OperationsSection)
     mirrors: tuple[MirrorEntry, ...] = ()
     source: str = ""
 
@@ -446,7 +490,8 @@ def _substituted(cfg: AgentConfig, machine: str | None) -> AgentConfig:
             except ValueError as e:
                 raise _BadValue(f"{prefix}.{a.name}", str(e)) from None
         for k, v in changes.items():
-            if k in ("root", "legacy_root", "state_dir", "unit_dir", "lock_path", "path") and v:
+            if k in ("root", "legacy_root", "state_dir", "unit_dir", "lock_path", "path", "spool_dir",
+                     "kubeconfig") and v:
                 changes[k] = os.path.normpath(v)
         try:
             return attrs.evolve(section, **changes)
@@ -458,11 +503,12 @@ def _substituted(cfg: AgentConfig, machine: str | None) -> AgentConfig:
         agent=sub(cfg.agent, "agent"),
         host=sub(cfg.host, "host"),
         health=sub(cfg.health, "health"),
+        operations=sub(cfg.operations, "operations"),
         mirrors=tuple(sub(m, f"mirrors[{i}]") for i, m in enumerate(cfg.mirrors)),
     )
 
 
-def _check_paths(host: HostSection) -> None:
+def _check_paths(host: HostSection, operations: OperationsSection) -> None:
     """SPEC 10 rules across keys (:func:`agent.pathrules.path_problem`), after substitution and
     normalisation: no system directory itself, no ``host.root``/``host.state_dir`` overlap, no lock file
     inside ``host.root``.
@@ -471,6 +517,8 @@ def _check_paths(host: HostSection) -> None:
         _BadValue: naming the key.
     """
     problem = path_problem(host.root, host.state_dir, host.lock_path)
+    if problem is None and operations.spool_dir:
+        problem = spool_problem(operations.spool_dir, host.root, host.state_dir)
     if problem is not None:
         raise _BadValue(*problem)
 
@@ -497,7 +545,7 @@ def parse_config(doc: Mapping[str, Any], source: str, machine: str | None = None
     try:
         cfg = _CONVERTER.structure(doc, AgentConfig)
         cfg = attrs.evolve(_substituted(cfg, machine), source=source)
-        _check_paths(cfg.host)
+        _check_paths(cfg.host, cfg.operations)
     except (ClassValidationError, _BadValue) as e:
         problems = _errors(e, "")
         key, message = problems[0] if problems else ("(top level)", str(e))

@@ -1,0 +1,264 @@
+"""One managed operation as a source holds it, the port sources implement, and the status documents.
+
+An operation's *spec* has the same keys in both sources (SPEC 10, the ``UpgradeOperation`` spec)::
+
+    {"nodeName": "web-1", "agent": "demo-agent",
+     "archive": {"url": "https://releases.example/demo-agent-1.1.0.tar.gz", "sha256": "<64 hex>",
+                 "signatureURL": "https://releases.example/demo-agent-1.1.0.tar.gz.minisig"},
+     "expectVersion": "1.1.0"}
+
+``archive.url``, ``archive.sha256`` and ``agent`` are required (a control plane always knows the digest it
+asks for); ``nodeName`` is required by Kubernetes (the CRD) and optional in a spool file; ``signatureURL``
+and ``expectVersion`` are optional. A spec that fails these checks, names another node or agent, or that
+:func:`agent.request.make_request` refuses, is refused before any lock or episode: terminal ``Failed``, host
+untouched.
+
+The status document is rendered from an :class:`~upgrade_core.OperationStatus` alone (deterministic: the
+same status renders the same bytes), in camelCase for the Kubernetes status subresource and in snake_case for
+the spool's ``<id>.status.json``; times are RFC 3339 UTC with seconds (``metav1.Time``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from upgrade_core import TERMINAL_PHASES, OperationStatus
+
+__all__ = [
+    "SPEC_KEYS",
+    "Operation",
+    "OperationRefused",
+    "OperationSource",
+    "OperationSpec",
+    "SourceError",
+    "check_spec",
+    "held_terminal",
+    "k8s_status",
+    "rfc3339",
+    "spool_status",
+]
+
+SPEC_KEYS = frozenset({"nodeName", "agent", "archive", "expectVersion"})
+ARCHIVE_KEYS = frozenset({"url", "sha256", "signatureURL"})
+
+
+@attrs.frozen
+class Operation:
+    """One operation a source holds for this node.
+
+    Attributes:
+        operation: the operation id (``[A-Za-z0-9._-]{1,64}``): the spool file's stem, or the Kubernetes
+            object's ``metadata.uid``; the journal's episode id.
+        name: what a human calls it in messages: the spool file's path, ``namespace/name`` in Kubernetes.
+        spec: the decoded spec (any JSON value; :func:`check_spec` checks it).
+        generation: ``metadata.generation`` (Kubernetes), 1 for a spool file; reported as
+            ``observedGeneration``.
+        status: the status document the source holds now (its own style), None when it holds none.
+        problem: the source could not read the document (not JSON, too large, not a regular file...);
+            the operation is refused with this line.
+        order: the sort key the operator takes operations in (creation time, then name).
+    """
+
+    operation: str
+    name: str
+    spec: Any
+    generation: int = 1
+    status: Mapping[str, Any] | None = None
+    problem: str | None = None
+    order: tuple[float, str] = (0.0, "")
+
+
+class OperationSource(Protocol):
+    """Where operations come from and where their status goes (the spool, Kubernetes).
+
+    Every method may raise :class:`SourceError` (the source is unreachable or refuses us; the operator
+    logs it and tries again after a bounded back-off) and nothing else for a transport problem.
+    """
+
+    label: str
+    """What to call the source in one log line (``spool /var/spool/...``, ``kubernetes ns/...``)."""
+
+    async def snapshot(self) -> Sequence[Operation]:
+        """Every operation addressed to this node, in :attr:`Operation.order`.
+
+        Cancellation: no effect.
+        """
+        ...
+
+    async def wait_for_change(self, timeout_s: float) -> None:
+        """Return when the source may have changed, or after ``timeout_s`` seconds at the latest.
+
+        Cancellation: no effect.
+        """
+        ...
+
+    async def publish(self, op: Operation, status: OperationStatus) -> bool:
+        """Make ``status`` the operation's status, rendered in the source's own style (:func:`k8s_status`
+        with ``op.generation``, :func:`spool_status`); idempotent: a status the source already holds is not
+        written again.
+
+        Returns:
+            True when written, False when the source already held exactly this status or the operation is
+            gone (deleted in the meantime: nothing to report to).
+
+        Cancellation: the write either landed or did not; publishing again is always safe.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections; idempotent."""
+        ...
+
+
+class SourceError(Exception):
+    """The source could not be read or written (network, API error, a spool directory not ours).
+
+    The message is one line naming the source (URLs redacted); the operator retries with back-off.
+    """
+
+
+class OperationRefused(Exception):
+    """An operation the operator will not run (wrong node or agent, bad spec): terminal ``Failed``."""
+
+
+@attrs.frozen
+class OperationSpec:
+    """A checked spec (see the module docstring); ``signature_url``/``expect_version`` may be None."""
+
+    agent: str
+    url: str
+    sha256: str
+    node_name: str | None = None
+    signature_url: str | None = None
+    expect_version: str | None = None
+
+
+def _text(doc: Mapping[str, Any], key: str, where: str, *, required: bool) -> str | None:
+    value = doc.get(key)
+    if value is None:
+        if required:
+            raise OperationRefused(f"{where}{key}: required")
+        return None
+    if not isinstance(value, str) or not value:
+        raise OperationRefused(f"{where}{key}: must be a non-empty string")
+    return value
+
+
+def check_spec(spec: Any, *, agent: str, node_name: str, node_required: bool) -> OperationSpec:
+    """Check an operation's spec against this host (before any lock, file or episode).
+
+    Args:
+        agent: ``[agent] name`` of this configuration.
+        node_name: this host's node name (``[operations] node_name``).
+        node_required: True for Kubernetes (the CRD requires ``nodeName``).
+
+    Raises:
+        OperationRefused: one line naming the key: not an object, an unknown key, a missing or non-string
+            value, another node, another agent.
+    """
+    if not isinstance(spec, Mapping):
+        raise OperationRefused("spec: must be an object")
+    unknown = sorted(set(spec) - SPEC_KEYS)
+    if unknown:
+        raise OperationRefused(f"spec: unknown key {unknown[0]}")
+    archive = spec.get("archive")
+    if not isinstance(archive, Mapping):
+        raise OperationRefused("spec.archive: required, an object with url and sha256")
+    unknown = sorted(set(archive) - ARCHIVE_KEYS)
+    if unknown:
+        raise OperationRefused(f"spec.archive: unknown key {unknown[0]}")
+    node = _text(spec, "nodeName", "spec.", required=node_required)
+    name = _text(spec, "agent", "spec.", required=True)
+    url = _text(archive, "url", "spec.archive.", required=True)
+    sha256 = _text(archive, "sha256", "spec.archive.", required=True)
+    assert name is not None and url is not None and sha256 is not None
+    if node is not None and node != node_name:
+        raise OperationRefused(f"spec.nodeName: addressed to node {node}, this is {node_name}")
+    if name != agent:
+        raise OperationRefused(f"spec.agent: addressed to agent {name}, this is {agent}")
+    return OperationSpec(
+        agent=name,
+        url=url,
+        sha256=sha256,
+        node_name=node,
+        signature_url=_text(archive, "signatureURL", "spec.archive.", required=False),
+        expect_version=_text(spec, "expectVersion", "spec.", required=False),
+    )
+
+
+def held_terminal(op: Operation) -> bool:
+    """True when the source already holds a terminal status for this very operation (acknowledged: it is
+    never written again, and the operation never runs again)."""
+    held = op.status
+    return (
+        isinstance(held, Mapping)
+        and held.get("phase") in TERMINAL_PHASES
+        and held.get("operation") == op.operation
+    )
+
+
+def rfc3339(unix_s: float | None) -> str | None:
+    """``2026-11-30T14:05:06Z`` (UTC, whole seconds, as ``metav1.Time``), None for None."""
+    if unix_s is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
+
+
+def _conditions(status: OperationStatus, generation: int) -> list[dict[str, Any]]:
+    """One condition in the Job convention: ``Complete`` True on success, ``Failed`` True with the phase as
+    reason on any other terminal phase, ``Complete`` False while running."""
+    if status.phase == "Succeeded":
+        kind, value, when = "Complete", "True", status.finished_at
+    elif status.terminal:
+        kind, value, when = "Failed", "True", status.finished_at
+    else:
+        kind, value, when = "Complete", "False", status.started_at
+    cond: dict[str, Any] = {"type": kind, "status": value, "reason": status.phase,
+                            "observedGeneration": generation}
+    if when is not None:
+        cond["lastTransitionTime"] = rfc3339(when)
+    if status.message:
+        cond["message"] = status.message
+    return [cond]
+
+
+def k8s_status(status: OperationStatus, generation: int) -> dict[str, Any]:
+    """The ``UpgradeOperation`` status subresource (SPEC 10, camelCase); unknown fields are left out (the
+    CRD's schema has no nullable fields)."""
+    doc: dict[str, Any] = {
+        "observedGeneration": generation,
+        "phase": status.phase,
+        "operation": status.operation,
+        "fromVersion": status.from_version,
+        "toVersion": status.to_version,
+        "journalSeq": status.journal_seq,
+        "bootID": status.boot_id,
+        "startedAt": rfc3339(status.started_at),
+        "finishedAt": rfc3339(status.finished_at),
+        "message": status.message,
+        "conditions": _conditions(status, generation),
+    }
+    return {k: v for k, v in doc.items() if v is not None}
+
+
+def spool_status(status: OperationStatus, generation: int = 1) -> dict[str, Any]:
+    """The spool's ``<id>.status.json`` (SPEC 10: the same fields in snake_case, every key present, null
+    when unknown), plus ``result`` (the SPEC 7 result value)."""
+    return {
+        "operation": status.operation,
+        "phase": status.phase,
+        "result": status.result,
+        "from_version": status.from_version,
+        "to_version": status.to_version,
+        "message": status.message,
+        "journal_seq": status.journal_seq,
+        "boot_id": status.boot_id,
+        "started_at": rfc3339(status.started_at),
+        "finished_at": rfc3339(status.finished_at),
+        "observed_generation": generation,
+        "conditions": _conditions(status, generation),
+    }
