@@ -139,6 +139,8 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     cmd("host-root", "print the resolved host root; changes nothing")
     cmd("reset", "stop, disable and remove the agent's units")
     cmd("uninstall", "reset, then remove everything install created")
+    p = cmd("operator", "take upgrade operations from [operations] source and report each one's status")
+    p.add_argument("--once", action="store_true", help="stop when no operation is left to do")
     cmd("demo", "boot a private systemd and walk through install, upgrade, rollback and recovery")
     return parser
 

@@ -238,11 +238,18 @@ class SetupMixin:
     # -- units -------------------------------------------------------------------------------------------
     def units(self) -> dict[str, str]:
         """The rendered unit files, file name -> text (SPEC 6, 10): the agent unit, both recovery units,
-        ``NAME-recover.timer`` and its ``NAME-recover-timer.service``."""
+        ``NAME-recover.timer`` and its ``NAME-recover-timer.service``; ``NAME-operator.service`` too when
+        ``[operations] source`` is set (issue 13)."""
         from .units import render_units
         from .wiring import recover_executable
 
         cfg = self.config
+        operator = None
+        if cfg.operations.source:
+            exe = os.path.join(os.path.dirname(recover_executable()), "upgrade-agent")
+            health = cfg.health
+            budget = health.max_attempts * (health.stability_s + health.timeout_s)
+            operator = (exe, cfg.operations.source, int(budget) + 120)
         return render_units(
             name=cfg.agent.name,
             unit=cfg.agent.unit,
@@ -251,6 +258,7 @@ class SetupMixin:
             max_attempts=cfg.health.max_attempts,
             recover_exe=recover_executable(),
             config_path=self.config_path,
+            operator=operator,
         )
 
     async def reset(self) -> Cleanup:
@@ -342,12 +350,13 @@ class SetupMixin:
     ) -> None:
         """Write the units (``only`` those, default all of :meth:`units`), each listed in the install record
         first; daemon-reload; enable the agent, the boot-time recovery unit and the recovery timer, and
-        start the timer (it recovers an abandoned episode without waiting for a reboot).
+        start the timer (it recovers an abandoned episode without waiting for a reboot); with
+        ``[operations]``, enable and start ``NAME-operator.service`` too.
 
         Raises:
             ConfigError: a unit file this agent did not write stands in the way (nothing written).
         """
-        from .units import recover_boot_unit_name, recover_timer_name
+        from .units import operator_unit_name, recover_boot_unit_name, recover_timer_name
 
         name = self.config.agent.name
         self.refuse_foreign_units()
@@ -357,6 +366,10 @@ class SetupMixin:
         await service.daemon_reload()
         await service.enable(self.config.agent.unit, recover_boot_unit_name(name), recover_timer_name(name))
         await service.start(recover_timer_name(name))
+        operator = operator_unit_name(name)
+        if operator in units:
+            await service.enable(operator)
+            await service.start(operator)
 
     async def remove_units(self, record: InstallRecord | None = None) -> Cleanup:
         """Stop, disable and remove this agent's unit files; the caller holds the host lock.

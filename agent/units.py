@@ -99,7 +99,8 @@ def check_agent_unit(name: str, unit: str) -> None:
     if "@" in unit:
         raise ConfigError(f"agent.unit: {unit} is a template or instance unit; name a plain .service")
     own = set(render_units(name=name, unit=f"{name}.service", current_link="/", exec_args=(),
-                           max_attempts=1, recover_exe="/", config_path="/")) - {f"{name}.service"}
+                           max_attempts=1, recover_exe="/", config_path="/",
+                           operator=("/", "spool", 1))) - {f"{name}.service"}
     if unit in own:
         raise ConfigError(f"agent.unit: {unit} is one of the units upgrade-agent itself renders for {name}")
 
@@ -146,6 +147,11 @@ def recover_timer_name(name: str) -> str:
     """``NAME-recover.timer``: starts :func:`recover_timer_service_name` every
     :data:`RECOVER_TIMER_PERIOD_S` seconds."""
     return f"{name}-recover.timer"
+
+
+def operator_unit_name(name: str) -> str:
+    """``NAME-operator.service``: ``upgrade-agent operator`` when ``[operations]`` is configured (SPEC 10)."""
+    return f"{name}-operator.service"
 
 
 def recover_timer_service_name(name: str) -> str:
@@ -373,6 +379,51 @@ def render_recover_timer(*, name: str, period_s: int = RECOVER_TIMER_PERIOD_S) -
     )
 
 
+def render_operator_unit(
+    *, name: str, unit: str, upgrade_exe: str, config_path: str, source: str, stop_timeout_s: int
+) -> str:
+    """Render ``NAME-operator.service``: ``upgrade-agent --config CFG operator`` (issue 13, SPEC 10).
+
+    ``Type=exec``, ``Restart=on-failure`` (a SIGKILL or a crash restarts it; its start-up gate republishes
+    what the journal holds and never runs an operation twice), ordered after the boot-time recovery unit
+    and the network. SIGTERM lets a running operation reach its terminal state once the switch has started,
+    so ``TimeoutStopSec=`` is ``stop_timeout_s`` (the whole health budget and some margin), not systemd's
+    default 90 s.
+
+    Args:
+        name: ``agent.name``.
+        unit: the agent unit it upgrades.
+        upgrade_exe: absolute path of the installed ``upgrade-agent``.
+        config_path: absolute path of the configuration file.
+        source: ``[operations] source`` (for the description).
+        stop_timeout_s: seconds, >= 1.
+
+    Raises:
+        ConfigError: a bad name or unit, a relative path, a bad timeout.
+    """
+    check_name(name)
+    check_unit(unit)
+    check_abs(upgrade_exe, "upgrade-agent path")
+    check_abs(config_path, "--config")
+    if stop_timeout_s < 1:
+        raise ConfigError(f"operator stop timeout {stop_timeout_s} s must be >= 1")
+    return (
+        _HEADER
+        + "[Unit]\n"
+        + f"Description=Managed upgrades of {unit} ({source} operations)\n"
+        + f"After=network-online.target {recover_boot_unit_name(name)}\n"
+        + "Wants=network-online.target\n"
+        + "\n[Service]\n"
+        + "Type=exec\n"
+        + f"ExecStart={exec_line(upgrade_exe, ['--config', config_path, 'operator'])}\n"
+        + "Restart=on-failure\n"
+        + "RestartSec=5\n"
+        + f"TimeoutStopSec={stop_timeout_s}\n"
+        + "\n[Install]\n"
+        + "WantedBy=multi-user.target\n"
+    )
+
+
 def render_units(
     *,
     name: str,
@@ -382,16 +433,29 @@ def render_units(
     max_attempts: int,
     recover_exe: str,
     config_path: str,
+    operator: tuple[str, str, int] | None = None,
 ) -> dict[str, str]:
-    """Every unit file, keyed by file name (what ``upgrade-agent units`` prints, SPEC 7): the agent unit,
-    both recovery services, the timer and its service (in this order: removal stops them in it, the
-    timer before the service it starts). Each starts with :func:`owner_header`: the set of units the agent
-    owns is exactly what this returns.
+    """Every unit file, keyed by file name (what ``upgrade-agent units`` prints, SPEC 7): the operator
+    (when ``operator`` is given), the agent unit, both recovery services, the timer and its service (in this
+    order: removal stops them in it, the operator before anything it could start an upgrade of, the timer
+    before the service it starts). Each starts with :func:`owner_header`: the set of units the agent owns is
+    exactly what this returns.
+
+    Args:
+        operator: ``(upgrade-agent path, [operations] source, stop timeout in seconds)`` when
+            ``[operations]`` is configured, else None.
 
     Raises:
         ConfigError: as the render functions.
     """
-    units = {
+    units = {}
+    if operator is not None:
+        upgrade_exe, source, stop_timeout_s = operator
+        units[operator_unit_name(name)] = render_operator_unit(
+            name=name, unit=unit, upgrade_exe=upgrade_exe, config_path=config_path, source=source,
+            stop_timeout_s=stop_timeout_s,
+        )
+    units |= {
         unit: render_agent_unit(
             name=name, unit=unit, current_link=current_link, exec_args=exec_args, max_attempts=max_attempts
         ),

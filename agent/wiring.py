@@ -79,6 +79,21 @@ def _parse_kill_hook(value: str | None) -> tuple[str, int] | None:
     return tag, int(nth) if nth else 1
 
 
+_CRASH_AT = _parse_kill_hook(os.environ.get(KILL_HOOK_ENV))
+_CRASH_SEEN: dict[str, int] = {}
+
+
+def crash_point(tag: str) -> None:
+    """The test-only crash hook (see the module docstring) at a step that is not a journal append: the
+    operator calls it after each status it publishes (``operator-InProgress``, ``operator-terminal``), so a
+    test can SIGKILL it right after the source acknowledged. Does nothing when the variable is unset."""
+    if _CRASH_AT is None:
+        return
+    _CRASH_SEEN[tag] = _CRASH_SEEN.get(tag, 0) + 1
+    if (tag, _CRASH_SEEN[tag]) == _CRASH_AT:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 class JournalPort:
     """:class:`upgrade_core.ports.Journal` over a :class:`journal.JournalWriter`.
 
@@ -101,8 +116,6 @@ class JournalPort:
         self._lock = lock
         self._reread: Sequence[Recorded] | None = None
         self._relinquished = False
-        self._kill = _parse_kill_hook(os.environ.get(KILL_HOOK_ENV))
-        self._seen: dict[str, int] = {}
 
     @property
     def writer(self) -> JournalWriter[Event]:
@@ -156,11 +169,7 @@ class JournalPort:
             raise journal_error(exc, self._writer.directory) from None
         if self._on_event is not None:
             self._on_event(record)
-        if self._kill is not None:
-            tag = type(event).TAG
-            self._seen[tag] = self._seen.get(tag, 0) + 1
-            if (tag, self._seen[tag]) == self._kill:
-                os.kill(os.getpid(), signal.SIGKILL)
+        crash_point(type(event).TAG)
         return record
 
 

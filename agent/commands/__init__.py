@@ -12,6 +12,7 @@ SPEC 7 pins), a human summary, and the exit code. The work itself is the embeddi
 - :mod:`~agent.commands.journal`: ``journal verify|dump|compact``;
 - :mod:`~agent.commands.removal`: ``reset``, ``uninstall``;
 - :mod:`~agent.commands.demo`: ``demo``;
+- :mod:`~agent.commands.operator`: ``operator`` (managed operations, issue 13);
 - shared: :mod:`~agent.commands.common` (the session of ``--config``, a writing run),
   :mod:`~agent.commands.signals`, :mod:`~agent.commands.progress`,
   :mod:`~agent.commands.outcome` (result payloads).
@@ -31,6 +32,7 @@ from agent._groups import sole_error
 from agent.commands.demo import cmd_demo
 from agent.commands.install import cmd_install
 from agent.commands.journal import cmd_journal
+from agent.commands.operator import cmd_operator
 from agent.commands.outcome import Outcome
 from agent.commands.readers import cmd_history, cmd_host_root, cmd_status, cmd_units
 from agent.commands.removal import cmd_reset, cmd_uninstall
@@ -92,6 +94,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], Outcome]] = {
     "reset": cmd_reset,
     "uninstall": cmd_uninstall,
     "demo": cmd_demo,
+    "operator": cmd_operator,
 }
 
 

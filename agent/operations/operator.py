@@ -1,0 +1,281 @@
+"""``upgrade-agent operator`` (issue 13): take operations from a source one at a time, run each under the
+journal through the embedding :class:`~agent.session.Session`, and publish each one's terminal status once.
+
+The loop, and why it is exactly-once:
+
+1. **Start-up gate.** An episode left open (the operator or a CLI upgrade died) is recovered first
+   (``recover``, SPEC 4.5). Then every operation the source holds whose result the journal already has is
+   published, before any new operation is accepted.
+2. **Derived status.** An operation's status is never stored by the operator: it is
+   :func:`upgrade_core.operation_status` of the journal, which names the ``ResultPublished`` record's sequence
+   number, the episode's boot id and its times. Publishing it again gives the same document.
+3. **Acknowledged means done.** An operation whose source already holds a terminal status for it
+   (:func:`.model.held_terminal`) is never published or run again; one the journal knows is published and
+   never run again (the session itself also returns a closed operation id's recorded result and does
+   nothing).
+4. **Refused before the lock.** A document the source could not read, a spec for another node or agent, or
+   parameters the request checks refuse: terminal ``Failed`` with the reason; no lock, file or episode.
+5. **One at a time**, oldest first; the source is waited on (a Kubernetes watch, a spool poll) only when
+   nothing is left to do.
+
+A crash anywhere (SIGKILL after any durable event) therefore leaves one of: nothing journaled (the
+operation runs on restart, from the start), an open episode (recovered by the gate, then published), or a
+closed one (published by the gate): never a second run of host effects, never two different terminal
+statuses.
+
+Stopping (:meth:`Operator.request_stop`, which the CLI calls on SIGTERM/SIGINT/SIGHUP): idle, the loop ends at
+once; during an operation before ``SwitchIntended`` the operation is cancelled (the orchestrator aborts and
+publishes ``aborted``; the source is told ``Failed``); after it, the operation runs to its terminal state and
+is published first (SPEC 4.3 step 10, as the CLI).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import anyio
+
+from upgrade_core import OperationStatus, UpgradeRequest, operation_status, refused_status
+from upgrade_core.errors import (
+    EpisodeLeftOpenError,
+    HostError,
+    JournalError,
+    LockBusyError,
+    UpgradeError,
+)
+
+from ..errors import ConfigError, UsageError
+from ..logline import log
+from ..session import Session
+from ..wiring import crash_point
+from .model import Operation, OperationRefused, OperationSource, SourceError, check_spec, held_terminal
+
+__all__ = ["Operator", "open_source"]
+
+IDLE_WAIT_S = 300.0
+"""Longest single wait on the source while idle (seconds): a Kubernetes watch's ``timeoutSeconds``."""
+
+BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+"""Waits (seconds) after consecutive source errors or a busy host lock; the last one repeats."""
+
+
+async def open_source(session: Session) -> OperationSource:
+    """The source ``[operations] source`` names.
+
+    Raises:
+        ConfigError: ``[operations] source`` is empty, or the Kubernetes configuration cannot be loaded
+            (exit 2).
+    """
+    ops = session.config.operations
+    if ops.source == "spool":
+        from .spool import SpoolSource
+
+        return SpoolSource(ops.spool_dir, ops.poll_s)
+    if ops.source == "kubernetes":
+        from .kubernetes import KubernetesSource
+
+        return await KubernetesSource.create(ops)
+    raise ConfigError(
+        f'{session.config_path}: operations.source: not configured; set it to "spool" or "kubernetes"'
+    )
+
+
+class Operator:
+    """The managed-operations loop (see the module docstring).
+
+    Args:
+        session: the embedding session of this configuration (it runs every episode).
+        source: where operations come from and where their status goes.
+        wall: Unix-seconds clock for the times of refusals (tests pass their own).
+    """
+
+    def __init__(
+        self, session: Session, source: OperationSource, *, wall: Callable[[], float] = time.time
+    ) -> None:
+        self.session = session
+        self.source = source
+        self.node = session.config.operations.node
+        self._wall = wall
+        self._stopping = False
+        self._op_scope: anyio.CancelScope | None = None
+        self._idle_scope: anyio.CancelScope | None = None
+        self._errors = 0
+
+    # -- stopping -----------------------------------------------------------------------------------------
+    @property
+    def stopping(self) -> bool:
+        """True once :meth:`request_stop` was called."""
+        return self._stopping
+
+    def request_stop(self, why: str) -> None:
+        """Stop after the current step (see the module docstring); idempotent. ``why`` is logged."""
+        self._stopping = True
+        if self._op_scope is not None:
+            if self.session.switch_started:
+                log(f"{why}: the switch has started; finishing the operation first (again: stop now)")
+            else:
+                log(f"{why}: aborting the running operation before the switch")
+                self._op_scope.cancel()
+        else:
+            log(f"{why}: stopping")
+        if self._idle_scope is not None:
+            self._idle_scope.cancel()
+
+    # -- the loop -----------------------------------------------------------------------------------------
+    async def run(self, *, once: bool = False) -> None:
+        """Serve until :meth:`request_stop` (or, with ``once``, until nothing is left to do).
+
+        Raises:
+            JournalError, HistoryError: the journal cannot be trusted (exit 3; nothing more is run).
+            HostRefusedError: the state paths are not ours (exit 4).
+        """
+        log(f"operator: node {self.node}, {self.source.label}")
+        await self._recover_open_episode()
+        while not self._stopping:
+            ops = await self._snapshot()
+            if ops is None:
+                await self._pause()
+                continue
+            # Only operations the source has not acknowledged cost a look at the journal: an idle operator
+            # whose source holds only finished operations reads nothing else.
+            unacknowledged = [op for op in ops if not held_terminal(op)]
+            if unacknowledged:
+                await self._publish_known(unacknowledged)
+                view = self.session.view()
+                todo = [op for op in unacknowledged if operation_status(view, op.operation) is None]
+                if todo and not self._stopping:
+                    await self._run_one(todo[0])
+                    continue
+            if once:
+                break
+            await self._idle()
+
+    async def _snapshot(self) -> Sequence[Operation] | None:
+        try:
+            ops = await self.source.snapshot()
+        except SourceError as exc:
+            self._errors += 1
+            log(f"operator: {exc} (retrying)")
+            return None
+        self._errors = 0
+        return ops
+
+    async def _pause(self) -> None:
+        wait = BACKOFF_S[min(self._errors, len(BACKOFF_S)) - 1] if self._errors else BACKOFF_S[0]
+        with anyio.CancelScope() as scope:
+            self._idle_scope = scope
+            await anyio.sleep(wait)
+        self._idle_scope = None
+
+    async def _idle(self) -> None:
+        with anyio.CancelScope() as scope:
+            self._idle_scope = scope
+            try:
+                await self.source.wait_for_change(IDLE_WAIT_S)
+            except SourceError as exc:
+                log(f"operator: {exc} (retrying)")
+                self._errors += 1
+        self._idle_scope = None
+        if self._errors and not self._stopping:
+            await self._pause()
+
+    async def _recover_open_episode(self) -> None:
+        """Gate step 1: close an episode left open (by us or a CLI upgrade) before anything else."""
+        while not self._stopping:
+            view = self.session.view()
+            if view.open_episode is None:
+                return
+            log(f"operator: episode {view.open_episode.episode_id} was left open; recovering it first")
+            try:
+                await self.session.recover("manual")
+                return
+            except LockBusyError as exc:
+                self._errors += 1
+                log(f"operator: {exc}; waiting for its holder")
+                await self._pause()
+        self._errors = 0
+
+    async def _publish_known(self, ops: Sequence[Operation]) -> None:
+        """Gate step 2 (and every pass): publish what the journal says of every unacknowledged operation it
+        knows; an open episode of one of them is recovered first."""
+        view = self.session.view()
+        for op in ops:
+            status = operation_status(view, op.operation)
+            if status is None:
+                continue
+            if not status.terminal:
+                await self._recover_open_episode()
+                view = self.session.view()
+                status = operation_status(view, op.operation)
+                if status is None or not status.terminal:
+                    continue
+            await self._publish(op, status)
+
+    async def _publish(self, op: Operation, status: OperationStatus) -> bool:
+        try:
+            wrote = await self.source.publish(op, status)
+        except SourceError as exc:
+            self._errors += 1
+            log(f"operator: {op.name}: cannot publish {status.phase}: {exc}")
+            return False
+        if wrote:
+            seq = f" (journal seq {status.journal_seq})" if status.journal_seq is not None else ""
+            said = f": {status.message}" if status.message else ""
+            log(f"operator: {op.name}: {status.phase}{seq}{said}")
+            crash_point(f"operator-{'terminal' if status.terminal else status.phase}")
+        return True
+
+    def _check(self, op: Operation) -> UpgradeRequest | str:
+        """The checked request of ``op``, or why it cannot run (before any lock, file or episode)."""
+        if op.problem is not None:
+            return op.problem
+        cfg = self.session.config
+        try:
+            spec = check_spec(
+                op.spec, agent=cfg.agent.name, node_name=self.node,
+                node_required=cfg.operations.source == "kubernetes",
+            )
+            return self.session.request(
+                spec.url, sha256=spec.sha256, operation=op.operation, expect_version=spec.expect_version,
+                signature=spec.signature_url,
+            )
+        except (OperationRefused, UsageError) as exc:
+            return str(exc)
+
+    async def _run_one(self, op: Operation) -> None:
+        request = self._check(op)
+        if isinstance(request, str):
+            await self._publish(op, refused_status(op.operation, request, self._wall()))
+            return
+        started = OperationStatus(op.operation, "InProgress", started_at=self._wall())
+        if not await self._publish(op, started):
+            await self._pause()  # never run what we could not report as started
+            return
+        log(f"operator: {op.name}: upgrade {op.operation} from {request.source_redacted}")
+        try:
+            with anyio.CancelScope() as scope:
+                self._op_scope = scope
+                await self.session.upgrade(request)
+        except LockBusyError as exc:
+            self._errors += 1
+            log(f"operator: {op.name}: {exc}; trying again later")
+            await self._pause()
+            return
+        except EpisodeLeftOpenError as exc:
+            log(f"operator: {op.name}: {exc}; recovering")
+            await self._recover_open_episode()
+        except JournalError:
+            raise
+        except (HostError, UpgradeError) as exc:
+            if operation_status(self.session.view(), op.operation) is None:
+                # refused before any episode opened (not installed, a layout conflict, state paths not
+                # ours): the host is untouched and the operation cannot run as the host stands
+                await self._publish(op, refused_status(op.operation, str(exc), self._wall()))
+                return
+            raise
+        finally:
+            self._op_scope = None
+        status = operation_status(self.session.view(), op.operation)
+        if status is not None and status.terminal:
+            await self._publish(op, status)

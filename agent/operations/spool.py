@@ -1,0 +1,192 @@
+"""The spool source (issue 13, SPEC 10): a directory of operations, on any host.
+
+``[operations] spool_dir`` holds ``<id>.json`` (an operation's spec, see :mod:`.model`) placed atomically by
+whoever drives the host (cloud-init, Ignition, a configuration manager, a human: write a temp file, then
+rename it), and the operator writes ``<id>.status.json`` beside it (temp + fsync + rename + directory fsync,
+case C12). ``<id>`` is the operation id (``[A-Za-z0-9._-]{1,64}``, without the ``.status`` suffix); names
+starting with ``.`` (temp files) and anything else are ignored.
+
+The spool is root's: the directory and every file in it must be owned by the effective user and not
+writable by group or others, and each file a regular file with one link (SPEC 10's rule for state paths, so
+nobody else can slip an operation in or turn a status write against another file). A file that breaks it
+is refused (its status says why, when one can be written); nothing is followed, opened as a FIFO or
+removed: the operator never deletes an operation or a status file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import stat
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from journal import JournalRefusedError, safefs
+from upgrade_core import OPERATION_ID_RE, OperationStatus
+
+from ..logline import log
+from ..ownership import open_state_dir
+from ..results import write_checked_file
+from .model import Operation, SourceError, spool_status
+
+__all__ = ["MAX_OPERATION_BYTES", "SpoolSource", "encode_status"]
+
+MAX_OPERATION_BYTES = 64 * 1024
+"""An operation file larger than this (bytes) is refused unread: a spec is a few hundred bytes."""
+
+_STATUS_SUFFIX = ".status.json"
+
+
+def encode_status(status: OperationStatus, generation: int = 1) -> bytes:
+    """The bytes of ``<id>.status.json``: :func:`.model.spool_status` as indented JSON, one trailing
+    newline (deterministic: the same status gives the same bytes)."""
+    return (json.dumps(spool_status(status, generation), indent=2) + "\n").encode()
+
+
+class SpoolSource:
+    """:class:`~.model.OperationSource` over ``spool_dir`` (created 0700 when missing, never removed).
+
+    Args:
+        spool_dir: absolute, normalised (``[operations] spool_dir``).
+        poll_s: seconds between scans while idle (:meth:`wait_for_change`).
+    """
+
+    def __init__(self, spool_dir: str, poll_s: float) -> None:
+        self.spool_dir = spool_dir
+        self.poll_s = poll_s
+        self.label = f"spool {spool_dir}"
+        self._ignored: set[str] = set()
+
+    # -- reading ------------------------------------------------------------------------------------------
+    def _open(self) -> int:
+        try:
+            fd = open_state_dir(self.spool_dir, create=True)
+        except Exception as exc:  # HostRefusedError: one line naming the path
+            raise SourceError(f"{self.label}: {exc}") from None
+        assert fd is not None
+        return fd
+
+    def _read(self, dir_fd: int, name: str) -> tuple[bytes | None, str | None, float]:
+        """(bytes, problem, mtime) of one spool file, read checked and bounded."""
+        path = os.path.join(self.spool_dir, name)
+        try:
+            fd = safefs.open_file(dir_fd, name, os.O_RDONLY, path)
+        except FileNotFoundError:
+            return None, None, 0.0
+        except JournalRefusedError as exc:
+            return None, str(exc), 0.0
+        try:
+            st = os.fstat(fd)
+            if st.st_size > MAX_OPERATION_BYTES:
+                too_big = f"{path}: {st.st_size} bytes, more than {MAX_OPERATION_BYTES}; refused"
+                return None, too_big, st.st_mtime
+            data = os.read(fd, MAX_OPERATION_BYTES + 1)
+            return data, None, st.st_mtime
+        except OSError as exc:
+            return None, f"{path}: cannot read: {exc.strerror or exc}", 0.0
+        finally:
+            os.close(fd)
+
+    def _scan(self) -> list[Operation]:
+        dir_fd = self._open()
+        try:
+            names = os.listdir(dir_fd)
+            ops = []
+            for name in sorted(names):
+                if name.startswith(".") or not name.endswith(".json") or name.endswith(_STATUS_SUFFIX):
+                    continue
+                op_id = name[: -len(".json")]
+                path = os.path.join(self.spool_dir, name)
+                if not OPERATION_ID_RE.fullmatch(op_id):
+                    if name not in self._ignored:
+                        self._ignored.add(name)
+                        log(f"{path}: ignored: the name is not <operation id>.json ([A-Za-z0-9._-]{{1,64}})")
+                    continue
+                data, problem, mtime = self._read(dir_fd, name)
+                if data is None and problem is None:
+                    continue  # renamed away between listdir and open
+                spec: Any = None
+                if data is not None:
+                    try:
+                        spec = json.loads(data)
+                    except (UnicodeDecodeError, ValueError) as exc:
+                        problem = f"{path}: not a JSON document: {exc}"
+                status_bytes, status_problem, _ = self._read(dir_fd, op_id + _STATUS_SUFFIX)
+                status: Any = None
+                if status_bytes is not None:
+                    with contextlib.suppress(UnicodeDecodeError, ValueError):
+                        status = json.loads(status_bytes)
+                if status_problem is not None:
+                    problem = problem or status_problem
+                ops.append(Operation(
+                    operation=op_id, name=path, spec=spec,
+                    status=status if isinstance(status, dict) else None, problem=problem,
+                    order=(mtime, name),
+                ))
+            ops.sort(key=lambda o: o.order)
+            return ops
+        finally:
+            os.close(dir_fd)
+
+    async def snapshot(self) -> Sequence[Operation]:
+        """Every ``<id>.json`` in the spool, oldest first (mtime, then name), with its status file.
+
+        Raises:
+            SourceError: the spool directory is not ours or cannot be opened.
+        """
+        return await anyio.to_thread.run_sync(self._scan)
+
+    async def wait_for_change(self, timeout_s: float) -> None:
+        """Sleep ``min(poll_s, timeout_s)`` seconds: the spool is polled (it works on every file system, and
+        an idle scan costs a directory listing)."""
+        await anyio.sleep(min(self.poll_s, timeout_s))
+
+    # -- writing ------------------------------------------------------------------------------------------
+    def _write(self, op: Operation, data: bytes) -> bool:
+        name = op.operation + _STATUS_SUFFIX
+        path = os.path.join(self.spool_dir, name)
+        dir_fd = self._open()
+        try:
+            try:
+                fd = safefs.open_file(dir_fd, name, os.O_RDONLY, path)
+            except FileNotFoundError:
+                pass
+            else:
+                try:
+                    held = os.pread(fd, len(data) + 1, 0)
+                    mode = stat.S_IMODE(os.fstat(fd).st_mode)
+                finally:
+                    os.close(fd)
+                if held == data and mode == 0o600:
+                    return False
+            write_checked_file(dir_fd, path, data)
+            return True
+        except JournalRefusedError as exc:
+            raise SourceError(f"{self.label}: {exc}") from None
+        except OSError as exc:
+            what = "no space left" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+            raise SourceError(f"{path}: cannot write the status: {what}") from None
+        finally:
+            os.close(dir_fd)
+
+    async def publish(self, op: Operation, status: OperationStatus) -> bool:
+        """Write ``<id>.status.json`` durably unless it already holds exactly these bytes.
+
+        Raises:
+            SourceError: the spool or the status file is not ours (a symlink, FIFO, hard link...: refused,
+                never followed), or the write failed (ENOSPC...); the previous file is intact.
+
+        Cancellation: shielded; the write completes (or fails) first.
+        """
+        data = encode_status(status, op.generation)
+        with anyio.CancelScope(shield=True):
+            wrote = await anyio.to_thread.run_sync(self._write, op, data)
+        return wrote
+
+    async def aclose(self) -> None:
+        """Nothing to release (no descriptor is kept between calls)."""
