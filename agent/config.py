@@ -251,6 +251,8 @@ class JournalSection:
 
 
 def _root_keys(_inst: object, a: attrs.Attribute[Any], v: tuple[str, ...]) -> None:
+    if not v:
+        return  # no keys: nothing to parse, and cryptography stays unimported
     from upgrade_core.errors import SignatureError
 
     from .minisign import parse_public_key

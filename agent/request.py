@@ -13,14 +13,16 @@ from __future__ import annotations
 import os
 import stat
 import uuid
+from typing import TYPE_CHECKING
 
 from upgrade_core import OPERATION_ID_RE, UpgradeRequest
 from upgrade_core.errors import FetchError
 
 from .errors import UsageError
-from .fetch import AllowHttp, check_http_allowed, parse_sha256, parse_source
 from .redact import redact_url
-from .verify import normalise_version
+
+if TYPE_CHECKING:
+    from .fetch import AllowHttp
 
 __all__ = ["check_source", "make_request"]
 
@@ -42,6 +44,9 @@ def check_source(source: str, allow_http: AllowHttp, option: str = "--archive") 
             that does not exist or is not a regular file (exit 2).
     """
     shown = redact_url(source)
+    # agent.fetch (httpx) loads only when a request is checked: an idle operator never pays for it
+    from .fetch import check_http_allowed, parse_source
+
     target = parse_source(source)
     if target.local_path is None:
         try:
@@ -106,6 +111,9 @@ def make_request(
     source_redacted = check_source(archive, allow_http)
     if signature is not None:
         check_source(signature, allow_http, "--signature")
+    from .fetch import parse_sha256
+    from .verify import normalise_version
+
     digest = parse_sha256(sha256)
     op = operation_id(operation)
     if expect_version is not None and (

@@ -1,0 +1,125 @@
+"""``operator.idle`` (issue 13): what ``upgrade-agent operator`` costs while it waits for work.
+
+The real operator process is started on a configuration whose source holds ``ACKNOWLEDGED`` finished
+operations (each with its terminal status, so nothing is left to do), left to settle, then observed for a
+bounded window (``UPGRADE_CORE_BENCH_IDLE_S``, default 30 s): CPU seconds (``utime + stime`` of
+``/proc/PID/stat``, the process and its threads) extrapolated to an hour, and resident memory (``VmRSS`` at
+the end, ``VmHWM`` as the peak). Targets: <= 40 MiB RSS and <= 2 CPU seconds per hour; the row's value is
+the CPU rate, its baseline that budget (target ratio 1), and ``rss_mib`` / ``rss_met`` carry the memory side.
+
+- ``operator.idle.spool``: the spool source, polling every ``[operations] poll_s`` (2 s, the default).
+- ``operator.idle.kubernetes``: the Kubernetes source watching the Kubernetes-aware mock API server of the
+  tests on loopback (its own CPU is not counted), when the test dependencies are installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from . import _harness
+
+ACKNOWLEDGED = 20
+SETTLE_S = 5.0
+CPU_BUDGET_S_PER_H = 2.0
+RSS_BUDGET_MIB = 40.0
+
+
+def _window_s() -> float:
+    return float(os.environ.get("UPGRADE_CORE_BENCH_IDLE_S", "30"))
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _mem_mib(pid: int) -> tuple[float, float]:
+    status = Path(f"/proc/{pid}/status").read_text()
+    values = {}
+    for line in status.splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            values[key] = int(rest.split()[0]) / 1024
+    return round(values["VmRSS"], 1), round(values["VmHWM"], 1)
+
+
+def _config(work: Path, operations: str) -> Path:
+    config = work / "bench-agent.toml"
+    config.write_text(
+        f"""[agent]
+name = "bench-agent"
+
+[host]
+root = "{work}/root"
+state_dir = "{work}/state"
+lock_path = "{work}/run/bench-agent.lock"
+unit_dir = "{work}/units"
+
+[operations]
+{operations}
+"""
+    )
+    return config
+
+
+def measure(config: Path, name: str, source: str, **extras: Any) -> dict[str, Any]:
+    """Run ``upgrade-agent --config CONFIG operator``, let it settle, observe it for the window; one row."""
+    argv = [sys.executable, "-m", "agent.cli", "--config", str(config), "operator"]
+    env = {**os.environ, "PYTHONPATH": str(_harness.REPO_ROOT)}
+    log = config.parent / "operator.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env,
+                                cwd=str(_harness.REPO_ROOT))
+    try:
+        time.sleep(SETTLE_S)
+        if proc.poll() is not None:
+            raise RuntimeError(f"operator exited {proc.returncode}: {log.read_text().strip()[-400:]}")
+        window = _window_s()
+        start_cpu, start = _cpu_s(proc.pid), time.monotonic()
+        time.sleep(window)
+        cpu, elapsed = _cpu_s(proc.pid) - start_cpu, time.monotonic() - start
+        rss, hwm = _mem_mib(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+    per_hour = cpu / elapsed * 3600
+    return _harness.row(
+        name, per_hour, "CPU s/h", f"budget {CPU_BUDGET_S_PER_H} CPU s/h", CPU_BUDGET_S_PER_H, 1.0,
+        source=source, window_s=round(elapsed, 1), cpu_s=round(cpu, 3), rss_mib=rss, peak_rss_mib=hwm,
+        rss_budget_mib=RSS_BUDGET_MIB, rss_met=rss <= RSS_BUDGET_MIB, stopped_exit=proc.returncode,
+        **extras,
+    )
+
+
+def idle_spool() -> dict[str, Any]:
+    """``operator.idle.spool``: the spool source with ``ACKNOWLEDGED`` finished operations."""
+    work = _harness.disk_dir("operator-idle-spool")
+    spool = work / "spool"
+    spool.mkdir(mode=0o700)
+    for i in range(ACKNOWLEDGED):
+        op = f"done-{i}"
+        (spool / f"{op}.json").write_text(json.dumps({"agent": "bench-agent", "archive": {}}))
+        status = {"operation": op, "phase": "Succeeded", "result": "committed"}
+        (spool / f"{op}.status.json").write_text(json.dumps(status))
+        for f in (spool / f"{op}.json", spool / f"{op}.status.json"):
+            f.chmod(0o600)
+    config = _config(work, f'source = "spool"\nspool_dir = "{spool}"\nnode_name = "bench-node"\n')
+    try:
+        return measure(config, "operator.idle.spool", "spool", operations=ACKNOWLEDGED, poll_s=2.0)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+BENCHMARKS = {"operator.idle.spool": idle_spool}
