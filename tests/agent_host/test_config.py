@@ -51,6 +51,9 @@ def test_every_default_matches_spec_section_3(tmp_path: Path) -> None:
             cfg.health.http_probe, cfg.health.command_probe) == (3.0, 60.0, 3, "", ())
     assert cfg.journal.keep_episodes == 50
     assert cfg.mirrors == ()
+    assert (cfg.operations.source, cfg.operations.spool_dir, cfg.operations.node_name,
+            cfg.operations.namespace, cfg.operations.kubeconfig, cfg.operations.poll_s) == (
+        "", "", "", "", "", 2.0)
     assert cfg.source.endswith("a.toml")
 
 
@@ -159,6 +162,19 @@ path = "/srv/m2"
         (MINIMAL + "[extra]\n", "extra", "unknown key"),
         ("agent = 3\n", "agent", "must be a table"),
         ('source = "x"\n' + MINIMAL, "source", "unknown key"),
+        (MINIMAL + '[operations]\nsource = "kafka"\n', "operations.source",
+         'must be "", "spool" or "kubernetes"'),
+        (MINIMAL + '[operations]\nsource = "spool"\n', "operations.spool_dir", "is required"),
+        (MINIMAL + '[operations]\nspool_dir = "spool"\n', "operations.spool_dir", "absolute"),
+        (MINIMAL + '[operations]\nspool_dir = "/var"\n', "operations.spool_dir", "system directory"),
+        (MINIMAL + '[operations]\nspool_dir = "/opt/upgrade-agent/ops"\n', "operations.spool_dir",
+         "must not overlap"),
+        (MINIMAL + '[operations]\nspool_dir = "/var/lib/upgrade-agent/demo-agent/ops"\n',
+         "operations.spool_dir", "must not overlap"),
+        (MINIMAL + '[operations]\nnode_name = "Web_1"\n', "operations.node_name", "DNS subdomain"),
+        (MINIMAL + '[operations]\nkubeconfig = "kube.yaml"\n', "operations.kubeconfig", "absolute"),
+        (MINIMAL + '[operations]\npoll_s = 0\n', "operations.poll_s", "positive"),
+        (MINIMAL + '[operations]\nwatch = 1\n', "operations.watch", "unknown key"),
     ],
 )
 def test_bad_input_names_file_and_dotted_key(tmp_path: Path, toml: str, key: str, fragment: str) -> None:

@@ -1,0 +1,190 @@
+"""agent.operations: the spool source on a real file system, the spec checks and the status documents."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from agent.operations.model import (
+    Operation,
+    OperationRefused,
+    SourceError,
+    check_spec,
+    held_terminal,
+    k8s_status,
+    spool_status,
+)
+from agent.operations.spool import MAX_OPERATION_BYTES, SpoolSource, encode_status
+from upgrade_core import OperationStatus
+
+pytestmark = pytest.mark.anyio
+
+SHA = "a" * 64
+SPEC = {"nodeName": "node-1", "agent": "demo-agent",
+        "archive": {"url": "https://releases.example/a.tar.gz", "sha256": SHA}, "expectVersion": "1.1.0"}
+DONE = OperationStatus("op1", "Succeeded", "committed", "1.0.0", "1.1.0", None, 7, "boot", 1.0e9, 1.0e9 + 5)
+
+
+def spool(tmp_path: Path) -> Path:
+    d = tmp_path / "spool"
+    d.mkdir(mode=0o700, exist_ok=True)
+    return d
+
+
+def put(d: Path, name: str, data: bytes | str) -> Path:
+    tmp = d / f".{name}.tmp"
+    tmp.write_bytes(data if isinstance(data, bytes) else data.encode())
+    tmp.chmod(0o600)
+    os.rename(tmp, d / name)
+    return d / name
+
+
+async def snapshot(d: Path) -> list[Operation]:
+    return list(await SpoolSource(str(d), 0.05).snapshot())
+
+
+async def test_operations_are_read_oldest_first_and_other_names_ignored(tmp_path: Path) -> None:
+    d = spool(tmp_path)
+    put(d, "b-op.json", json.dumps(SPEC))
+    os.utime(d / "b-op.json", (1_000, 1_000))
+    put(d, "a-op.json", json.dumps(SPEC))
+    put(d, ".hidden.json", "{}")
+    put(d, "notes.txt", "x")
+    put(d, "bad name!.json", "{}")
+    put(d, "a-op.status.json", json.dumps({"operation": "a-op", "phase": "Succeeded"}))
+    ops = await snapshot(d)
+    assert [o.operation for o in ops] == ["b-op", "a-op"]
+    assert ops[0].spec == SPEC and ops[0].problem is None and ops[0].status is None
+    assert ops[1].status == {"operation": "a-op", "phase": "Succeeded"} and held_terminal(ops[1])
+
+
+async def test_files_that_are_not_ours_are_refused_never_opened(tmp_path: Path) -> None:
+    d = spool(tmp_path)
+    os.mkfifo(d / "fifo.json", 0o600)
+    (tmp_path / "target.json").write_text(json.dumps(SPEC))
+    os.symlink(tmp_path / "target.json", d / "link.json")
+    os.link(put(d, "hard.json", json.dumps(SPEC)), tmp_path / "second-name")
+    put(d, "wide.json", json.dumps(SPEC)).chmod(0o666)
+    put(d, "big.json", b" " * (MAX_OPERATION_BYTES + 1))
+    put(d, "garbage.json", b"\xff\xfe{")
+    with anyio.fail_after(10):  # a FIFO must never be waited on
+        problems = {o.operation: o.problem for o in await snapshot(d)}
+    assert "FIFO" in (problems["fifo"] or "")
+    assert "symlink" in (problems["link"] or "")
+    assert "hard links" in (problems["hard"] or "")
+    assert "writable by group or others" in (problems["wide"] or "")
+    assert "more than" in (problems["big"] or "")
+    assert "not a JSON document" in (problems["garbage"] or "")
+    assert json.loads((tmp_path / "target.json").read_text()) == SPEC
+
+
+async def test_a_spool_directory_that_is_not_ours_is_a_source_error(tmp_path: Path) -> None:
+    d = spool(tmp_path)
+    d.chmod(0o777)
+    with pytest.raises(SourceError, match="writable by group or others"):
+        await snapshot(d)
+    (tmp_path / "real").mkdir()
+    real = spool(tmp_path / "real")
+    os.symlink(real, tmp_path / "linked")
+    with pytest.raises(SourceError, match="symlink"):
+        await snapshot(tmp_path / "linked")
+
+
+async def test_a_missing_spool_is_created_0700(tmp_path: Path) -> None:
+    d = tmp_path / "new-spool"
+    assert await snapshot(d) == []
+    assert (d.stat().st_mode & 0o777) == 0o700
+
+
+async def test_publish_is_atomic_and_idempotent(tmp_path: Path) -> None:
+    d = spool(tmp_path)
+    put(d, "op1.json", json.dumps(SPEC))
+    source = SpoolSource(str(d), 0.05)
+    (op,) = await source.snapshot()
+    assert await source.publish(op, DONE) is True
+    path = d / "op1.status.json"
+    first = (path.stat().st_ino, path.read_bytes())
+    assert (path.stat().st_mode & 0o777) == 0o600
+    assert json.loads(first[1]) == spool_status(DONE)
+    assert await source.publish(op, DONE) is False
+    assert (path.stat().st_ino, path.read_bytes()) == first
+    (op,) = await source.snapshot()  # our own rename is seen at once
+    assert held_terminal(op)
+    assert sorted(p.name for p in d.iterdir()) == ["op1.json", "op1.status.json"]  # no temp file left
+
+
+async def test_publish_never_writes_through_a_foreign_status_file(tmp_path: Path) -> None:
+    d = spool(tmp_path)
+    put(d, "op1.json", json.dumps(SPEC))
+    victim = tmp_path / "victim"
+    victim.write_text("keep me")
+    os.symlink(victim, d / "op1.status.json")
+    source = SpoolSource(str(d), 0.05)
+    (op,) = await source.snapshot()
+    assert op.problem is not None and "symlink" in op.problem
+    with pytest.raises(SourceError, match="symlink"):
+        await source.publish(op, DONE)
+    assert victim.read_text() == "keep me"
+
+
+async def test_a_new_operation_is_seen_after_it_is_renamed_in(tmp_path: Path) -> None:
+    d = spool(tmp_path)
+    source = SpoolSource(str(d), 0.05)
+    assert list(await source.snapshot()) == []
+    put(d, "later.json", json.dumps(SPEC))
+    assert [o.operation for o in await source.snapshot()] == ["later"]
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"nodeName": "node-2"}, "spec.nodeName: addressed to node node-2, this is node-1"),
+        ({"agent": "other"}, "spec.agent: addressed to agent other, this is demo-agent"),
+        ({"agent": None}, "spec.agent: required"),
+        ({"archive": {"url": "https://x/a"}}, "spec.archive.sha256: required"),
+        ({"archive": {"url": "https://x/a", "sha256": SHA, "sig": "x"}}, "spec.archive: unknown key sig"),
+        ({"archive": "https://x/a"}, "spec.archive: required, an object"),
+        ({"expectVersion": 3}, "spec.expectVersion: must be a non-empty string"),
+        ({"extra": 1}, "spec: unknown key extra"),
+    ],
+)
+def test_spec_checks_name_the_key(change: dict[str, Any], fragment: str) -> None:
+    doc = {**SPEC, **change}
+    doc = {k: v for k, v in doc.items() if v is not None}
+    with pytest.raises(OperationRefused) as info:
+        check_spec(doc, agent="demo-agent", node_name="node-1", node_required=True)
+    assert str(info.value) == fragment or fragment in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_node_name_is_optional_in_a_spool_file_and_required_in_kubernetes() -> None:
+    doc = {k: v for k, v in SPEC.items() if k != "nodeName"}
+    assert check_spec(doc, agent="demo-agent", node_name="n", node_required=False).url.startswith("https")
+    with pytest.raises(OperationRefused, match=r"spec\.nodeName: required"):
+        check_spec(doc, agent="demo-agent", node_name="n", node_required=True)
+    with pytest.raises(OperationRefused, match="spec: must be an object"):
+        check_spec([], agent="demo-agent", node_name="n", node_required=False)
+
+
+def test_status_documents_are_deterministic_and_carry_the_spec_fields() -> None:
+    assert encode_status(DONE) == encode_status(DONE)
+    k8s = k8s_status(DONE, 3)
+    assert k8s == {
+        "observedGeneration": 3, "phase": "Succeeded", "operation": "op1", "fromVersion": "1.0.0",
+        "toVersion": "1.1.0", "journalSeq": 7, "bootID": "boot", "startedAt": "2001-09-09T01:46:40Z",
+        "finishedAt": "2001-09-09T01:46:45Z",
+        "conditions": [{"type": "Complete", "status": "True", "reason": "Succeeded", "observedGeneration": 3,
+                        "lastTransitionTime": "2001-09-09T01:46:45Z"}],
+    }
+    snake = spool_status(DONE)
+    assert set(snake) == {"operation", "phase", "result", "from_version", "to_version", "message",
+                          "journal_seq", "boot_id", "started_at", "finished_at", "observed_generation",
+                          "conditions"}
+    failed = k8s_status(OperationStatus("x", "RolledBack", "rolled_back", message="unhealthy"), 1)
+    assert failed["conditions"][0]["type"] == "Failed" and failed["conditions"][0]["reason"] == "RolledBack"
+    assert "journalSeq" not in failed and "bootID" not in failed  # never null in the status subresource
