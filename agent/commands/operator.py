@@ -7,6 +7,7 @@ import os
 import signal
 
 import anyio
+import anyio.abc
 
 from agent.commands.outcome import Outcome
 from agent.logline import log
@@ -38,9 +39,10 @@ def cmd_operator(args: argparse.Namespace) -> Outcome:
         source = await open_source(session)
         operator = Operator(session, source)
 
-        async def watch() -> None:
+        async def watch(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
             count = 0
             with anyio.open_signal_receiver(*_SIGNALS) as signals:
+                task_status.started()  # the handlers are in place before the first operation is taken
                 async for signum in signals:
                     count += 1
                     name = signal.Signals(signum).name
@@ -51,7 +53,7 @@ def cmd_operator(args: argparse.Namespace) -> Outcome:
 
         try:
             async with anyio.create_task_group() as tg:
-                tg.start_soon(watch)
+                await tg.start(watch)
                 await operator.run(once=args.once)
                 tg.cancel_scope.cancel()
         finally:

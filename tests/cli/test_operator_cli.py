@@ -1,0 +1,123 @@
+"""``upgrade-agent operator`` through the real CLI, without systemd: configuration errors, SIGTERM while idle
+and during an operation's download (SPEC 4.3 step 10 applied to the operator), and the status it leaves.
+
+The operation's download is held by a loopback server that sends the headers and a first chunk, then
+stalls, so the signal provably lands before any switch.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.agent_fetch import _servers as servers
+
+from ._rig import PYTHON, REPO, Rig, cli_env
+
+SHA = "0" * 64
+
+
+@pytest.fixture
+def stalling() -> Iterator[servers.LoopbackServer]:
+    release = threading.Event()
+
+    def handle(h: http.server.BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", str(10 * 1024 * 1024))
+        h.end_headers()
+        h.wfile.write(b"\x1f\x8b" + bytes(4094))
+        h.wfile.flush()
+        release.wait(60)
+        h.close_connection = True
+
+    with servers.serve() as s:
+        s.routes["/a.tar.gz"] = handle
+        yield s
+        release.set()
+
+
+def with_spool(rig: Rig, *, create: bool = True) -> Path:
+    spool = rig.base / "spool"
+    rig.write_config(
+        f'[operations]\nsource = "spool"\nspool_dir = "{spool}"\nnode_name = "n1"\npoll_s = 0.1\n')
+    if create:
+        spool.mkdir(mode=0o700)
+    return spool
+
+
+def put(spool: Path, op: str, doc: object) -> None:
+    tmp = spool / f".{op}.tmp"
+    tmp.write_text(json.dumps(doc))
+    tmp.chmod(0o600)
+    os.rename(tmp, spool / f"{op}.json")
+
+
+def start(rig: Rig) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [PYTHON, "-m", "agent.cli", "--config", str(rig.config), "--json", "operator"],
+        cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def wait_until(proc: subprocess.Popen[str], done: object, what: str) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if callable(done) and done():
+            return
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail(f"{what}: {proc.communicate()}")
+
+
+def test_without_operations_configured_it_is_exit_2_naming_the_key(installed_rig: Rig) -> None:
+    out = installed_rig.cli("operator")
+    assert out.code == 2
+    assert out.stderr.count("\n") == 1 and "operations.source: not configured" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_sigterm_while_idle_exits_0_at_once(installed_rig: Rig) -> None:
+    spool = with_spool(installed_rig, create=False)
+    proc = start(installed_rig)
+    wait_until(proc, spool.is_dir, "the operator's first look at the spool (it creates the directory)")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert json.loads(out) == {"stopped": True}
+    assert "SIGTERM: stopping" in err and "Traceback" not in err
+
+
+def test_sigterm_during_a_download_aborts_reports_failed_and_exits_0(
+    installed_rig: Rig, stalling: servers.LoopbackServer
+) -> None:
+    rig = installed_rig
+    spool = with_spool(rig)
+    before = rig.host_facts()
+    put(spool, "op-stall", {"agent": rig.name, "nodeName": "n1",
+                            "archive": {"url": stalling.url("/a.tar.gz"), "sha256": SHA}})
+    proc = start(rig)
+    in_progress = spool / "op-stall.status.json"
+    wait_until(proc, lambda: in_progress.exists() and json.loads(in_progress.read_text())["phase"]
+               == "InProgress" and bool(stalling.requests), "the download to begin")
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    status = json.loads(in_progress.read_text())
+    assert (status["phase"], status["result"]) == ("Failed", "aborted"), status
+    assert "interrupted" in status["message"]
+    assert isinstance(status["journal_seq"], int)
+    assert rig.host_facts() == before
+    assert rig.staging_leftovers() == []
+    assert rig.cli("recover").payload()["result"] == "noop"  # nothing left open
+    assert "Traceback" not in err
