@@ -121,3 +121,39 @@ def test_sigterm_during_a_download_aborts_reports_failed_and_exits_0(
     assert rig.staging_leftovers() == []
     assert rig.cli("recover").payload()["result"] == "noop"  # nothing left open
     assert "Traceback" not in err
+
+
+def test_a_release_the_trust_rules_refuse_is_failed_and_the_host_untouched(installed_rig: Rig) -> None:
+    import hashlib
+    import io
+    import tarfile
+
+    from agent.config_fast import machine_arch
+
+    rig = installed_rig
+    keys = rig.base / "keys"
+    keys.mkdir()
+    subprocess.run(["minisign", "-G", "-W", "-p", str(keys / "root.pub"), "-s", str(keys / "root.key")],
+                   check=True, capture_output=True)
+    root_key = (keys / "root.pub").read_text().splitlines()[1]
+    archive = rig.base / "release.tar.gz"
+    data = b"#!/bin/sh\necho 2.0.0\n"
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo(f"{rig.name}-linux-{machine_arch()}")
+        info.size, info.mode = len(data), 0o755
+        tar.addfile(info, io.BytesIO(data))
+    archive.write_bytes(buf.getvalue())
+    spool = rig.base / "spool"
+    spool.mkdir(mode=0o700)
+    rig.write_config(f'[trust]\nroot_keys = ["{root_key}"]\n\n[operations]\nsource = "spool"\n'
+                     f'spool_dir = "{spool}"\nnode_name = "n1"\n')
+    before = rig.host_facts()
+    put(spool, "unsigned", {"agent": rig.name, "archive": {
+        "url": str(archive), "sha256": hashlib.sha256(archive.read_bytes()).hexdigest()}})
+    out = rig.cli("operator", "--once")
+    assert out.code == 0, out.stderr
+    status = json.loads((spool / "unsigned.status.json").read_text())
+    assert (status["phase"], status["result"]) == ("Failed", "aborted"), status
+    assert "no signature" in status["message"], status["message"]
+    assert rig.host_facts() == before

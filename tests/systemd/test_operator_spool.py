@@ -119,6 +119,9 @@ def test_good_operation_commits_and_is_reported_once(make_env: Any) -> None:
     again = operator_once(env)
     assert again.code == 0, again.stderr
     assert (path.stat().st_ino, path.read_bytes()) == before  # acknowledged: never written again
+    path.unlink()  # the acknowledgement lost: the recorded result is republished, the operation not re-run
+    assert operator_once(env).code == 0
+    assert path.read_bytes() == before[1]
     assert env.events("op-good").count("EpisodeOpened") == 1
 
 
