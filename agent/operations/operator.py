@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import anyio
 
@@ -101,6 +102,8 @@ class Operator:
         self._op_scope: anyio.CancelScope | None = None
         self._idle_scope: anyio.CancelScope | None = None
         self._errors = 0
+        self._stalled = 0
+        self._said: dict[str, str] = {}  # operation -> the last publication problem logged for it
 
     # -- stopping -----------------------------------------------------------------------------------------
     @property
@@ -144,8 +147,19 @@ class Operator:
                 await self._publish_known(unacknowledged)
                 view = self.session.view()
                 todo = [op for op in unacknowledged if operation_status(view, op.operation) is None]
-                if todo and not self._stopping:
-                    await self._run_one(todo[0])
+                outcome = "skipped"
+                for op in todo:  # the oldest one that can be taken; one whose status cannot be written
+                    if self._stopping:  # (a symlink where it goes...) never blocks those behind it
+                        break
+                    outcome = await self._run_one(op)
+                    if outcome != "skipped":
+                        break
+                if outcome == "done":
+                    self._stalled = 0
+                    continue  # look at the source again before the next one
+                if outcome == "wait" or (todo and not once):
+                    self._stalled += 1  # nothing could be taken: back off further each time
+                    await self._pause()
                     continue
             if once:
                 break
@@ -162,7 +176,8 @@ class Operator:
         return ops
 
     async def _pause(self) -> None:
-        wait = BACKOFF_S[min(self._errors, len(BACKOFF_S)) - 1] if self._errors else BACKOFF_S[0]
+        failures = max(self._errors, self._stalled, 1)
+        wait = BACKOFF_S[min(failures, len(BACKOFF_S)) - 1]
         with anyio.CancelScope() as scope:
             self._idle_scope = scope
             await anyio.sleep(wait)
@@ -217,8 +232,12 @@ class Operator:
             wrote = await self.source.publish(op, status)
         except SourceError as exc:
             self._errors += 1
-            log(f"operator: {op.name}: cannot publish {status.phase}: {exc}")
+            line = f"operator: {op.name}: cannot publish {status.phase}: {exc}"
+            if self._said.get(op.operation) != line:  # one line per problem, not one per retry
+                self._said[op.operation] = line
+                log(line)
             return False
+        self._said.pop(op.operation, None)
         if wrote:
             seq = f" (journal seq {status.journal_seq})" if status.journal_seq is not None else ""
             said = f": {status.message}" if status.message else ""
@@ -243,15 +262,17 @@ class Operator:
         except (OperationRefused, UsageError) as exc:
             return str(exc)
 
-    async def _run_one(self, op: Operation) -> None:
+    async def _run_one(self, op: Operation) -> Literal["done", "skipped", "wait"]:
+        """Refuse or run ``op`` and publish its status: ``done`` (something was decided and reported),
+        ``skipped`` (its status could not be written: nothing was run; try the next one), ``wait`` (the host
+        lock is busy: back off before trying anything)."""
         request = self._check(op)
         if isinstance(request, str):
-            await self._publish(op, refused_status(op.operation, request, self._wall()))
-            return
+            reported = await self._publish(op, refused_status(op.operation, request, self._wall()))
+            return "done" if reported else "skipped"
         started = OperationStatus(op.operation, "InProgress", started_at=self._wall())
         if not await self._publish(op, started):
-            await self._pause()  # never run what we could not report as started
-            return
+            return "skipped"  # never run what could not be reported as started
         log(f"operator: {op.name}: upgrade {op.operation} from {request.source_redacted}")
         try:
             with anyio.CancelScope() as scope:
@@ -260,8 +281,7 @@ class Operator:
         except LockBusyError as exc:
             self._errors += 1
             log(f"operator: {op.name}: {exc}; trying again later")
-            await self._pause()
-            return
+            return "wait"
         except EpisodeLeftOpenError as exc:
             log(f"operator: {op.name}: {exc}; recovering")
             await self._recover_open_episode()
@@ -272,10 +292,11 @@ class Operator:
                 # refused before any episode opened (not installed, a layout conflict, state paths not
                 # ours): the host is untouched and the operation cannot run as the host stands
                 await self._publish(op, refused_status(op.operation, str(exc), self._wall()))
-                return
+                return "done"
             raise
         finally:
             self._op_scope = None
         status = operation_status(self.session.view(), op.operation)
         if status is not None and status.terminal:
-            await self._publish(op, status)
+            await self._publish(op, status)  # a failure here is retried by the next pass's gate
+        return "done"

@@ -157,3 +157,22 @@ def test_a_release_the_trust_rules_refuse_is_failed_and_the_host_untouched(insta
     assert (status["phase"], status["result"]) == ("Failed", "aborted"), status
     assert "no signature" in status["message"], status["message"]
     assert rig.host_facts() == before
+
+
+def test_an_operation_whose_status_cannot_be_written_blocks_nothing_behind_it(installed_rig: Rig) -> None:
+    rig = installed_rig
+    spool = with_spool(rig)
+    victim = rig.base / "victim"
+    victim.write_text("not the operator's")
+    elsewhere = {"agent": rig.name, "nodeName": "elsewhere", "archive": {"url": "x", "sha256": SHA}}
+    put(spool, "a-stuck", elsewhere)
+    os.utime(spool / "a-stuck.json", (1_000, 1_000))  # the oldest: taken first
+    os.symlink(victim, spool / "a-stuck.status.json")
+    put(spool, "b-next", elsewhere)
+    out = rig.cli("operator", "--once")
+    assert out.code == 0, out.stderr
+    assert victim.read_text() == "not the operator's"
+    assert (spool / "a-stuck.status.json").is_symlink()
+    status = json.loads((spool / "b-next.status.json").read_text())
+    assert status["phase"] == "Failed" and "addressed to node elsewhere" in status["message"]
+    assert out.stderr.count("a-stuck.json: cannot publish Failed") == 1, out.stderr
