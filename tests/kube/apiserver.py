@@ -168,7 +168,8 @@ class UpgradeOperationsAPI(KubernetesEmulator):
         return self._status_writes.get((namespace, name), 0)
 
     def after_next_get(self, namespace: str, name: str, action: Callable[[], None]) -> None:
-        """Run ``action`` once, right after the next GET of this object is answered (a concurrent writer)."""
+        """Run ``action`` once, right after a GET of this object is answered (a concurrent writer); actions
+        registered several times run one per GET, in order."""
         self._after_get.setdefault((namespace, name), []).append(action)
 
     def stored(self, namespace: str, name: str) -> Obj | None:
@@ -339,8 +340,9 @@ class UpgradeOperationsAPI(KubernetesEmulator):
         assert ns is not None
         if method == "GET":
             obj = copy.deepcopy(self._require(ns, name))
-            for action in self._after_get.pop((ns, name), []):
-                action()
+            pending = self._after_get.get((ns, name))
+            if pending:
+                pending.pop(0)()
             return aiohttp.web.json_response(obj)
         if method in ("PUT", "PATCH"):
             return aiohttp.web.json_response(self._update(request, ns, name))
