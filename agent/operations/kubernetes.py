@@ -345,11 +345,30 @@ class KubernetesSource:
                     return
                 raise self._failure("watch", exc) from None
             try:
+                if response.status != 200:  # not checked by the client when the body is streamed
+                    await self._watch_refused(response)
+                    return
                 await self._read_watch(response)
             except Exception as exc:
                 raise self._failure("watch", exc) from None
             finally:
                 response.release()
+
+    async def _watch_refused(self, response: Any) -> None:
+        """A watch answered with an HTTP error: 410 forgets the version (relist), anything else raises."""
+        body = await response.content.read(64 * 1024)
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            doc = {}
+        code = doc.get("code", response.status) if isinstance(doc, dict) else response.status
+        if response.status == 410 or code == 410:
+            self._resource_version = None
+            return
+        message = _one_line(doc.get("message", "")) if isinstance(doc, dict) else ""
+        reason = _one_line(response.reason or "", 80)
+        raise SourceError(f"{self.label}: watch: HTTP {response.status} {reason}"
+                          + (f": {message}" if message else ""))
 
     async def _read_watch(self, response: Any) -> None:
         """Apply events until the stream ends or the first batch is applied (the lines already buffered

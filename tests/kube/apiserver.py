@@ -27,7 +27,8 @@ API server when ``UPGRADE_CORE_KUBECONFIG`` is set):
   an object leaving/entering the field selector is DELETED/ADDED; ``timeoutSeconds`` ends the stream;
 - test hooks: :meth:`expire_history` (every watch from an older version gets 410), :meth:`status_writes`
   (accepted status-subresource writes per object), :meth:`after_next_get` (run a concurrent write right after
-  the next GET of an object, to provoke a 409), :meth:`put_object` / :meth:`mutate` (server-side writes).
+  the next GET of an object, to provoke a 409), :meth:`put_object` / :meth:`mutate` (server-side writes);
+  misbehaviours on request: ``expired_as_http`` (410 as the HTTP status), ``honour_watch_timeout=False``.
 
 What it does not do: authentication, admission, schema validation (``tests/kube/test_manifests.py`` checks
 the CRD schema offline), finalizers, ``deletionTimestamp``, strategic-merge or JSON patches (merge patch
@@ -127,6 +128,10 @@ class UpgradeOperationsAPI(KubernetesEmulator):
 
     history: int = 100
     immutable_spec: bool = True
+    expired_as_http: bool = False
+    """Answer a watch from an expired version with HTTP 410 (a Status body) instead of an ERROR event."""
+    honour_watch_timeout: bool = True
+    """False: ignore ``timeoutSeconds`` (a misbehaving server or proxy; the client must bound itself)."""
     _store: dict[tuple[str, str], Obj] = attrs.field(factory=dict, init=False)
     _events: deque[_Event] = attrs.field(init=False)
     _rv: int = attrs.field(default=1000, init=False)
@@ -358,8 +363,12 @@ class UpgradeOperationsAPI(KubernetesEmulator):
         if request.name is not None:
             terms.append(("metadata.name", True, request.name))
         timeout = float(request.params.get("timeoutSeconds") or DEFAULT_WATCH_S)
+        if not self.honour_watch_timeout:
+            timeout = DEFAULT_WATCH_S
         deadline = asyncio.get_running_loop().time() + timeout
         since_text = request.params.get("resourceVersion", "")
+        if self.expired_as_http and since_text not in ("", "0") and int(since_text) < self._oldest:
+            raise ApiError(410, "Expired", f"too old resource version: {since_text} ({self._oldest})")
         response = aiohttp.web.StreamResponse(headers={"Content-Type": "application/json"})
         await response.prepare(raw)
 

@@ -98,6 +98,8 @@ class Cluster:
                 GROUP, VERSION, self.namespace, PLURAL, watch=True, resource_version=resource_version,
                 timeout_seconds=timeout_s, field_selector=field_selector, _preload_content=False)
             try:
+                if response.status != 200:  # an HTTP error as the event a stream would carry
+                    return [{"type": "ERROR", "object": json.loads(await response.content.read())}]
                 while line := await response.content.readline():
                     event = json.loads(line)
                     events.append(event)

@@ -139,6 +139,35 @@ async def test_410_gone_relists(mock: Mock, src: Source) -> None:
     assert [op.name for op in await src.snapshot()] == ["default/a", "default/b", "default/c"]
 
 
+async def test_410_as_http_status_relists(tmp_path: Path) -> None:
+    async with serve(expired_as_http=True) as mock:
+        put(mock, "a")
+        src = await source_for(mock, tmp_path)
+        try:
+            await src.snapshot()
+            put(mock, "b")
+            mock.expire_history()
+            with anyio.fail_after(10):
+                await src.wait_for_change(5)
+            assert [op.name for op in await src.snapshot()] == ["default/a", "default/b"]
+            assert len(requests(mock, watch=False)) == 2
+        finally:
+            await src.aclose()
+
+
+async def test_a_watch_the_server_never_ends_is_bounded(tmp_path: Path) -> None:
+    async with serve(honour_watch_timeout=False) as mock:
+        src = await source_for(mock, tmp_path)
+        try:
+            await src.snapshot()
+            with anyio.fail_after(10):
+                start = anyio.current_time()
+                await src.wait_for_change(1.5)
+                assert anyio.current_time() - start < 3
+        finally:
+            await src.aclose()
+
+
 async def test_publish_writes_once_and_is_idempotent(mock: Mock, src: Source) -> None:
     put(mock, "a")
     (op,) = await src.snapshot()
