@@ -322,7 +322,11 @@ class KubernetesSource:
         and the client stops reading at ``timeout_s`` regardless. ``ADDED``/``MODIFIED``/``DELETED`` update
         the cache, ``BOOKMARK`` only the version; a ``410 Gone`` (an ``ERROR`` event whose Status has code
         410, or the HTTP status) forgets the version, so the next :meth:`snapshot` lists again, and returns.
-        Before any list it lists (and returns).
+        Before any list it lists (and returns). (Kubernetes "API concepts": efficient detection of changes;
+        resource versions are opaque strings, compared only for equality.)
+
+        Args:
+            timeout_s: seconds, the latest this returns.
 
         Raises:
             SourceError: the watch could not be opened or the server sent another error.
@@ -408,7 +412,13 @@ class KubernetesSource:
         Reads the object; returns False when it is gone (404, or a new object with the same name: another
         uid) or already holds exactly this status; else replaces its status with the object's
         ``resourceVersion`` as the precondition. A 409 Conflict (someone wrote in between) re-reads and
-        tries again, at most :data:`CONFLICT_RETRIES` times; nothing is ever run again.
+        tries again, at most :data:`CONFLICT_RETRIES` times; nothing is ever run again. (Kubernetes API
+        conventions: "Concurrency Control and Consistency" and the ``/status`` subresource, which ignores
+        everything but ``.status``.)
+
+        Args:
+            op: an operation from :meth:`snapshot` (``name`` is ``namespace/name``, ``operation`` the uid).
+            status: rendered with ``op.generation`` as ``observedGeneration``.
 
         Returns:
             True when this call wrote the status.
