@@ -1,0 +1,149 @@
+"""Fixtures of the Kubernetes tests: the mock API server (or a real one), a client, a clean namespace.
+
+``UPGRADE_CORE_KUBECONFIG`` names a kubeconfig whose context reaches a real API server with
+``deploy/kubernetes/crd.yaml`` applied; then the conformance suite runs there (objects named ``conf-*``,
+deleted afterwards; namespace ``UPGRADE_CORE_NAMESPACE`` or ``default``) and the mock is not used.
+kubernetes_asyncio runs on asyncio only, so these tests do too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+
+from agent.operations.kubernetes import GROUP, PLURAL, VERSION, _lean_import
+from tests.kube.apiserver import UpgradeOperationsAPI, kubeconfig_for, serve
+
+REAL_KUBECONFIG = os.environ.get("UPGRADE_CORE_KUBECONFIG", "")
+SHA = "ab" * 32
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """kubernetes_asyncio (and aiohttp under kmock) need asyncio."""
+    return "asyncio"
+
+
+def spec(node: str = "node-a", **extra: Any) -> dict[str, Any]:
+    """A valid ``UpgradeOperation`` spec."""
+    url = "https://releases.example/demo-agent-1.1.0.tar.gz"
+    doc: dict[str, Any] = {"nodeName": node, "agent": "demo-agent", "archive": {"url": url, "sha256": SHA}}
+    doc.update(extra)
+    return doc
+
+
+class Cluster:
+    """A client on the mock or on a real API server, and the objects a test made there.
+
+    Attributes:
+        api: a ``CustomObjectsApi``; ``namespace``; ``mock``: the mock, None on a real server;
+        ``kubeconfig``: the kubeconfig path the client uses.
+    """
+
+    def __init__(self, api: Any, client: Any, namespace: str, mock: UpgradeOperationsAPI | None,
+                 kubeconfig: str) -> None:
+        self.api, self.client, self.namespace = api, client, namespace
+        self.mock, self.kubeconfig = mock, kubeconfig
+        self.prefix = f"conf-{uuid.uuid4().hex[:8]}-"
+        self.names: list[str] = []
+
+    async def create(self, short: str, node: str = "node-a", status: Any = None,
+                     labels: dict[str, str] | None = None) -> dict[str, Any]:
+        name = self.prefix + short
+        body: dict[str, Any] = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "UpgradeOperation",
+                                "metadata": {"name": name, "labels": labels or {}}, "spec": spec(node)}
+        if status is not None:
+            body["status"] = status
+        with anyio.fail_after(30):
+            obj = await self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, body)
+        self.names.append(name)
+        return dict(obj)
+
+    async def get(self, name: str) -> dict[str, Any]:
+        with anyio.fail_after(30):
+            obj = await self.api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+        return dict(obj)
+
+    async def label(self, name: str, value: str) -> dict[str, Any]:
+        """A metadata-only change by merge patch (a concurrent writer)."""
+        with anyio.fail_after(30):
+            return dict(await self.api.patch_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, name, {"metadata": {"labels": {"touched": value}}},
+                _content_type="application/merge-patch+json"))
+
+    async def expired_version(self) -> str:
+        """A resourceVersion a watch can no longer start from: the mock expires its history; a real server
+        has compacted version 1 long ago."""
+        if self.mock is None:
+            return "1"
+        obj = await self.create("expire-probe")
+        await self.label(obj["metadata"]["name"], "x")
+        self.mock.expire_history()
+        return str(obj["metadata"]["resourceVersion"])
+
+    async def watch(self, resource_version: str, *, timeout_s: int = 5, field_selector: str = "",
+                    until: str | None = None) -> list[dict[str, Any]]:
+        """The events of one watch from ``resource_version``, until ``until`` names an object seen in an
+        event, or the server ends it (``timeoutSeconds``), or an ERROR event; bounded by timeout_s + 10."""
+        events: list[dict[str, Any]] = []
+        with anyio.fail_after(timeout_s + 10):
+            response = await self.api.list_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, watch=True, resource_version=resource_version,
+                timeout_seconds=timeout_s, field_selector=field_selector, _preload_content=False)
+            try:
+                if response.status != 200:  # an HTTP error as the event a stream would carry
+                    return [{"type": "ERROR", "object": json.loads(await response.content.read())}]
+                while line := await response.content.readline():
+                    event = json.loads(line)
+                    events.append(event)
+                    if event["type"] == "ERROR" or event["object"]["metadata"].get("name") == until:
+                        break
+            finally:
+                response.release()
+        return events
+
+
+@pytest.fixture
+async def cluster(tmp_path: Any) -> AsyncIterator[Cluster]:
+    """A :class:`Cluster` on the mock (on 127.0.0.1), or on the real server ``UPGRADE_CORE_KUBECONFIG``."""
+    kube = _lean_import()
+    if REAL_KUBECONFIG:
+        async with _client(kube, REAL_KUBECONFIG) as (api, client):
+            ns = os.environ.get("UPGRADE_CORE_NAMESPACE", "default")
+            c = Cluster(api, client, ns, None, REAL_KUBECONFIG)
+            try:
+                yield c
+            finally:
+                for name in c.names:
+                    with anyio.move_on_after(30):
+                        with contextlib.suppress(kube.ApiException):
+                            await api.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
+        return
+    async with serve() as mock:
+        path = kubeconfig_for(mock.base_url, str(tmp_path / "kubeconfig"))
+        async with _client(kube, path) as (api, client):
+            yield Cluster(api, client, "default", mock, path)
+
+
+class _client:
+    """``async with _client(kube, kubeconfig) as (CustomObjectsApi, ApiClient)``."""
+
+    def __init__(self, kube: Any, path: str) -> None:
+        self.kube, self.path = kube, path
+
+    async def __aenter__(self) -> tuple[Any, Any]:
+        cfg = self.kube.Configuration()
+        await self.kube.load_kube_config(config_file=self.path, client_configuration=cfg,
+                                         persist_config=False)
+        self.client = self.kube.ApiClient(cfg)
+        return self.kube.CustomObjectsApi(self.client), self.client
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.close()
