@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import threading
 import time
 import uuid
 from collections import deque
@@ -139,6 +140,7 @@ class UpgradeOperationsAPI(KubernetesEmulator):
     _changed: asyncio.Event = attrs.field(factory=asyncio.Event, init=False)
     _stopping: bool = attrs.field(default=False, init=False)
     _status_writes: dict[tuple[str, str], int] = attrs.field(factory=dict, init=False)
+    _status_docs: dict[tuple[str, str], list[Obj]] = attrs.field(factory=dict, init=False)
     _after_get: dict[tuple[str, str], list[Callable[[], None]]] = attrs.field(factory=dict, init=False)
 
     @_events.default
@@ -171,6 +173,10 @@ class UpgradeOperationsAPI(KubernetesEmulator):
     def status_writes(self, namespace: str, name: str) -> int:
         """How many status-subresource writes of this object were accepted (2xx)."""
         return self._status_writes.get((namespace, name), 0)
+
+    def status_history(self, namespace: str, name: str) -> list[Obj]:
+        """Every status the status subresource accepted for this object, oldest first (copies)."""
+        return copy.deepcopy(self._status_docs.get((namespace, name), []))
 
     def after_next_get(self, namespace: str, name: str, action: Callable[[], None]) -> None:
         """Run ``action`` once, right after a GET of this object is answered (a concurrent writer); actions
@@ -302,8 +308,9 @@ class UpgradeOperationsAPI(KubernetesEmulator):
                     new["metadata"].pop(key, None)
         written = self._write(namespace, name, current, new)
         if request.subresource == "status":
-            key = (namespace, name)
-            self._status_writes[key] = self._status_writes.get(key, 0) + 1
+            where = (namespace, name)
+            self._status_writes[where] = self._status_writes.get(where, 0) + 1
+            self._status_docs.setdefault(where, []).append(copy.deepcopy(written.get("status") or {}))
         return written
 
     def _matches(self, obj: Obj | None, namespace: str | None, terms: list[tuple[str, bool, str]]) -> bool:
@@ -467,3 +474,54 @@ def kubeconfig_for(url: str, path: str, *, namespace: str = "default", token: st
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f)  # JSON is YAML
     return path
+
+
+class threaded:
+    """``with threaded(**options) as t``: the mock served by a thread of its own (its own asyncio loop), for
+    tests and benchmarks whose client is another process (the operator). ``t.url`` is its base URL;
+    ``t.call(fn, *args)`` runs ``fn(api, *args)`` on the server's loop (the mock is not thread-safe) and
+    returns the result. Every wait is bounded (``TIMEOUT_S``).
+
+    Raises:
+        RuntimeError: the server did not come up within ``TIMEOUT_S`` seconds.
+    """
+
+    TIMEOUT_S = 30.0
+
+    def __init__(self, **options: Any) -> None:
+        self.options = options
+        self._ready = threading.Event()
+        self._failed: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="kube-mock", daemon=True)
+
+    def _main(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # reported to the thread that waits for the server
+            self._failed = exc
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        async with serve(**self.options) as api:
+            self.api = api
+            self.url = api.base_url
+            self._ready.set()
+            await self._stop.wait()
+
+    def __enter__(self) -> threaded:
+        self._thread.start()
+        if not self._ready.wait(self.TIMEOUT_S) or self._failed is not None:
+            raise RuntimeError(f"the mock API server did not start: {self._failed!r}")
+        return self
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        async def run() -> Any:
+            return fn(self.api, *args)
+
+        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(self.TIMEOUT_S)
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(self.TIMEOUT_S)

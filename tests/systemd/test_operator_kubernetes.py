@@ -1,0 +1,168 @@
+"""``upgrade-agent operator`` with the Kubernetes source against the Kubernetes-aware mock API server
+(``tests/kube/apiserver.py``, on loopback; what it fakes is pinned by ``tests/kube/test_conformance.py``),
+upgrading a real agent under the private systemd (issue 13).
+
+Outcomes are read from the host (links, ``MainPID``'s executable, the served version, the journal) and from
+the status subresource's write history the mock keeps, never from the operator's output alone:
+
+- a good ``UpgradeOperation`` commits: status ``Succeeded`` with ``journalSeq`` = the ``ResultPublished``
+  record, ``observedGeneration``, ``bootID``, both versions; one terminal status write;
+- a bad candidate: ``RolledBack``, the host serves the previous version; an object for another agent:
+  ``Failed``, the journal untouched; an object for another node is never seen (field selector) nor written;
+- exactly once: the operator is SIGKILLed after every durable event of an operation and right after each
+  status write, then started again: one terminal status write per object, matching the journal, and no
+  operation opens a second episode.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.kube.apiserver import kubeconfig_for, threaded
+
+from . import agent_env
+from .agent_env import AgentEnv, Cli, Release
+
+pytestmark = pytest.mark.systemd
+release_server = agent_env.release_server
+make_env = agent_env.make_env
+
+NODE = "node-1"
+NS = "default"
+TERMINAL = ("Succeeded", "Failed", "RolledBack", "NeedsAttention")
+
+
+@pytest.fixture
+def kube(tmp_path: Path) -> Iterator[threaded]:
+    with threaded() as server:
+        yield server
+
+
+def kube_env(make_env: Any, kube: threaded, tmp_path: Path) -> tuple[AgentEnv, Release]:
+    """An agent with 1.0.0 installed, then ``[operations] source = "kubernetes"`` pointed at the mock."""
+    env: AgentEnv = make_env()
+    v1 = env.release("1.0.0")
+    env.install(v1)
+    config = kubeconfig_for(kube.url, str(tmp_path / f"kubeconfig-{env.name}"))
+    with env.config.open("a") as f:
+        f.write(f'\n[operations]\nsource = "kubernetes"\nnamespace = "{NS}"\nnode_name = "{NODE}"\n'
+                f'kubeconfig = "{config}"\n')
+    return env, v1
+
+
+def create(kube: threaded, env: AgentEnv, name: str, rel: Release, **override: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {"nodeName": NODE, "agent": env.name, "expectVersion": rel.version,
+                            "archive": {"url": rel.url, "sha256": rel.sha256}}
+    spec.update(override)
+    body = {"apiVersion": "upgrades.upgrade-core.io/v1alpha1", "kind": "UpgradeOperation",
+            "metadata": {"name": name}, "spec": spec}
+    created: dict[str, Any] = kube.call(lambda api: api.put_object(NS, body))
+    return created
+
+
+def history(kube: threaded, name: str) -> list[dict[str, Any]]:
+    written: list[dict[str, Any]] = kube.call(lambda api: api.status_history(NS, name))
+    return written
+
+
+def terminal_writes(kube: threaded, name: str) -> list[dict[str, Any]]:
+    return [s for s in history(kube, name) if s.get("phase") in TERMINAL]
+
+
+def operator_once(env: AgentEnv, extra: dict[str, str] | None = None) -> Cli:
+    return env.cli("operator", "--once", env=extra)
+
+
+def published_seq(env: AgentEnv, op: str) -> int:
+    seqs = [r["seq"] for r in env.journal()
+            if r["episode"] == op and r["event"]["_type"] == "ResultPublished"]
+    assert len(seqs) == 1, seqs
+    return int(seqs[0])
+
+
+def test_good_bad_foreign_and_other_node_operations(make_env: Any, kube: threaded, tmp_path: Path) -> None:
+    env, _v1 = kube_env(make_env, kube, tmp_path)
+    v2, bad = env.release("1.1.0"), env.release("1.2.0", "exit-after:0.3")
+    good = create(kube, env, "upgrade-good", v2)
+    out = operator_once(env)
+    assert out.code == 0, out.stderr
+    env.assert_running("green", v2)
+    uid = good["metadata"]["uid"]
+    (st,) = terminal_writes(kube, "upgrade-good")
+    assert (st["phase"], st["operation"], st["fromVersion"], st["toVersion"], st["observedGeneration"]) == (
+        "Succeeded", uid, "1.0.0", "1.1.0", 1)
+    assert st["journalSeq"] == published_seq(env, uid)
+    assert st["bootID"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    assert [s["phase"] for s in history(kube, "upgrade-good")] == ["InProgress", "Succeeded"]
+
+    journal_before = {p.name: p.read_bytes() for p in (env.state_dir / "journal").iterdir() if p.is_file()}
+    create(kube, env, "for-another-agent", v2, agent="someone-else")
+    create(kube, env, "for-another-node", v2, nodeName="node-2")
+    assert operator_once(env).code == 0
+    (refused,) = terminal_writes(kube, "for-another-agent")
+    assert refused["phase"] == "Failed" and "addressed to agent someone-else" in refused["message"]
+    assert "journalSeq" not in refused
+    assert history(kube, "for-another-node") == []  # never listed: the field selector
+    journal_after = {p.name: p.read_bytes() for p in (env.state_dir / "journal").iterdir() if p.is_file()}
+    assert journal_after == journal_before
+    env.assert_running("green", v2)
+
+    broken = create(kube, env, "upgrade-bad", bad)
+    assert operator_once(env).code == 0
+    (rolled,) = terminal_writes(kube, "upgrade-bad")
+    assert rolled["phase"] == "RolledBack" and rolled["message"]
+    assert rolled["journalSeq"] == published_seq(env, broken["metadata"]["uid"])
+    env.assert_running("green", v2)
+    assert len(terminal_writes(kube, "upgrade-good")) == 1  # nothing was republished on the later runs
+
+
+def kill_points(env: AgentEnv, op: str) -> list[str]:
+    seen: dict[str, int] = {}
+    points = []
+    for record in env.journal():
+        if record["episode"] == op:
+            tag = record["event"]["_type"]
+            seen[tag] = seen.get(tag, 0) + 1
+            points.append(f"{tag}#{seen[tag]}")
+    return ["operator-InProgress", *points, "operator-terminal"]
+
+
+def test_sigkill_at_every_kill_point_writes_one_terminal_status(
+    make_env: Any, kube: threaded, tmp_path: Path
+) -> None:
+    env, v1 = kube_env(make_env, kube, tmp_path)
+    releases = [v1, env.release("1.1.0")]
+    recorded = create(kube, env, "record", releases[1])
+    assert operator_once(env).code == 0
+    points = kill_points(env, recorded["metadata"]["uid"])
+    assert "UpgradeCommitted#1" in points, points
+    current, rows = 1, []
+    for i, point in enumerate(points):
+        name = f"kill-{i}-{secrets.token_hex(2)}"
+        uid = create(kube, env, name, releases[1 - current])["metadata"]["uid"]
+        killed = operator_once(env, {"UPGRADE_AGENT_TEST_KILL_AFTER": point})
+        again = operator_once(env)
+        third = operator_once(env)
+        done = terminal_writes(kube, name)
+        phase = done[0]["phase"] if done else None
+        rows.append({
+            "point": point, "killed": killed.code, "again": again.code, "third": third.code,
+            "terminal_writes": len(done), "phase": phase,
+            "opened": env.events(uid).count("EpisodeOpened"),
+            "seq_matches": bool(done) and done[0].get("journalSeq") == published_seq(env, uid),
+        })
+        if phase == "Succeeded":
+            current = 1 - current
+        env.assert_running("green" if current == 1 else "blue", releases[current])
+    want = {"killed": -9, "again": 0, "third": 0, "terminal_writes": 1, "opened": 1, "seq_matches": True}
+    bad = [r for r in rows if any(r[k] != v for k, v in want.items()) or r["phase"] not in TERMINAL]
+    late = [r for r in rows if r["point"] in ("UpgradeCommitted#1", "ResultPublished#1", "EpisodeClosed#1",
+                                               "operator-terminal")]
+    assert all(r["phase"] == "Succeeded" for r in late), late
+    assert not bad, "\n".join(json.dumps(r) for r in bad)
