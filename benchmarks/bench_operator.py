@@ -2,10 +2,12 @@
 
 The real operator process is started on a configuration whose source holds ``ACKNOWLEDGED`` finished
 operations (each with its terminal status, so nothing is left to do), left to settle, then observed for a
-bounded window (``UPGRADE_CORE_BENCH_IDLE_S``, default 120 s: CPU time is counted in 10 ms ticks): CPU seconds (``utime + stime`` of
-``/proc/PID/stat``, the process and its threads) extrapolated to an hour, and resident memory (``VmRSS`` at
-the end, ``VmHWM`` as the peak). Targets: <= 40 MiB RSS and <= 2 CPU seconds per hour; the row's value is
-the CPU rate, its baseline that budget (target ratio 1), and ``rss_mib`` / ``rss_met`` carry the memory side.
+bounded window (``UPGRADE_CORE_BENCH_IDLE_S``, default 120 s: CPU time is counted in 10 ms ticks): CPU
+seconds (``utime + stime`` of ``/proc/PID/stat``, the process and its threads) extrapolated to an hour, and
+resident memory (``VmRSS`` at the end, ``VmHWM`` as the peak; ``Pss`` of ``smaps_rollup`` beside them, which
+divides the shared libraries among the processes that map them). Targets: <= 40 MiB RSS and <= 2 CPU
+seconds per hour; the row's value is the CPU rate, its baseline that budget (target ratio 1), and
+``rss_mib`` / ``rss_met`` carry the memory side.
 
 - ``operator.idle.spool``: the spool source, polling every ``[operations] poll_s`` (2 s, the default).
 - ``operator.idle.kubernetes``: the Kubernetes source watching the Kubernetes-aware mock API server of the
@@ -51,6 +53,14 @@ def _mem_mib(pid: int) -> tuple[float, float]:
     return round(values["VmRSS"], 1), round(values["VmHWM"], 1)
 
 
+def _pss_mib(pid: int) -> float:
+    """Proportional set size (shared pages divided among their users), for the breakdown."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return round(int(line.split()[1]) / 1024, 1)
+    return 0.0
+
+
 def _config(work: Path, operations: str) -> Path:
     config = work / "bench-agent.toml"
     config.write_text(
@@ -87,6 +97,7 @@ def measure(config: Path, name: str, source: str, **extras: Any) -> dict[str, An
         time.sleep(window)
         cpu, elapsed = _cpu_s(proc.pid) - start_cpu, time.monotonic() - start
         rss, hwm = _mem_mib(proc.pid)
+        pss = _pss_mib(proc.pid)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -98,7 +109,8 @@ def measure(config: Path, name: str, source: str, **extras: Any) -> dict[str, An
     return _harness.row(
         name, per_hour, "CPU s/h", f"budget {CPU_BUDGET_S_PER_H} CPU s/h", CPU_BUDGET_S_PER_H, 1.0,
         source=source, window_s=round(elapsed, 1), cpu_s=round(cpu, 3), rss_mib=rss, peak_rss_mib=hwm,
-        rss_budget_mib=RSS_BUDGET_MIB, rss_met=rss <= RSS_BUDGET_MIB, stopped_exit=proc.returncode,
+        pss_mib=pss, rss_budget_mib=RSS_BUDGET_MIB, rss_met=rss <= RSS_BUDGET_MIB,
+        stopped_exit=proc.returncode,
         **extras,
     )
 
@@ -122,4 +134,32 @@ def idle_spool() -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-BENCHMARKS = {"operator.idle.spool": idle_spool}
+def idle_kubernetes() -> dict[str, Any]:
+    """``operator.idle.kubernetes``: the Kubernetes source watching ``ACKNOWLEDGED`` finished
+    ``UpgradeOperation`` objects on the tests' mock API server (served by a thread of this process)."""
+    from tests.kube.apiserver import kubeconfig_for, threaded
+
+    work = _harness.disk_dir("operator-idle-kubernetes")
+    with threaded() as kube:
+        for i in range(ACKNOWLEDGED):
+            body = {"apiVersion": "upgrades.upgrade-core.io/v1alpha1", "kind": "UpgradeOperation",
+                    "metadata": {"name": f"done-{i}"},
+                    "spec": {"nodeName": "bench-node", "agent": "bench-agent",
+                             "archive": {"url": "https://releases.example/a.tar.gz", "sha256": "0" * 64}}}
+            obj = kube.call(lambda api, b=body: api.put_object("default", b))
+
+            def finish(o: dict[str, Any], uid: str = obj["metadata"]["uid"]) -> None:
+                o["status"] = {"phase": "Succeeded", "operation": uid, "observedGeneration": 1}
+
+            kube.call(lambda api, n=f"done-{i}", f=finish: api.mutate("default", n, f))
+        kubeconfig = kubeconfig_for(kube.url, str(work / "kubeconfig"))
+        config = _config(work, f'source = "kubernetes"\nnamespace = "default"\nnode_name = "bench-node"\n'
+                               f'kubeconfig = "{kubeconfig}"\n')
+        try:
+            return measure(config, "operator.idle.kubernetes", "kubernetes", operations=ACKNOWLEDGED,
+                           server="tests/kube/apiserver.py on loopback (its CPU not counted)")
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+BENCHMARKS = {"operator.idle.spool": idle_spool, "operator.idle.kubernetes": idle_kubernetes}
