@@ -209,21 +209,22 @@ def rfc3339(unix_s: float | None) -> str | None:
 
 
 def _conditions(status: OperationStatus, generation: int) -> list[dict[str, Any]]:
-    """One condition in the Job convention: ``Complete`` True on success, ``Failed`` True with the phase as
-    reason on any other terminal phase, ``Complete`` False while running."""
+    """One ``metav1.Condition`` in the Job convention: ``Complete`` True on success, ``Failed`` True with
+    the phase as reason on any other terminal phase, ``Complete`` False while running. Every field
+    ``metav1.Condition`` requires is present (``message`` may be empty; ``lastTransitionTime`` falls back to
+    the start, which a status always has once an episode opened)."""
     if status.phase == "Succeeded":
         kind, value, when = "Complete", "True", status.finished_at
     elif status.terminal:
         kind, value, when = "Failed", "True", status.finished_at
     else:
         kind, value, when = "Complete", "False", status.started_at
-    cond: dict[str, Any] = {"type": kind, "status": value, "reason": status.phase,
-                            "observedGeneration": generation}
-    if when is not None:
-        cond["lastTransitionTime"] = rfc3339(when)
-    if status.message:
-        cond["message"] = status.message
-    return [cond]
+    if when is None:
+        when = status.started_at if status.started_at is not None else 0.0
+    return [{
+        "type": kind, "status": value, "reason": status.phase, "message": status.message or "",
+        "observedGeneration": generation, "lastTransitionTime": rfc3339(when),
+    }]
 
 
 def k8s_status(status: OperationStatus, generation: int) -> dict[str, Any]:

@@ -178,8 +178,8 @@ def test_status_documents_are_deterministic_and_carry_the_spec_fields() -> None:
         "observedGeneration": 3, "phase": "Succeeded", "operation": "op1", "fromVersion": "1.0.0",
         "toVersion": "1.1.0", "journalSeq": 7, "bootID": "boot", "startedAt": "2001-09-09T01:46:40Z",
         "finishedAt": "2001-09-09T01:46:45Z",
-        "conditions": [{"type": "Complete", "status": "True", "reason": "Succeeded", "observedGeneration": 3,
-                        "lastTransitionTime": "2001-09-09T01:46:45Z"}],
+        "conditions": [{"type": "Complete", "status": "True", "reason": "Succeeded", "message": "",
+                        "observedGeneration": 3, "lastTransitionTime": "2001-09-09T01:46:45Z"}],
     }
     snake = spool_status(DONE)
     assert set(snake) == {"operation", "phase", "result", "from_version", "to_version", "message",
