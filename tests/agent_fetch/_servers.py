@@ -115,3 +115,26 @@ def cut_chunked(data: bytes, chunk: int = 65536) -> Handler:
         h.close_connection = True
 
     return handle
+
+
+@contextmanager
+def stalling(path: str = "/a.tar.gz") -> Iterator[LoopbackServer]:
+    """A server whose ``path`` sends the headers (10 MiB announced) and a first 4 KiB of gzip, then stalls
+    until the block ends: a download that provably has begun and cannot finish (signal tests)."""
+    release = threading.Event()
+
+    def handle(h: http.server.BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", str(10 * 1024 * 1024))
+        h.end_headers()
+        h.wfile.write(b"\x1f\x8b" + bytes(4094))
+        h.wfile.flush()
+        release.wait(60)  # bounded: a server thread never outlives the test by more than this
+        h.close_connection = True
+
+    with serve() as server:
+        server.routes[path] = handle
+        try:
+            yield server
+        finally:
+            release.set()

@@ -7,12 +7,10 @@ stalls, so the signal provably lands before any switch.
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,21 +26,8 @@ SHA = "0" * 64
 
 @pytest.fixture
 def stalling() -> Iterator[servers.LoopbackServer]:
-    release = threading.Event()
-
-    def handle(h: http.server.BaseHTTPRequestHandler) -> None:
-        h.send_response(200)
-        h.send_header("Content-Length", str(10 * 1024 * 1024))
-        h.end_headers()
-        h.wfile.write(b"\x1f\x8b" + bytes(4094))
-        h.wfile.flush()
-        release.wait(60)
-        h.close_connection = True
-
-    with servers.serve() as s:
-        s.routes["/a.tar.gz"] = handle
-        yield s
-        release.set()
+    with servers.stalling() as server:
+        yield server
 
 
 def with_spool(rig: Rig, *, create: bool = True) -> Path:

@@ -7,11 +7,9 @@ then stalls, so the signal provably lands before any switch.
 
 from __future__ import annotations
 
-import http.server
 import json
 import signal
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 
@@ -29,22 +27,9 @@ def rig(installed_rig: Rig) -> Rig:
 
 
 @pytest.fixture
-def stalling() -> Iterator[tuple[servers.LoopbackServer, threading.Event]]:
-    release = threading.Event()
-
-    def handle(h: http.server.BaseHTTPRequestHandler) -> None:
-        h.send_response(200)
-        h.send_header("Content-Length", str(10 * 1024 * 1024))
-        h.end_headers()
-        h.wfile.write(b"\x1f\x8b" + bytes(4094))
-        h.wfile.flush()
-        release.wait(60)  # stall until the test is done
-        h.close_connection = True
-
-    with servers.serve() as s:
-        s.routes["/a.tar.gz"] = handle
-        yield s, release
-        release.set()
+def stalling() -> Iterator[servers.LoopbackServer]:
+    with servers.stalling() as server:
+        yield server
 
 
 def _start_upgrade(rig: Rig, url: str) -> subprocess.Popen[str]:
@@ -72,10 +57,10 @@ def _wait_for_download(proc: subprocess.Popen[str], rig: Rig) -> None:
     "signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"]
 )
 def test_one_signal_before_the_switch_aborts_with_exit_1(
-    rig: Rig, stalling: tuple[servers.LoopbackServer, threading.Event], signum: signal.Signals
+    rig: Rig, stalling: servers.LoopbackServer, signum: signal.Signals
 ) -> None:
     """SIGHUP (an operator's ssh session dropping, case C26) is handled like SIGTERM and SIGINT."""
-    server, _release = stalling
+    server = stalling
     before = rig.host_facts()
     proc = _start_upgrade(rig, server.url("/a.tar.gz"))
     _wait_for_download(proc, rig)
@@ -99,9 +84,9 @@ def test_one_signal_before_the_switch_aborts_with_exit_1(
 
 
 def test_a_second_signal_exits_130_at_once(
-    rig: Rig, stalling: tuple[servers.LoopbackServer, threading.Event], monkeypatch: pytest.MonkeyPatch
+    rig: Rig, stalling: servers.LoopbackServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server, _release = stalling
+    server = stalling
     proc = _start_upgrade(rig, server.url("/a.tar.gz"))
     _wait_for_download(proc, rig)
     proc.send_signal(signal.SIGINT)

@@ -273,6 +273,24 @@ class AgentEnv:
         """The event types journaled for ``operation``, in sequence order."""
         return [r["event"]["_type"] for r in self.journal() if r["episode"] == operation]
 
+    def published_seq(self, operation: str) -> int:
+        """The sequence number of ``operation``'s one ``ResultPublished`` record (asserts there is one)."""
+        seqs = [r["seq"] for r in self.journal()
+                if r["episode"] == operation and r["event"]["_type"] == "ResultPublished"]
+        assert len(seqs) == 1, seqs
+        return int(seqs[0])
+
+    def kill_points(self, operation: str) -> list[str]:
+        """``TAG#N`` for every record of ``operation``'s episode as the journal holds them (the crash hook's
+        values, agent/wiring.py), preceded by the operator's point after its ``InProgress`` status and
+        followed by the one after its terminal status."""
+        seen: dict[str, int] = {}
+        points = []
+        for tag in self.events(operation):
+            seen[tag] = seen.get(tag, 0) + 1
+            points.append(f"{tag}#{seen[tag]}")
+        return ["operator-InProgress", *points, "operator-terminal"]
+
     def units_present(self) -> list[str]:
         """Every file or link in the sandbox's unit directory (recursively) that names this agent."""
         return sorted(k for k in tree(self.sandbox.unit_dir) if self.name in k)

@@ -79,13 +79,6 @@ def operator_once(env: AgentEnv, extra: dict[str, str] | None = None) -> Cli:
     return env.cli("operator", "--once", env=extra)
 
 
-def published_seq(env: AgentEnv, op: str) -> int:
-    seqs = [r["seq"] for r in env.journal()
-            if r["episode"] == op and r["event"]["_type"] == "ResultPublished"]
-    assert len(seqs) == 1, seqs
-    return int(seqs[0])
-
-
 def test_good_bad_foreign_and_other_node_operations(make_env: Any, kube: threaded, tmp_path: Path) -> None:
     env, _v1 = kube_env(make_env, kube, tmp_path)
     v2, bad = env.release("1.1.0"), env.release("1.2.0", "exit-after:0.3")
@@ -97,7 +90,7 @@ def test_good_bad_foreign_and_other_node_operations(make_env: Any, kube: threade
     (st,) = terminal_writes(kube, "upgrade-good")
     assert (st["phase"], st["operation"], st["fromVersion"], st["toVersion"], st["observedGeneration"]) == (
         "Succeeded", uid, "1.0.0", "1.1.0", 1)
-    assert st["journalSeq"] == published_seq(env, uid)
+    assert st["journalSeq"] == env.published_seq(uid)
     assert st["bootID"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     assert [s["phase"] for s in history(kube, "upgrade-good")] == ["InProgress", "Succeeded"]
 
@@ -117,20 +110,9 @@ def test_good_bad_foreign_and_other_node_operations(make_env: Any, kube: threade
     assert operator_once(env).code == 0
     (rolled,) = terminal_writes(kube, "upgrade-bad")
     assert rolled["phase"] == "RolledBack" and rolled["message"]
-    assert rolled["journalSeq"] == published_seq(env, broken["metadata"]["uid"])
+    assert rolled["journalSeq"] == env.published_seq(broken["metadata"]["uid"])
     env.assert_running("green", v2)
     assert len(terminal_writes(kube, "upgrade-good")) == 1  # nothing was republished on the later runs
-
-
-def kill_points(env: AgentEnv, op: str) -> list[str]:
-    seen: dict[str, int] = {}
-    points = []
-    for record in env.journal():
-        if record["episode"] == op:
-            tag = record["event"]["_type"]
-            seen[tag] = seen.get(tag, 0) + 1
-            points.append(f"{tag}#{seen[tag]}")
-    return ["operator-InProgress", *points, "operator-terminal"]
 
 
 def test_sigkill_at_every_kill_point_writes_one_terminal_status(
@@ -140,7 +122,7 @@ def test_sigkill_at_every_kill_point_writes_one_terminal_status(
     releases = [v1, env.release("1.1.0")]
     recorded = create(kube, env, "record", releases[1])
     assert operator_once(env).code == 0
-    points = kill_points(env, recorded["metadata"]["uid"])
+    points = env.kill_points(recorded["metadata"]["uid"])
     assert "UpgradeCommitted#1" in points, points
     current, rows = 1, []
     for i, point in enumerate(points):
@@ -155,7 +137,7 @@ def test_sigkill_at_every_kill_point_writes_one_terminal_status(
             "point": point, "killed": killed.code, "again": again.code, "third": third.code,
             "terminal_writes": len(done), "phase": phase,
             "opened": env.events(uid).count("EpisodeOpened"),
-            "seq_matches": bool(done) and done[0].get("journalSeq") == published_seq(env, uid),
+            "seq_matches": bool(done) and done[0].get("journalSeq") == env.published_seq(uid),
         })
         if phase == "Succeeded":
             current = 1 - current

@@ -88,13 +88,6 @@ def operator_once(env: AgentEnv, extra: dict[str, str] | None = None) -> Cli:
     return env.cli("operator", "--once", env=extra)
 
 
-def published_seq(env: AgentEnv, op: str) -> int:
-    seqs = [r["seq"] for r in env.journal()
-            if r["episode"] == op and r["event"]["_type"] == "ResultPublished"]
-    assert len(seqs) == 1, seqs
-    return int(seqs[0])
-
-
 def boot_id() -> str:
     return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
 
@@ -110,7 +103,7 @@ def test_good_operation_commits_and_is_reported_once(make_env: Any) -> None:
     assert st is not None
     assert (st["phase"], st["result"], st["from_version"], st["to_version"]) == (
         "Succeeded", "committed", "1.0.0", "1.1.0")
-    assert st["journal_seq"] == published_seq(env, "op-good")
+    assert st["journal_seq"] == env.published_seq("op-good")
     assert st["boot_id"] == boot_id()
     assert st["started_at"] and st["finished_at"] and st["started_at"] <= st["finished_at"]
     assert st["conditions"][0]["type"] == "Complete" and st["conditions"][0]["status"] == "True"
@@ -134,7 +127,7 @@ def test_bad_candidate_is_rolled_back(make_env: Any) -> None:
     env.assert_running("blue", v1)
     st = status(env, "op-bad")
     assert st is not None and (st["phase"], st["result"]) == ("RolledBack", "rolled_back"), st
-    assert st["journal_seq"] == published_seq(env, "op-bad")
+    assert st["journal_seq"] == env.published_seq("op-bad")
     assert st["message"]
 
 
@@ -189,26 +182,12 @@ def test_installed_operator_unit_serves_and_stops_on_sigterm(make_env: Any) -> N
         shown)
 
 
-def kill_points(env: AgentEnv, op: str) -> list[str]:
-    """``TAG#N`` for every record of ``op``'s episode, as the journal holds them, plus the operator's own
-    points after each status it publishes."""
-    seen: dict[str, int] = {}
-    points = []
-    for record in env.journal():
-        if record["episode"] != op:
-            continue
-        tag = record["event"]["_type"]
-        seen[tag] = seen.get(tag, 0) + 1
-        points.append(f"{tag}#{seen[tag]}")
-    return ["operator-InProgress", *points, "operator-terminal"]
-
-
 def test_sigkill_at_every_kill_point_publishes_exactly_once(make_env: Any) -> None:
     env, v1 = spool_env(make_env)
     releases = [v1, env.release("1.1.0")]
     put(env, "record", spec(env, releases[1]))
     assert operator_once(env).code == 0
-    points = kill_points(env, "record")
+    points = env.kill_points("record")
     assert "UpgradeCommitted#1" in points and "EpisodeClosed#1" in points, points
     current = 1
     rows = []
@@ -229,7 +208,7 @@ def test_sigkill_at_every_kill_point_publishes_exactly_once(make_env: Any) -> No
             "point": point, "killed": killed.code, "again": again.code, "phase": phase, "writes": writes,
             "rewritten": (path.stat().st_ino if path.exists() else None) != ino,
             "opened": env.events(op).count("EpisodeOpened"), "third": third.code,
-            "seq_matches": st.get("journal_seq") == published_seq(env, op),
+            "seq_matches": st.get("journal_seq") == env.published_seq(op),
         })
         if phase == "Succeeded":  # committed: the host serves the target; anything else: the previous one
             current = 1 - current
