@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import tomllib
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -34,6 +33,7 @@ from cattrs.errors import (
 from .config_fast import (
     DEFAULT_LOCK_PATH,
     DEFAULT_STATE_DIR,
+    DNS_SUBDOMAIN_RE,
     NAME_RE,
     discover_config_path,
     machine_arch,
@@ -298,7 +298,7 @@ class TrustSection:
 
 def _node_name(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
     # a Kubernetes node name is a DNS subdomain (RFC 1123, at most 253 characters)
-    if v and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?", v):
+    if v and not DNS_SUBDOMAIN_RE.fullmatch(v):
         raise _BadValue(a.name, "must be a DNS subdomain name (lowercase letters, digits, '-' and '.')")
 
 

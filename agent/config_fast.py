@@ -33,6 +33,9 @@ DEFAULT_STATE_DIR = "/var/lib/upgrade-agent/{name}"
 DEFAULT_LOCK_PATH = "/run/upgrade-agent/{name}.lock"
 DEFAULT_ROOT = "/opt/upgrade-agent"
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+"""``[operations] node_name`` / ``namespace``: a DNS subdomain (RFC 1123, at most 253 characters), as a
+Kubernetes node name."""
 
 # platform.machine() spellings -> the release-archive spelling of SPEC 3 ``{arch}``.
 _ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
@@ -265,6 +268,15 @@ FAST_SCHEMA: dict[str, dict[str, _Check]] = {
         "command_probe": lambda v: _argv(v) and (not v or v[0] != ""),
     },
     "journal": {"keep_episodes": _pos_int},
+    # no "{" in the paths here: a substituted spool path is the full loader's to check against host.root
+    "operations": {
+        "source": lambda v: v in ("", "spool", "kubernetes"),
+        "spool_dir": lambda v: v == "" or (_abs(v) and "{" not in v),
+        "node_name": lambda v: v == "" or (isinstance(v, str) and DNS_SUBDOMAIN_RE.fullmatch(v) is not None),
+        "namespace": lambda v: v == "" or (isinstance(v, str) and DNS_SUBDOMAIN_RE.fullmatch(v) is not None),
+        "kubeconfig": lambda v: v == "" or (_abs(v) and "{" not in v),
+        "poll_s": _pos_num,
+    },
 }
 """Section -> key -> a predicate the value must meet for the quick path to trust the file."""
 
@@ -314,8 +326,14 @@ def _fast_values(doc: dict[str, Any]) -> tuple[str, str, str]:
         if not os.path.isabs(value):
             raise ValueError(key)
         out.append(os.path.normpath(value))
-    from .pathrules import path_problem  # SPEC 10: never accept what the full loader refuses
+    from .pathrules import path_problem, spool_problem  # SPEC 10: never accept what the full loader refuses
 
     if path_problem(out[2], out[0], out[1]) is not None:
+        raise ValueError("let the full loader name the key")
+    operations = doc.get("operations", {})
+    spool = operations.get("spool_dir", "")
+    if operations.get("source") == "spool" and not spool:
+        raise ValueError("let the full loader name the key")
+    if spool and spool_problem(os.path.normpath(spool), out[2], out[0]) is not None:
         raise ValueError("let the full loader name the key")
     return name, out[0], out[1]

@@ -334,6 +334,7 @@ def test_fast_schema_names_exactly_the_full_loaders_keys() -> None:
         "verify": config_mod.VerifySection,
         "health": config_mod.HealthSection,
         "journal": config_mod.JournalSection,
+        "operations": config_mod.OperationsSection,
     }
     assert set(FAST_SCHEMA) == set(sections)
     for section, cls in sections.items():

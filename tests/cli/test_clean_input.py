@@ -80,3 +80,19 @@ def test_version_json_is_one_object(argv: tuple[str, ...]) -> None:
 def test_version_human() -> None:
     run = run_cli(["--version"])
     assert run.code == 0 and run.stdout == f"upgrade-agent {version('upgrade-core')}\n", run
+
+
+def test_a_config_with_operations_still_reaches_the_fast_path(rig: Rig) -> None:
+    """``[operations]`` (issue 13) is in the quick reader's schema: a managed host's boot-time no-op recovery
+    stays on the lean path (the lock is never created)."""
+    spool = rig.base / "spool"
+    rig.write_config(f'[operations]\nsource = "spool"\nspool_dir = "{spool}"\nnode_name = "n1"\n')
+    run = rig.cli("recover", "--trigger", "boot")
+    assert run.code == 0 and run.payload()["result"] == "noop", run
+    assert not rig.lock_path.exists()
+
+
+def test_a_bad_operations_section_is_refused_on_the_fast_path_too(rig: Rig) -> None:
+    rig.write_config('[operations]\nsource = "spool"\n')
+    run = rig.cli("recover", "--trigger", "boot")
+    assert run.code == 2 and "operations.spool_dir: is required" in run.stderr, run
