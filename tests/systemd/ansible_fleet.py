@@ -14,15 +14,18 @@ configuration, home and temporary files under the test's directory (never ``~/.a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import attrs
+import pytest
 
 from .agent_env import WORKTREE, AgentEnv
 
@@ -96,6 +99,7 @@ def build_collection(home: Path) -> Path:
         "retry_files_enabled = false\n"
         "host_key_checking = false\n"
         "interpreter_python = auto_silent\n"
+        f"remote_tmp = {home / 'remote-tmp'}\n"
         "[connection]\n"
         "pipelining = true\n"
     )
@@ -110,12 +114,41 @@ def build_collection(home: Path) -> Path:
     return tarballs[0]
 
 
+def run_bounded(argv: list[str], env: dict[str, str], timeout_s: float, cwd: str | Path = WORKTREE
+                ) -> subprocess.CompletedProcess[str]:
+    """Run ``argv`` in a session of its own; after ``timeout_s`` seconds kill that whole process group
+    (Ansible's workers with it) and fail the test naming the command. Returns the finished process."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True, env=env, cwd=cwd, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"{' '.join(argv[:3])} ... did not finish within {timeout_s} s:\n"
+                    f"{out[-3000:]}\n{err[-2000:]}")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
 def run(argv: list[str], env: dict[str, str], timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """Run ``argv`` to its end within ``timeout_s`` seconds; fail naming its output when it exits non-zero."""
-    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout_s, check=False,
-                          stdin=subprocess.DEVNULL, cwd=WORKTREE)
+    """:func:`run_bounded`, failing the test naming the output when ``argv`` exits non-zero."""
+    done = run_bounded(argv, env, timeout_s)
     assert done.returncode == 0, f"{' '.join(argv)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done
+
+
+def host_vars(env: AgentEnv) -> dict[str, Any]:
+    """One host's inventory variables: ``upgrade_core.fleet.nsenter`` into its sandbox's PID 1 (and only
+    while that PID is still in the sandbox's pid namespace), this environment's Python for the modules, and
+    the agent's configuration as ``rollout_config``."""
+    return {
+        "ansible_connection": "upgrade_core.fleet.nsenter",
+        "ansible_nsenter_pid": env.sandbox.pid,
+        "ansible_nsenter_namespace": env.sandbox.pidns,
+        "ansible_python_interpreter": sys.executable,
+        "rollout_config": str(env.config),
+    }
 
 
 @attrs.define
@@ -134,30 +167,28 @@ class Fleet:
 
     @classmethod
     def create(cls, hosts: dict[str, AgentEnv], home: Path) -> Fleet:
-        """Write the inventory: every host through ``upgrade_core.fleet.nsenter`` into its sandbox's PID 1,
-        with the agent's configuration path as ``rollout_config``."""
+        """Write the inventory (see :func:`host_vars`)."""
         inventory = home / "inventory.json"
         inventory.write_text(json.dumps({"all": {"hosts": {
-            name: {
-                "ansible_connection": "upgrade_core.fleet.nsenter",
-                "ansible_nsenter_pid": env.sandbox.pid,
-                "ansible_python_interpreter": sys.executable,
-                "rollout_config": str(env.config),
-            } for name, env in hosts.items()
-        }}}, indent=1))
+            name: host_vars(env) for name, env in hosts.items()}}}, indent=1))
         return cls(hosts, home, inventory)
 
-    def playbook(self, extra_vars: dict[str, Any], *args: str, summary: Path | None = None) -> Play:
+    def playbook(self, extra_vars: dict[str, Any], *args: str, summary: Path | None = None,
+                 inventory: Path | None = None) -> Play:
         """``ansible-playbook -i INVENTORY upgrade_core.fleet.rollout -e JSON ARGS`` (bounded), with the
-        summary written to ``summary`` (default ``home/summary-<n>.json``, a fresh name per run)."""
+        summary written to ``summary`` (default ``home/summary-<n>.json``, a fresh name per run).
+
+        Args:
+            inventory: another inventory file (default the fleet's).
+        """
+        inventory = inventory or self.inventory
         if summary is None:
             summary = self.home / f"summary-{len(list(self.home.glob('summary-*.json')))}.json"
         summary.unlink(missing_ok=True)
         variables = {"rollout_executable": str(AGENT_EXE), "rollout_summary_path": str(summary), **extra_vars}
-        argv = [str(BIN / "ansible-playbook"), "-i", str(self.inventory), "upgrade_core.fleet.rollout",
+        argv = [str(BIN / "ansible-playbook"), "-i", str(inventory), "upgrade_core.fleet.rollout",
                 "-e", json.dumps(variables), *args]
-        done = subprocess.run(argv, capture_output=True, text=True, env=ansible_env(self.home), cwd=self.home,
-                              timeout=PLAYBOOK_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+        done = run_bounded(argv, ansible_env(self.home), PLAYBOOK_TIMEOUT_S, cwd=inventory.parent)
         doc = json.loads(summary.read_text()) if summary.exists() else None
         return Play(done.returncode, done.stdout, done.stderr, parse_recap(done.stdout), doc)
 
@@ -166,8 +197,7 @@ class Fleet:
         (``SUCCESS``, ``CHANGED``, ``FAILED!``) and its result object, parsed from the one-line output."""
         kv = " ".join(f"{k}={v}" for k, v in args.items())
         argv = [str(BIN / "ansible"), host, "-i", str(self.inventory), "-m", module, "-a", kv, "-o"]
-        done = subprocess.run(argv, capture_output=True, text=True, env=ansible_env(self.home), cwd=self.home,
-                              timeout=PLAYBOOK_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+        done = run_bounded(argv, ansible_env(self.home), PLAYBOOK_TIMEOUT_S, cwd=self.home)
         line = next((ln for ln in done.stdout.splitlines() if ln.startswith(f"{host} | ")), None)
         assert line is not None and "=> " in line, f"no result line for {host}:\n{done.stdout}\n{done.stderr}"
         head, body = line.split(" => ", 1)

@@ -16,8 +16,8 @@ fixture, so the later scenarios can rely on it whichever runs first), its re-run
 from __future__ import annotations
 
 import itertools
+import json
 import os
-import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -31,7 +31,17 @@ from tests.cli.test_signed_releases import keypair, sign
 
 from . import agent_env
 from .agent_env import AgentEnv, Release, tree
-from .ansible_fleet import AGENT_EXE, BIN, Fleet, Play, ansible_env, build_collection, start_ticks
+from .ansible_fleet import (
+    AGENT_EXE,
+    BIN,
+    Fleet,
+    Play,
+    ansible_env,
+    build_collection,
+    host_vars,
+    run_bounded,
+    start_ticks,
+)
 
 pytestmark = pytest.mark.systemd
 release_server = agent_env.release_server
@@ -133,8 +143,7 @@ def test_ansible_doc_renders_the_modules(ansible_home: Path) -> None:
         ("module", "upgrade_core.fleet.status", ("upgrade_core_status", "EXAMPLES")),
         ("connection", "upgrade_core.fleet.nsenter", ("nsenter_pid", "ansible_nsenter_pid")),
     ):
-        done = subprocess.run([str(BIN / "ansible-doc"), "-t", kind, plugin], capture_output=True, text=True,
-                              env=env, timeout=60, check=False, stdin=subprocess.DEVNULL)
+        done = run_bounded([str(BIN / "ansible-doc"), "-t", kind, plugin], env, 60.0)
         assert done.returncode == 0, done.stderr
         assert "WARNING" not in done.stderr, done.stderr
         for word in words:
@@ -159,6 +168,24 @@ def test_bad_module_input_fails_with_one_clear_line(fleet: FleetReleases) -> Non
         msg = result["msg"]
         assert "\n" not in msg and words in msg and "Traceback" not in msg, (args, msg)
     assert snapshot(env) == before
+
+
+def test_an_unreachable_canary_halts_the_rollout_and_is_reported(fleet: FleetReleases) -> None:
+    # "ghost" names host0's live PID 1 with another pid namespace: what a PID reused after a host stopped
+    # looks like. The connection must refuse it; the rollout must halt there with host0 untouched.
+    host0 = fleet.fleet.hosts["host0"]
+    before = snapshot(host0)
+    inventory = fleet.fleet.home / "ghost-inventory.json"
+    ghost = {**host_vars(host0), "ansible_nsenter_namespace": "pid:[1]"}
+    inventory.write_text(json.dumps({"all": {"hosts": {"ghost": ghost, "host0": host_vars(host0)}}}))
+    play = fleet.fleet.playbook(fleet.vars(fleet.v2, "ghost-2.0.0"), inventory=inventory)
+    assert play.code != 0, play.stdout[-4000:]
+    entries = play.summary_by_host()
+    assert entries["ghost"]["result"] == "unreachable", entries
+    assert f"is in {host0.sandbox.pidns}, not pid:[1]" in entries["ghost"]["reason"], entries
+    assert entries["host0"]["result"] == "not_run", entries
+    assert snapshot(host0) == before
+    assert host0.result_file("ghost-2.0.0") is None
 
 
 def test_check_mode_changes_nothing_on_any_host(fleet: FleetReleases) -> None:

@@ -41,6 +41,14 @@ options:
     required: true
     vars:
       - name: ansible_nsenter_pid
+  nsenter_namespace:
+    description:
+      - The pid namespace process O(nsenter_pid) must be in, as C(readlink /proc/PID/ns/pid) prints it (for
+        example C(pid:[4026532601])). A process in any other namespace, such as an unrelated one that reused
+        the PID after the host stopped, is refused and the host reported unreachable.
+    type: str
+    vars:
+      - name: ansible_nsenter_namespace
   nsenter_timeout:
     description:
       - Seconds one command or file transfer may take before it is killed and the task fails.
@@ -67,10 +75,27 @@ class Connection(ConnectionBase):
     _connected: bool
 
     def _prefix(self) -> list[str]:
-        """``nsenter -t PID -m -p -u -i --``; raises AnsibleConnectionFailure when PID is gone."""
+        """``nsenter -t PID -m -p -u -i --``.
+
+        Raises:
+            AnsibleConnectionFailure: PID is gone, is in another pid namespace than ``nsenter_namespace``, or
+                is in the controller's own pid namespace (its commands would run on this machine itself).
+        """
         pid = int(self.get_option("nsenter_pid"))
-        if pid <= 0 or not os.path.exists(f"/proc/{pid}/ns/pid"):
+        try:
+            namespace = os.readlink(f"/proc/{pid}/ns/pid") if pid > 0 else ""
+        except OSError:
+            namespace = ""
+        if not namespace:
             raise AnsibleConnectionFailure(f"nsenter: process {pid} does not exist; the host is down")
+        expected = self.get_option("nsenter_namespace")
+        if expected and namespace != expected:
+            raise AnsibleConnectionFailure(
+                f"nsenter: process {pid} is in {namespace}, not {expected}; the host is down (PID reused)")
+        if namespace == os.readlink("/proc/self/ns/pid"):
+            raise AnsibleConnectionFailure(
+                f"nsenter: process {pid} is in the controller's own pid namespace; refusing to run a host's "
+                "commands on this machine itself (use the local connection for that)")
         nsenter = shutil.which("nsenter")
         if nsenter is None:
             raise AnsibleConnectionFailure("nsenter: the nsenter program (util-linux) is not on PATH")

@@ -39,15 +39,17 @@ class AgentRun:
         code: its exit status (negative: killed by that signal).
         doc: the one JSON object it printed on stdout, or None when stdout held none.
         stderr: its stderr (progress and logs).
-        timed_out: it was still running after the caller's timeout and was stopped.
+        timeout_s: the caller's timeout, seconds.
+        timed_out: it was still running after ``timeout_s`` and was stopped.
     """
 
     def __init__(self, argv: list[str], code: int, doc: dict[str, Any] | None, stderr: str,
-                 timed_out: bool) -> None:
+                 timeout_s: float, timed_out: bool) -> None:
         self.argv = argv
         self.code = code
         self.doc = doc
         self.stderr = stderr
+        self.timeout_s = timeout_s
         self.timed_out = timed_out
 
     def error_line(self) -> str:
@@ -55,7 +57,8 @@ class AgentRun:
         line of stderr, else its exit status and what that status means."""
         meaning = EXIT_MEANINGS.get(self.code, "unexpected exit status")
         if self.timed_out:
-            return f"{' '.join(self.argv[:1])} did not finish in time and was stopped (exit {self.code})"
+            return (f"{self.argv[0]} did not finish within {self.timeout_s:g} s; it was sent SIGTERM and "
+                    f"exited {self.code}")
         if self.doc is not None and self.doc.get("error"):
             return str(self.doc["error"]).strip().splitlines()[0]
         lines = [ln.strip() for ln in self.stderr.splitlines() if ln.strip()]
@@ -102,7 +105,7 @@ def run_agent(executable: str, config: str | None, args: list[str], timeout_s: f
         except subprocess.TimeoutExpired:
             proc.kill()
             out, err = proc.communicate()
-    return AgentRun(argv, proc.returncode, _one_object(out), err, timed_out)
+    return AgentRun(argv, proc.returncode, _one_object(out), err, timeout_s, timed_out)
 
 
 def _one_object(stdout: str) -> dict[str, Any] | None:
