@@ -18,8 +18,10 @@ test-long: $(STAMP)
 	@UPGRADE_CORE_LONG=1 $(PY) -m tests.runner
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check upgrade_core journal agent tests benchmarks examples
+	$(VENV)/bin/ruff check upgrade_core journal agent tests benchmarks examples ansible
 	$(VENV)/bin/mypy
+	@# the Ansible collection imports itself as ansible_collections.upgrade_core.fleet, rooted at ansible/
+	MYPYPATH=ansible $(VENV)/bin/mypy --explicit-package-bases -p ansible_collections.upgrade_core.fleet
 
 bench: $(STAMP)
 	@$(PY) -m benchmarks

@@ -138,9 +138,17 @@ class AgentEnv:
         stability_s: float = 0.5,
         timeout_s: float = 10.0,
         max_attempts: int = 2,
+        name: str | None = None,
+        extra_config: str = "",
     ) -> AgentEnv:
-        """Write the configuration (nothing else is created: root, state_dir and the lock are absent)."""
-        name = f"cli-{secrets.token_hex(4)}"
+        """Write the configuration (nothing else is created: root, state_dir and the lock are absent).
+
+        Args:
+            name: ``agent.name``; default a fresh ``cli-<hex>``. Several hosts of one fleet (each its own
+                sandbox and ``work``) share one name, as the hosts of a real fleet do.
+            extra_config: TOML appended to the configuration (e.g. a ``[trust]`` section).
+        """
+        name = name or f"cli-{secrets.token_hex(4)}"
         port = free_port()
         (work / "var").mkdir(exist_ok=True)
         (work / "run").mkdir(exist_ok=True)
@@ -160,6 +168,7 @@ class AgentEnv:
                 timeout_s=timeout_s,
                 max_attempts=max_attempts,
             )
+            + (f"\n{extra_config}" if extra_config else "")
         )
         return cls(sandbox, server, work, name, port, inside, config, root, state_dir, lock_path)
 

@@ -1,0 +1,293 @@
+"""Issue 14: the ``upgrade_core.fleet`` collection rolls releases across six real hosts in waves.
+
+Six private systemds are booted once for the module (:mod:`tests.systemd.ansible_fleet`); each host gets
+the sample agent 1.0.0 installed through the real CLI inside it, with ``[trust] root_keys`` naming a key
+made by the real ``minisign`` (every release below is signed; the agent fetches ``<archive>.minisig``).
+Every scenario runs the real ``ansible-playbook upgrade_core.fleet.rollout`` and then asserts what each host
+shows: its links, its unit's ``MainPID`` (the executable and argv read from ``/proc`` inside the host, and
+when it started), and the version its agent serves on ``/healthz``; the summary and the play recap are
+checked against those facts, never instead of them.
+
+The scenarios share the fleet, in order: check mode (changes nothing), the good 2.0.0 rollout (a module
+fixture, so the later scenarios can rely on it whichever runs first), its re-run (``changed=0``), and a bad
+3.0.0 (the canary rolls back, the play halts, the other five hosts are untouched).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agent.harness.releases import ReleaseServer
+from agent.harness.sandbox import PrivateSystemd
+from tests.cli.test_signed_releases import keypair, sign
+
+from . import agent_env
+from .agent_env import AgentEnv, Release, tree
+from .ansible_fleet import (
+    AGENT_EXE,
+    BIN,
+    Fleet,
+    Play,
+    ansible_env,
+    build_collection,
+    host_vars,
+    run_bounded,
+    start_ticks,
+)
+
+pytestmark = pytest.mark.systemd
+release_server = agent_env.release_server
+
+N_HOSTS = 6
+# serial [1, "10%", "50%", "100%"] over six hosts: 10% rounds down to 0 and Ansible makes it 1; 50% is 3;
+# 100% takes the one left.
+EXPECTED_WAVES = [["host0"], ["host1"], ["host2", "host3", "host4"], ["host5"]]
+GOOD_OP = "rollout-2.0.0"
+BAD_OP = "rollout-3.0.0"
+SPEC_KEYS = ("operation", "result", "from_version", "to_version", "slot", "reason")
+
+
+class FleetReleases:
+    """The fleet under test and its three signed releases (1.0.0 installed, 2.0.0 good, 3.0.0 bad)."""
+
+    def __init__(self, fleet: Fleet, server: ReleaseServer, v1: Release, v2: Release, v3: Release) -> None:
+        self.fleet = fleet
+        self.server = server
+        self.v1, self.v2, self.v3 = v1, v2, v3
+
+    def vars(self, rel: Release, operation: str) -> dict[str, Any]:
+        """The rollout's extra vars for ``rel``."""
+        return {"rollout_archive": rel.url, "rollout_sha256": rel.sha256,
+                "rollout_expect_version": rel.version, "rollout_operation": operation}
+
+
+def snapshot(env: AgentEnv) -> dict[str, Any]:
+    """What a host shows: its host root's tree (links and slot digests), ``state_dir``'s tree, and its
+    unit's MainPID with that process's start time."""
+    pid, _, _ = env.main_process()
+    return {"root": tree(env.root), "state": tree(env.state_dir), "pid": pid,
+            "started": start_ticks(env, pid)}
+
+
+@pytest.fixture(scope="module")
+def ansible_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The collection, built with ``ansible-galaxy collection build`` and installed into a private path."""
+    home = tmp_path_factory.mktemp("ansible")
+    build_collection(home)
+    return home
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    ansible_home: Path, release_server: ReleaseServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FleetReleases]:
+    """Six hosts, each its own private systemd, running the signed sample agent 1.0.0."""
+    if os.geteuid() != 0:
+        pytest.skip("the private systemd harness needs root (unshare, mount, cgroup2)")
+    work = tmp_path_factory.mktemp("fleet")
+    sec, pub = keypair(work, "publisher")
+    name = f"fleet-{os.urandom(3).hex()}"
+    sandboxes: list[PrivateSystemd] = []
+    try:
+        hosts: dict[str, AgentEnv] = {}
+        for i in range(N_HOSTS):
+            sandboxes.append(PrivateSystemd.start(work / f"sd{i}"))
+            (work / f"host{i}").mkdir()
+            hosts[f"host{i}"] = AgentEnv.create(
+                sandboxes[-1], release_server, work / f"host{i}", inside=True, name=name,
+                extra_config=f'[trust]\nroot_keys = ["{pub}"]\n',
+            )
+        assert len({env.port for env in hosts.values()}) == N_HOSTS
+        first = hosts["host0"]
+        releases = [first.release("1.0.0"), first.release("2.0.0"), first.release("3.0.0", "exit-after:0.3")]
+        for rel in releases:
+            sign(sec, rel.path, f"name={name} version={rel.version} security_version=1")
+        with ThreadPoolExecutor(N_HOSTS) as pool:
+            list(pool.map(lambda env: env.install(releases[0]), hosts.values()))
+        for env in hosts.values():
+            env.assert_running("blue", releases[0])
+        yield FleetReleases(Fleet.create(hosts, ansible_home), release_server, *releases)
+    finally:
+        problems = []
+        for sd in sandboxes:
+            try:
+                sd.stop()
+            except Exception as exc:  # stop every sandbox, then report
+                problems.append(str(exc))
+        assert not problems, problems
+
+
+@pytest.fixture(scope="module")
+def good_rollout(fleet: FleetReleases) -> tuple[Play, dict[str, dict[str, Any]]]:
+    """The good signed 2.0.0 rolled out once with the default waves; (the play, each host's snapshot from
+    before it)."""
+    before = {name: snapshot(env) for name, env in fleet.fleet.hosts.items()}
+    play = fleet.fleet.playbook(fleet.vars(fleet.v2, GOOD_OP))
+    return play, before
+
+
+def test_ansible_doc_renders_the_modules(ansible_home: Path) -> None:
+    env = ansible_env(ansible_home)
+    for kind, plugin, words in (
+        ("module", "upgrade_core.fleet.upgrade", ("archive", "sha256", "expect_version", "operation",
+                                                  "signature", "config", "EXAMPLES", "RETURN VALUES",
+                                                  "--preflight", "rolled_back")),
+        ("module", "upgrade_core.fleet.status", ("upgrade_core_status", "EXAMPLES")),
+        ("connection", "upgrade_core.fleet.nsenter", ("nsenter_pid", "ansible_nsenter_pid")),
+    ):
+        done = run_bounded([str(BIN / "ansible-doc"), "-t", kind, plugin], env, 60.0)
+        assert done.returncode == 0, done.stderr
+        assert "WARNING" not in done.stderr, done.stderr
+        for word in words:
+            assert word in done.stdout, (plugin, word, done.stdout)
+
+
+def test_bad_module_input_fails_with_one_clear_line(fleet: FleetReleases) -> None:
+    env = fleet.fleet.hosts["host1"]
+    before = snapshot(env)
+    good = {"config": str(env.config), "executable": str(AGENT_EXE)}
+    v2 = {"archive": fleet.v2.url, "sha256": fleet.v2.sha256}
+    cases = [
+        ("upgrade", {**good, **v2, "sha256": "not-a-digest"}, "sha256"),
+        ("upgrade", {**good, **v2, "archive": str(env.work / "missing.tar.gz")}, "missing.tar.gz"),
+        ("upgrade", {**good, **v2, "executable": "/nonexistent/upgrade-agent"}, "/nonexistent/upgrade-agent"),
+        ("upgrade", {**good, **v2, "timeout": "0"}, "timeout must be a positive number"),
+        ("status", {**good, "config": str(env.work / "missing.toml")}, "missing.toml"),
+    ]
+    for module, args, words in cases:
+        code, state, result = fleet.fleet.adhoc("host1", f"upgrade_core.fleet.{module}", args)
+        assert (code, state) == (2, "FAILED!"), (args, state, result)
+        msg = result["msg"]
+        assert "\n" not in msg and words in msg and "Traceback" not in msg, (args, msg)
+    assert snapshot(env) == before
+
+
+def test_an_unreachable_canary_halts_the_rollout_and_is_reported(fleet: FleetReleases) -> None:
+    # "ghost" names host0's live PID 1 with another pid namespace: what a PID reused after a host stopped
+    # looks like. The connection must refuse it; the rollout must halt there with host0 untouched.
+    host0 = fleet.fleet.hosts["host0"]
+    before = snapshot(host0)
+    inventory = fleet.fleet.home / "ghost-inventory.json"
+    ghost = {**host_vars(host0), "ansible_nsenter_namespace": "pid:[1]"}
+    inventory.write_text(json.dumps({"all": {"hosts": {"ghost": ghost, "host0": host_vars(host0)}}}))
+    play = fleet.fleet.playbook(fleet.vars(fleet.v2, "ghost-2.0.0"), inventory=inventory)
+    assert play.code != 0, play.stdout[-4000:]
+    entries = play.summary_by_host()
+    assert entries["ghost"]["result"] == "unreachable", entries
+    assert f"is in {host0.sandbox.pidns}, not pid:[1]" in entries["ghost"]["reason"], entries
+    assert entries["host0"]["result"] == "not_run", entries
+    assert snapshot(host0) == before
+    assert host0.result_file("ghost-2.0.0") is None
+
+
+def test_check_mode_changes_nothing_on_any_host(fleet: FleetReleases) -> None:
+    hosts = fleet.fleet.hosts
+    before = {name: snapshot(env) for name, env in hosts.items()}
+    fetched = len(fleet.server.requests)
+    play = fleet.fleet.playbook(fleet.vars(fleet.v2, "check-2.0.0"), "--check")
+    assert play.code == 0, play.stdout[-4000:]
+    assert {name: snapshot(env) for name, env in hosts.items()} == before
+    assert fleet.server.requests[fetched:] == []  # not even the signature was fetched
+    for env in hosts.values():
+        assert env.result_file("check-2.0.0") is None
+    assert all(counts["failed"] == 0 for counts in play.recap.values()), play.recap
+    summary = play.summary_by_host()
+    assert sorted(summary) == sorted(hosts)
+    for entry in summary.values():
+        assert entry["result"] == "preflight", entry
+        assert any("switch current" in step for step in entry["plan"]), entry
+    assert play.summary is not None and play.summary["check_mode"] is True
+
+
+def test_good_signed_release_rolls_out_to_every_host_in_waves(
+    fleet: FleetReleases, good_rollout: tuple[Play, dict[str, dict[str, Any]]]
+) -> None:
+    play, before = good_rollout
+    assert play.code == 0, play.stdout[-4000:]
+    hosts = fleet.fleet.hosts
+    started: dict[str, int] = {}
+    for name, env in hosts.items():
+        pid = env.assert_running("green", fleet.v2)  # MainPID runs the current link -> green = 2.0.0's bytes
+        assert pid != before[name]["pid"]
+        started[name] = start_ticks(env, pid)
+        assert env.link("last-good") == f"{env.name}-blue"  # 1.0.0 stays the way back
+        published = env.result_file(GOOD_OP) or {}
+        assert {k: published.get(k) for k in SPEC_KEYS} == {
+            "operation": GOOD_OP, "result": "committed", "from_version": "1.0.0", "to_version": "2.0.0",
+            "slot": "green", "reason": None}, published
+        assert "ReleaseTrusted" in env.events(GOOD_OP)  # the signature was checked on this host
+    # The waves, from the hosts: every host of a wave restarted after every host of the wave before.
+    for earlier, later in itertools.pairwise(EXPECTED_WAVES):
+        assert max(started[h] for h in earlier) < min(started[h] for h in later), started
+    assert play.summary is not None
+    assert play.summary["waves"] == EXPECTED_WAVES
+    assert play.summary["halted"] is False
+    for entry in play.summary_by_host().values():
+        assert (entry["from"], entry["to"], entry["result"], entry["reason"], entry["changed"]) == (
+            "1.0.0", "2.0.0", "committed", None, True), entry
+    assert {name: (c["changed"], c["failed"]) for name, c in play.recap.items()} == {
+        name: (1, 0) for name in hosts}
+    assert "host5: committed 1.0.0 -> 2.0.0" in play.stdout
+
+
+def test_rerunning_the_good_rollout_changes_nothing(
+    fleet: FleetReleases, good_rollout: tuple[Play, dict[str, dict[str, Any]]]
+) -> None:
+    hosts = fleet.fleet.hosts
+    before = {name: snapshot(env) for name, env in hosts.items()}
+    play = fleet.fleet.playbook(fleet.vars(fleet.v2, GOOD_OP))
+    assert play.code == 0, play.stdout[-4000:]
+    assert {name: c["changed"] for name, c in play.recap.items()} == {name: 0 for name in hosts}, play.recap
+    for name, env in hosts.items():
+        assert env.assert_running("green", fleet.v2) == before[name]["pid"]  # not even restarted
+        assert snapshot(env)["root"] == before[name]["root"]
+    for entry in play.summary_by_host().values():
+        assert entry["changed"] is False and entry["to"] == "2.0.0", entry
+
+
+def test_bad_release_canary_rolls_back_and_the_rollout_halts(
+    fleet: FleetReleases, good_rollout: tuple[Play, dict[str, dict[str, Any]]]
+) -> None:
+    hosts = fleet.fleet.hosts
+    before = {name: snapshot(env) for name, env in hosts.items()}
+    bad_path = fleet.v3.url.split("/", 3)[3]
+    play = fleet.fleet.playbook(fleet.vars(fleet.v3, BAD_OP))
+    assert play.code != 0, play.stdout[-4000:]
+    canary = hosts["host0"]
+    # The canary tried 3.0.0 (blue), saw it die, and is back on 2.0.0 in green.
+    canary_result = canary.result_file(BAD_OP)
+    assert canary_result is not None and canary_result["result"] == "rolled_back", canary_result
+    assert canary_result["reason"]
+    canary.assert_running("green", fleet.v2)
+    assert canary.link("current") == f"{canary.name}-green"
+    # Every other host never started: same links and slots, same process, still serving 2.0.0.
+    for name, env in hosts.items():
+        if name == "host0":
+            continue
+        now = snapshot(env)
+        assert now["root"] == before[name]["root"], name
+        assert (now["pid"], now["started"]) == (before[name]["pid"], before[name]["started"]), name
+        assert env.assert_running("green", fleet.v2) == before[name]["pid"]
+        assert env.result_file(BAD_OP) is None
+    assert fleet.server.requests.count(f"/{bad_path}") == 1  # only the canary fetched the bad archive
+    assert play.recap["host0"]["failed"] == 1, play.recap
+    assert set(play.recap) == {"host0"} | ({"localhost"} & set(play.recap)), play.recap
+    assert play.summary is not None and play.summary["halted"] is True
+    assert play.summary["waves"] == [["host0"]]
+    entries = play.summary_by_host()
+    assert (entries["host0"]["result"], entries["host0"]["reason"]) == (
+        "rolled_back", canary_result["reason"])
+    assert (entries["host0"]["from"], entries["host0"]["to"]) == ("2.0.0", "3.0.0")
+    for name in hosts:
+        if name != "host0":
+            assert entries[name]["result"] == "not_run", entries[name]
+    assert canary_result["reason"] in play.stdout
+
