@@ -140,11 +140,13 @@ class SetupMixin:
             provision.create_layout_dirs()
             record.intend("file", [lay.slot_path("blue")])
             record.intend("link", [lay.current_link, lay.last_good_link, lay.bin_link])
-            await self._install_units(ports.service, record)
+            await self._install_units(ports.service, record, start_operator=False)
             result = await run_install(ports, policy, request, folder=folder)
             if result.result == "committed":
                 provision.ensure_compat_link()
             done = result.result in ("committed", "noop")
+            if done:  # the operator takes upgrades of an installed agent only
+                await self._start_operator(ports.service)
             return result
         except BaseException as exc:
             # SPEC 7: a failed install removes what it created (the journal keeps the episode). The first
@@ -346,12 +348,14 @@ class SetupMixin:
         return service_manager(self.config, self.config_path)
 
     async def _install_units(
-        self, service: Any, record: InstallRecord, only: dict[str, str] | None = None
+        self, service: Any, record: InstallRecord, only: dict[str, str] | None = None, *,
+        start_operator: bool = True,
     ) -> None:
         """Write the units (``only`` those, default all of :meth:`units`), each listed in the install record
-        first; daemon-reload; enable the agent, the boot-time recovery unit and the recovery timer, and
-        start the timer (it recovers an abandoned episode without waiting for a reboot); with
-        ``[operations]``, enable and start ``NAME-operator.service`` too.
+        first; daemon-reload; enable the agent, the boot-time recovery unit, the recovery timer and (with
+        ``[operations]``) ``NAME-operator.service``; start the timer (it recovers an abandoned episode, an
+        interrupted install's too, without waiting for a reboot) and, with ``start_operator``, the operator
+        (a bare install starts it only once it committed).
 
         Raises:
             ConfigError: a unit file this agent did not write stands in the way (nothing written).
@@ -364,12 +368,20 @@ class SetupMixin:
         record.intend("unit", [self._unit_path(n) for n in units])
         await service.write_units(units)
         await service.daemon_reload()
-        await service.enable(self.config.agent.unit, recover_boot_unit_name(name), recover_timer_name(name))
+        enabled = [self.config.agent.unit, recover_boot_unit_name(name), recover_timer_name(name)]
+        if operator_unit_name(name) in self.units():
+            enabled.append(operator_unit_name(name))
+        await service.enable(*enabled)
         await service.start(recover_timer_name(name))
-        operator = operator_unit_name(name)
-        if operator in units:
-            await service.enable(operator)
-            await service.start(operator)
+        if start_operator:
+            await self._start_operator(service)
+
+    async def _start_operator(self, service: Any) -> None:
+        """Start ``NAME-operator.service`` when ``[operations]`` is configured (issue 13)."""
+        from .units import operator_unit_name
+
+        if operator_unit_name(self.config.agent.name) in self.units():
+            await service.start(operator_unit_name(self.config.agent.name))
 
     async def remove_units(self, record: InstallRecord | None = None) -> Cleanup:
         """Stop, disable and remove this agent's unit files; the caller holds the host lock.
@@ -423,6 +435,11 @@ class SetupMixin:
             await service.daemon_reload()
         except UpgradeError as exc:
             out.errors.append(f"daemon-reload: {exc}")
+        for unit in owned:  # a unit stopped mid-run stays loaded as "failed" until this; leave no residue
+            try:
+                await service.reset_failed(unit)
+            except UpgradeError as exc:
+                log(f"reset-failed {unit}: {exc}")
         return out
 
     # -- readers -----------------------------------------------------------------------------------------
