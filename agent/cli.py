@@ -141,6 +141,11 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     cmd("uninstall", "reset, then remove everything install created")
     p = cmd("operator", "take upgrade operations from [operations] source and report each one's status")
     p.add_argument("--once", action="store_true", help="stop when no operation is left to do")
+    p = cmd("ignition", "print an Ignition config (spec 3.x JSON) that provisions this configuration")
+    p.add_argument("--archive", metavar="URL", required=True, help="the release archive (http(s) URL)")
+    p.add_argument("--sha256", metavar="HEX", required=True, help="the release archive's sha256")
+    p.add_argument("--runtime", metavar="URL", help="the runtime tar.gz (http(s) URL); required")
+    p.add_argument("--runtime-sha256", metavar="HEX", help="the runtime tar.gz's sha256")
     cmd("demo", "boot a private systemd and walk through install, upgrade, rollback and recovery")
     return parser
 

@@ -238,17 +238,30 @@ class SetupMixin:
         return UpgradeResult(None, "noop", slot=self.host.links().current, reason="adopted legacy layout")
 
     # -- units -------------------------------------------------------------------------------------------
-    def units(self) -> dict[str, str]:
+    def units(self, *, bin_dir: str | None = None, config_path: str | None = None) -> dict[str, str]:
         """The rendered unit files, file name -> text (SPEC 6, 10): the agent unit, both recovery units,
         ``NAME-recover.timer`` and its ``NAME-recover-timer.service``; ``NAME-operator.service`` too when
-        ``[operations] source`` is set (issue 13)."""
+        ``[operations] source`` is set (issue 13).
+
+        Args:
+            bin_dir: absolute directory holding ``upgrade-agent`` and ``recover-agent-upgrade`` on the host
+                the units are for; None: where this process's own ``recover-agent-upgrade`` is installed
+                (``upgrade-agent ignition`` names the runtime unpacked on the new host instead).
+            config_path: absolute configuration path the units pass as ``--config``; None: this session's.
+
+        Raises:
+            ConfigError: a relative path or a bad name (see :func:`agent.units.render_units`).
+        """
         from .units import render_units
         from .wiring import recover_executable
 
         cfg = self.config
+        recover_exe = (
+            recover_executable() if bin_dir is None else os.path.join(bin_dir, "recover-agent-upgrade")
+        )
         operator = None
         if cfg.operations.source:
-            exe = os.path.join(os.path.dirname(recover_executable()), "upgrade-agent")
+            exe = os.path.join(os.path.dirname(recover_exe), "upgrade-agent")
             health = cfg.health
             budget = health.max_attempts * (health.stability_s + health.timeout_s)
             operator = (exe, cfg.operations.source, int(budget) + 120)
@@ -258,8 +271,8 @@ class SetupMixin:
             current_link=self.host.current_link_path(),
             exec_args=cfg.agent.exec_args,
             max_attempts=cfg.health.max_attempts,
-            recover_exe=recover_executable(),
-            config_path=self.config_path,
+            recover_exe=recover_exe,
+            config_path=self.config_path if config_path is None else config_path,
             operator=operator,
         )
 

@@ -19,6 +19,7 @@ from .errors import ConfigError
 
 __all__ = [
     "RECOVER_TIMER_PERIOD_S",
+    "bootstrap_unit_name",
     "check_abs",
     "check_agent_unit",
     "check_name",
@@ -31,6 +32,7 @@ __all__ = [
     "recover_timer_service_name",
     "recover_unit_name",
     "render_agent_unit",
+    "render_bootstrap_unit",
     "render_recover_boot_unit",
     "render_recover_timer",
     "render_recover_timer_service",
@@ -101,6 +103,7 @@ def check_agent_unit(name: str, unit: str) -> None:
     own = set(render_units(name=name, unit=f"{name}.service", current_link="/", exec_args=(),
                            max_attempts=1, recover_exe="/", config_path="/",
                            operator=("/", "spool", 1))) - {f"{name}.service"}
+    own.add(bootstrap_unit_name(name))
     if unit in own:
         raise ConfigError(f"agent.unit: {unit} is one of the units upgrade-agent itself renders for {name}")
 
@@ -152,6 +155,11 @@ def recover_timer_name(name: str) -> str:
 def operator_unit_name(name: str) -> str:
     """``NAME-operator.service``: ``upgrade-agent operator`` when ``[operations]`` is configured (SPEC 10)."""
     return f"{name}-operator.service"
+
+
+def bootstrap_unit_name(name: str) -> str:
+    """``NAME-bootstrap.service``: the first-boot install of a host provisioned by Ignition (SPEC 10)."""
+    return f"{name}-bootstrap.service"
 
 
 def recover_timer_service_name(name: str) -> str:
@@ -419,6 +427,77 @@ def render_operator_unit(
         + "Restart=on-failure\n"
         + "RestartSec=5\n"
         + f"TimeoutStopSec={stop_timeout_s}\n"
+        + "\n[Install]\n"
+        + "WantedBy=multi-user.target\n"
+    )
+
+
+def render_bootstrap_unit(
+    *,
+    name: str,
+    runtime_archive: str,
+    runtime_dir: str,
+    upgrade_exe: str,
+    config_path: str,
+    release_archive: str,
+    sha256: str,
+    signature: str | None,
+    marker: str,
+) -> str:
+    """Render ``NAME-bootstrap.service`` (SPEC 10): the one-time first-boot install on a host that Ignition
+    provisioned (``upgrade-agent ignition``), starting with :func:`owner_header`.
+
+    A oneshot that unpacks the runtime archive into ``runtime_dir`` (``tar`` of the host, no Python needed),
+    runs ``upgrade-agent --config CFG install --archive RELEASE --sha256 HEX`` from there, then writes
+    ``marker`` and disables itself. ``ConditionPathExists=!marker``: once the install succeeded it never runs
+    again, even if enabled by hand; when a step fails, nothing after it runs (no marker), so the next boot
+    tries again (``install`` of the same release is a ``noop``). Ordered after the network (a ``[trust]``
+    keyring may be remote). It is deliberately not ``Before=`` the agent unit or the recovery units:
+    ``install`` starts those itself and waits for them, and such an ordering would make those start jobs
+    wait for this very unit; none of them is enabled before ``install`` enables it.
+
+    Args:
+        name: ``agent.name``.
+        runtime_archive: absolute path of the runtime tar.gz on the host.
+        runtime_dir: absolute directory it is unpacked into (must exist: Ignition creates it).
+        upgrade_exe: absolute path of ``upgrade-agent`` inside ``runtime_dir``.
+        config_path: absolute path of the configuration file on the host.
+        release_archive: absolute path of the release archive on the host.
+        sha256: its digest, 64 lowercase hex.
+        signature: absolute path of its minisign signature on the host, or None.
+        marker: absolute path written once the install succeeded.
+
+    Returns:
+        The unit file text.
+
+    Raises:
+        ConfigError: a bad name or a relative path.
+    """
+    check_name(name)
+    for path, key in ((runtime_archive, "runtime archive"), (runtime_dir, "runtime directory"),
+                      (release_archive, "release archive"), (marker, "bootstrap marker"),
+                      (config_path, "--config")):
+        check_abs(path, key)
+    install = ["--config", config_path, "install", "--archive", release_archive, "--sha256", sha256]
+    if signature is not None:
+        install += ["--signature", signature]
+    unit = bootstrap_unit_name(name)
+    return owner_header(name) + (
+        _HEADER
+        + "[Unit]\n"
+        + f"Description=First-boot install of {name} by upgrade-agent (provisioned by Ignition)\n"
+        + f"ConditionPathExists=!{marker}\n"
+        + "Wants=network-online.target\n"
+        + "After=network-online.target\n"
+        + "\n[Service]\n"
+        + "Type=oneshot\n"
+        + "ExecStart="
+        + exec_line("/usr/bin/tar", ["--no-same-owner", "-xzf", runtime_archive, "-C", runtime_dir])
+        + "\n"
+        + f"ExecStart={exec_line(upgrade_exe, install)}\n"
+        + f"ExecStart={exec_line('/usr/bin/touch', [marker])}\n"
+        + f"ExecStart={exec_line('/usr/bin/systemctl', ['disable', unit])}\n"
+        + f"TimeoutStartSec={RECOVER_TIMER_TIMEOUT}\n"
         + "\n[Install]\n"
         + "WantedBy=multi-user.target\n"
     )

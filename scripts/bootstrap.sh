@@ -18,6 +18,8 @@ command -v tar >/dev/null || need_apt+=(tar)
 command -v openssl >/dev/null || need_apt+=(openssl)
 # tests/agent_fetch/test_signatures.py signs releases with the publishers' own tool
 command -v minisign >/dev/null || need_apt+=(minisign)
+# tests/cli/test_ignition*.py check and apply `upgrade-agent ignition` configs with Debian's real Ignition
+{ [ -x /usr/bin/ignition-validate ] && [ -x /usr/lib/dracut/modules.d/30ignition/ignition ]; } || need_apt+=(ignition)
 { [ -x /usr/lib/systemd/systemd ] || [ -x /lib/systemd/systemd ]; } || need_apt+=(systemd)
 command -v unshare >/dev/null || need_apt+=(util-linux)
 command -v script >/dev/null || need_apt+=(bsdutils)

@@ -13,6 +13,7 @@ SPEC 7 pins), a human summary, and the exit code. The work itself is the embeddi
 - :mod:`~agent.commands.removal`: ``reset``, ``uninstall``;
 - :mod:`~agent.commands.demo`: ``demo``;
 - :mod:`~agent.commands.operator`: ``operator`` (managed operations, issue 13);
+- :mod:`~agent.commands.ignition`: ``ignition`` (an Ignition config for a new host, issue 15);
 - shared: :mod:`~agent.commands.common` (the session of ``--config``, a writing run),
   :mod:`~agent.commands.signals`, :mod:`~agent.commands.progress`,
   :mod:`~agent.commands.outcome` (result payloads).
@@ -30,6 +31,7 @@ from collections.abc import Callable
 
 from agent._groups import sole_error
 from agent.commands.demo import cmd_demo
+from agent.commands.ignition import cmd_ignition
 from agent.commands.install import cmd_install
 from agent.commands.journal import cmd_journal
 from agent.commands.operator import cmd_operator
@@ -95,6 +97,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], Outcome]] = {
     "uninstall": cmd_uninstall,
     "demo": cmd_demo,
     "operator": cmd_operator,
+    "ignition": cmd_ignition,
 }
 
 

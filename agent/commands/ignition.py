@@ -1,0 +1,26 @@
+"""``ignition``: print the Ignition config that provisions this configuration on a new read-only-``/usr``
+host (SPEC 10, issue 15; :mod:`agent.ignition`). Renders only: nothing is fetched, locked or written."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from agent.commands.outcome import Outcome
+from agent.ignition import render_ignition
+from agent.session import Session
+
+
+def cmd_ignition(args: argparse.Namespace) -> Outcome:
+    """``ignition --archive URL --sha256 HEX --runtime URL --runtime-sha256 HEX``: the config as JSON on
+    stdout (with or without ``--json``: it is one JSON object either way).
+
+    Raises:
+        UsageError, ConfigError: bad input or configuration (exit 2); see
+            :func:`agent.ignition.render_ignition`.
+    """
+    config = render_ignition(
+        Session.load(args.config), archive=args.archive, sha256=args.sha256, runtime=args.runtime,
+        runtime_sha256=args.runtime_sha256,
+    )
+    return Outcome(config, json.dumps(config, indent=2))
