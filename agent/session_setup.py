@@ -236,6 +236,16 @@ class SetupMixin:
         return UpgradeResult(None, "noop", slot=self.host.links().current, reason="adopted legacy layout")
 
     # -- units -------------------------------------------------------------------------------------------
+    def unit_executables(self) -> list[str]:
+        """Absolute paths of the tool's executables the rendered units run: ``recover-agent-upgrade``, and
+        ``upgrade-agent`` beside it when ``[operations] source`` is set (``NAME-operator.service``)."""
+        from .wiring import recover_executable
+
+        recover = recover_executable()
+        if not self.config.operations.source:
+            return [recover]
+        return [recover, os.path.join(os.path.dirname(recover), "upgrade-agent")]
+
     def units(self) -> dict[str, str]:
         """The rendered unit files, file name -> text (SPEC 6, 10): the agent unit, both recovery units,
         ``NAME-recover.timer`` and its ``NAME-recover-timer.service``; ``NAME-operator.service`` too when
@@ -246,7 +256,7 @@ class SetupMixin:
         cfg = self.config
         operator = None
         if cfg.operations.source:
-            exe = os.path.join(os.path.dirname(recover_executable()), "upgrade-agent")
+            exe = self.unit_executables()[-1]
             health = cfg.health
             budget = health.max_attempts * (health.stability_s + health.timeout_s)
             operator = (exe, cfg.operations.source, int(budget) + 120)
