@@ -20,7 +20,7 @@ test-long: $(STAMP)
 	@UPGRADE_CORE_LONG=1 $(PY) -m tests.runner
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check upgrade_core journal agent tests benchmarks examples ansible
+	$(VENV)/bin/ruff check upgrade_core journal agent tests benchmarks examples ansible scripts
 	$(VENV)/bin/mypy
 	@# the Ansible collection imports itself as ansible_collections.upgrade_core.fleet, rooted at ansible/
 	MYPYPATH=ansible $(VENV)/bin/mypy --explicit-package-bases -p ansible_collections.upgrade_core.fleet

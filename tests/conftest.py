@@ -16,6 +16,8 @@ from agent.stable_paths import ALLOW_ENV
 
 os.environ[ALLOW_ENV] = "1"
 
+pytest_plugins = ["tests.bundle"]  # the session's runtime bundle fixture, ``runtime_bundle``
+
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
