@@ -2,8 +2,10 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp
+# `make install`: where the tool goes on a classic host (its own venv, off the checkout and off /usr)
+PREFIX ?= /opt/upgrade-core
 
-.PHONY: demo test test-long lint bench mutants clean
+.PHONY: demo test test-long lint bench mutants clean install bundle
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@./scripts/bootstrap.sh
@@ -18,7 +20,7 @@ test-long: $(STAMP)
 	@UPGRADE_CORE_LONG=1 $(PY) -m tests.runner
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check upgrade_core journal agent tests benchmarks examples ansible
+	$(VENV)/bin/ruff check upgrade_core journal agent tests benchmarks examples ansible scripts
 	$(VENV)/bin/mypy
 	@# the Ansible collection imports itself as ansible_collections.upgrade_core.fleet, rooted at ansible/
 	MYPYPATH=ansible $(VENV)/bin/mypy --explicit-package-bases -p ansible_collections.upgrade_core.fleet
@@ -28,6 +30,14 @@ bench: $(STAMP)
 
 mutants: $(STAMP)
 	@$(PY) -m tests.mutants
+
+# README "Installing on a host": the wheel built from this checkout, in a venv at PREFIX (scripts/install_prefix.sh)
+install: $(STAMP)
+	@./scripts/install_prefix.sh "$(PREFIX)"
+
+# the self-contained runtime (PyInstaller one-folder, tar.gz) into dist/; cached in .cache/bundle
+bundle: $(STAMP)
+	@$(PY) scripts/build_bundle.py --dist dist
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache

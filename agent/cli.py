@@ -118,6 +118,11 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--expect-version", metavar="V")
     p.add_argument("--signature", metavar="SRC", help=_SIG_HELP)
     p.add_argument("--retry-known-bad", action="store_true", help=_RETRY_HELP)
+    p.add_argument(
+        "--allow-unstable-paths", action="store_true",
+        help="write units even when they would run this tool from /tmp, a home directory or a git checkout "
+        "(also UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS=1)",
+    )
     p = cmd("upgrade", "upgrade the agent (the supervised flow)")
     p.add_argument("--archive", metavar="SRC", required=True)
     p.add_argument("--sha256", metavar="HEX")

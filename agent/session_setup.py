@@ -238,6 +238,16 @@ class SetupMixin:
         return UpgradeResult(None, "noop", slot=self.host.links().current, reason="adopted legacy layout")
 
     # -- units -------------------------------------------------------------------------------------------
+    def unit_executables(self) -> list[str]:
+        """Absolute paths of the tool's executables the rendered units run: ``recover-agent-upgrade``, and
+        ``upgrade-agent`` beside it when ``[operations] source`` is set (``NAME-operator.service``)."""
+        from .wiring import recover_executable
+
+        recover = recover_executable()
+        if not self.config.operations.source:
+            return [recover]
+        return [recover, os.path.join(os.path.dirname(recover), "upgrade-agent")]
+
     def units(self, *, bin_dir: str | None = None, config_path: str | None = None) -> dict[str, str]:
         """The rendered unit files, file name -> text (SPEC 6, 10): the agent unit, both recovery units,
         ``NAME-recover.timer`` and its ``NAME-recover-timer.service``; ``NAME-operator.service`` too when

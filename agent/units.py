@@ -447,7 +447,8 @@ def render_bootstrap_unit(
     """Render ``NAME-bootstrap.service`` (SPEC 10): the one-time first-boot install on a host that Ignition
     provisioned (``upgrade-agent ignition``), starting with :func:`owner_header`.
 
-    A oneshot that unpacks the runtime archive into ``runtime_dir`` (``tar`` of the host, no Python needed),
+    A oneshot that unpacks the runtime archive into ``runtime_dir`` (``tar`` of the host, no Python needed;
+    the archive's one top directory, ``upgrade-core-runtime/`` as ``make bundle`` builds it, is stripped),
     runs ``upgrade-agent --config CFG install --archive RELEASE --sha256 HEX`` from there, then writes
     ``marker`` and disables itself. ``ConditionPathExists=!marker``: once the install succeeded it never runs
     again, even if enabled by hand; when a step fails, nothing after it runs (no marker), so the next boot
@@ -492,7 +493,8 @@ def render_bootstrap_unit(
         + "\n[Service]\n"
         + "Type=oneshot\n"
         + "ExecStart="
-        + exec_line("/usr/bin/tar", ["--no-same-owner", "-xzf", runtime_archive, "-C", runtime_dir])
+        + exec_line("/usr/bin/tar", ["--no-same-owner", "--strip-components=1", "-xzf", runtime_archive,
+                                     "-C", runtime_dir])
         + "\n"
         + f"ExecStart={exec_line(upgrade_exe, install)}\n"
         + f"ExecStart={exec_line('/usr/bin/touch', [marker])}\n"

@@ -59,8 +59,10 @@ def _entry(name: str) -> list[str]:
 def _entry_env() -> dict[str, str]:
     """The environment for the entry scripts: they must run this checkout's code. An editable install of
     another checkout (e.g. the benchmarks run from a git worktree) would import that one, so this checkout
-    is put first on ``PYTHONPATH`` then (one more ``sys.path`` entry, the same for every run)."""
-    env = dict(os.environ)
+    is put first on ``PYTHONPATH`` then (one more ``sys.path`` entry, the same for every run). The runs
+    install from the checkout's venv into a throw-away systemd on purpose, so ``install`` is told to accept
+    that (``UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS=1``, issue 15)."""
+    env = {**os.environ, "UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS": "1"}
     here = str(_harness.REPO_ROOT / "agent" / "__init__.py")
     probe = subprocess.run(  # what an entry script (sys.path[0] = its own directory) would import
         [sys.executable, "-c", "import agent; print(agent.__file__)"], env=env, cwd=str(BIN),

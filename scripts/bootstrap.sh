@@ -8,6 +8,12 @@ PY=${PYTHON:-python3}
 
 need_apt=()
 "$PY" -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+# `make install` (tests/cli/test_install_prefix.py) makes its venv with the distribution's interpreter
+if [ ! -x /usr/bin/python3 ]; then
+    need_apt+=(python3 python3-venv)
+elif ! /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null; then
+    need_apt+=(python3-venv)
+fi
 command -v curl >/dev/null || need_apt+=(curl)
 command -v zstd >/dev/null || need_apt+=(zstd)
 # tests/agent_fetch/test_formats.py makes archives with the publishers' own tools

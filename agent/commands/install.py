@@ -10,6 +10,7 @@ import attrs
 from agent.commands.common import cli_session, run_writing
 from agent.commands.outcome import Outcome, result_outcome
 from agent.fetch import parse_sha256
+from agent.stable_paths import check_stable_executables
 
 
 def cmd_install(args: argparse.Namespace) -> Outcome:
@@ -19,6 +20,8 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
         ConfigError, UsageError: bad configuration or arguments; nothing to adopt (exit 2).
         LayoutConflictError: a partial layout or a file where a link must be (exit 2), before the lock.
         AlreadyInstalledError: installed with a different binary (exit 2).
+        UsageError: the units would run the tool from a temporary or per-user path and
+            ``--allow-unstable-paths`` was not given (exit 2, :mod:`agent.stable_paths`), before the lock.
         LockBusyError: the host lock is held (exit 75).
     """
     session = cli_session(args)
@@ -30,6 +33,8 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
             args.archive, sha256=args.sha256, expect_version=args.expect_version, signature=args.signature,
             retry_known_bad=args.retry_known_bad,
         )
+    # issue 15: units that run the tool from /tmp, a home directory or a checkout break recovery later
+    check_stable_executables(session.unit_executables(), allow=args.allow_unstable_paths)
     sha, version = args.sha256, args.expect_version
     result = run_writing(session, args, lambda: session.install(request, sha256=sha, expect_version=version))
     outcome = result_outcome(result)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from agent.config_fast import machine_arch
 from agent.harness.releases import ReleaseServer, build_release, sha256_file
+from agent.stable_paths import ALLOW_ENV
 
 NAME = "demo-agent"
 
@@ -93,7 +94,9 @@ def run() -> int:
         def step(title: str, argv: list[str], expect: int, env: dict[str, str] | None = None) -> None:
             _say(title)
             print("$ upgrade-agent " + " ".join(argv), flush=True)
-            done = subprocess.run([*cli, *argv], env={**os.environ, **(env or {})}, check=False)
+            # the demo installs from this checkout's venv into a throw-away systemd on purpose (issue 15)
+            run_env = {**os.environ, ALLOW_ENV: "1", **(env or {})}
+            done = subprocess.run([*cli, *argv], env=run_env, check=False)
             if done.returncode != expect:
                 failures.append(f"{title}: exit {done.returncode}, expected {expect}")
                 print(f"!! exit {done.returncode}, expected {expect}", flush=True)

@@ -106,8 +106,8 @@ def test_the_config_holds_the_toml_the_archives_and_the_units(tmp_path: Path) ->
                 "signed-recover-boot.service"]["contents"]
     boot = units["signed-bootstrap.service"]["contents"]
     assert "ConditionPathExists=!/opt/upgrade-agent/bootstrap/done\n" in boot
-    assert ("ExecStart=/usr/bin/tar --no-same-owner -xzf /opt/upgrade-agent/bootstrap/runtime.tar.gz "
-            "-C /opt/upgrade-agent/runtime\n") in boot
+    assert ("ExecStart=/usr/bin/tar --no-same-owner --strip-components=1 -xzf "
+            "/opt/upgrade-agent/bootstrap/runtime.tar.gz -C /opt/upgrade-agent/runtime\n") in boot
     assert (f"ExecStart=/opt/upgrade-agent/runtime/upgrade-agent --config /etc/upgrade-agent/signed.toml "
             f"install --archive /opt/upgrade-agent/bootstrap/release.archive --sha256 {DIGEST} "
             "--signature /opt/upgrade-agent/bootstrap/release.archive.minisig\n") in boot

@@ -40,12 +40,12 @@ RELABEL_FAILURE = (
 
 
 def _runtime_archive(path: Path) -> Path:
-    """Any tar.gz with the two entry points at its top level (the real bundle is built elsewhere)."""
+    """A tar.gz shaped as ``make bundle`` builds the runtime: the two entry points in one top directory."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for exe in ("upgrade-agent", "recover-agent-upgrade"):
             data = f"#!/bin/sh\necho {exe}\n".encode()
-            member = tarfile.TarInfo(exe)
+            member = tarfile.TarInfo(f"upgrade-core-runtime/{exe}")
             member.size, member.mode, member.mtime = len(data), 0o755, 1_700_000_000
             tar.addfile(member, io.BytesIO(data))
     path.write_bytes(gzip.compress(raw.getvalue(), mtime=0))

@@ -126,6 +126,10 @@ class AgentEnv:
     root: Path
     state_dir: Path
     lock_path: Path
+    program: tuple[str, ...] | None = None
+    """The ``upgrade-agent`` to run instead of ``python -m agent.cli``: e.g. the runtime bundle's
+    executable (``tests/bundle.py``); then no ``PYTHONPATH`` is passed and the units name the
+    ``recover-agent-upgrade`` beside it."""
 
     @classmethod
     def create(
@@ -140,6 +144,7 @@ class AgentEnv:
         max_attempts: int = 2,
         name: str | None = None,
         extra_config: str = "",
+        program: tuple[str, ...] | None = None,
     ) -> AgentEnv:
         """Write the configuration (nothing else is created: root, state_dir and the lock are absent).
 
@@ -147,6 +152,7 @@ class AgentEnv:
             name: ``agent.name``; default a fresh ``cli-<hex>``. Several hosts of one fleet (each its own
                 sandbox and ``work``) share one name, as the hosts of a real fleet do.
             extra_config: TOML appended to the configuration (e.g. a ``[trust]`` section).
+            program: see the attribute.
         """
         name = name or f"cli-{secrets.token_hex(4)}"
         port = free_port()
@@ -170,7 +176,7 @@ class AgentEnv:
             )
             + (f"\n{extra_config}" if extra_config else "")
         )
-        return cls(sandbox, server, work, name, port, inside, config, root, state_dir, lock_path)
+        return cls(sandbox, server, work, name, port, inside, config, root, state_dir, lock_path, program)
 
     # -- releases and the CLI ----------------------------------------------------------------------------
     def release(self, version: str, behaviour: str = "good") -> Release:
@@ -186,11 +192,15 @@ class AgentEnv:
 
     def argv(self, *args: str) -> list[str]:
         """The full command line of ``upgrade-agent --config CFG --json ARGS``."""
-        cmd = [sys.executable, "-m", "agent.cli", "--config", str(self.config), "--json", *args]
+        head = list(self.program) if self.program else [sys.executable, "-m", "agent.cli"]
+        cmd = [*head, "--config", str(self.config), "--json", *args]
         return [*self.sandbox.prefix, *cmd] if self.inside else cmd
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        """The CLI's environment: this worktree's code first."""
+        """The CLI's environment: this worktree's code first (a ``program`` gets no Python variables)."""
+        if self.program:
+            base = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+            return {**base, **(extra or {})}
         return {**os.environ, "PYTHONPATH": WORKTREE, **(extra or {})}
 
     def cli(self, *args: str, env: dict[str, str] | None = None) -> Cli:
