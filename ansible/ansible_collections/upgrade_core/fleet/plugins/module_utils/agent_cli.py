@@ -75,6 +75,21 @@ def resolve_executable(executable: str) -> str | None:
     return shutil.which(executable)
 
 
+def checked_executable(module: Any) -> str:
+    """The ``executable`` and ``timeout`` parameters both modules share, checked: the absolute path of
+    ``upgrade-agent`` on the managed host. Fails the task with one line (``module.fail_json``) for a timeout
+    that is not a positive number of seconds or an executable that cannot be found."""
+    params = module.params
+    if params["timeout"] <= 0:
+        module.fail_json(msg=f"timeout must be a positive number of seconds, not {params['timeout']}")
+    executable = resolve_executable(params["executable"])
+    if executable is None:
+        module.fail_json(msg=f"upgrade-agent not found on the managed host: {params['executable']!r} is not "
+                             "an executable file (nor a program on PATH); set the executable parameter")
+    assert executable is not None
+    return executable
+
+
 def run_agent(executable: str, config: str | None, args: list[str], timeout_s: float) -> AgentRun:
     """Run ``EXECUTABLE [--config CONFIG] --json ARGS`` and parse the single JSON object it prints.
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli import (
-    resolve_executable,
+    checked_executable,
     run_agent,
 )
 
@@ -94,13 +94,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    if params["timeout"] <= 0:
-        module.fail_json(msg=f"timeout must be a positive number of seconds, not {params['timeout']}")
-    executable = resolve_executable(params["executable"])
-    if executable is None:
-        module.fail_json(msg=f"upgrade-agent not found on the managed host: {params['executable']!r} is not "
-                             "an executable file (nor a program on PATH); set the executable parameter")
-    assert executable is not None
+    executable = checked_executable(module)
     run = run_agent(executable, params["config"], ["status"], float(params["timeout"]))
     if run.code != 0 or run.doc is None or "error" in run.doc:
         module.fail_json(msg=run.error_line(), exit_code=run.code, stderr=run.stderr)

@@ -9,7 +9,7 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli import (
     AgentRun,
-    resolve_executable,
+    checked_executable,
     run_agent,
 )
 
@@ -227,13 +227,7 @@ def main() -> None:
         supports_check_mode=True,
     )
     params = module.params
-    if params["timeout"] <= 0:
-        module.fail_json(msg=f"timeout must be a positive number of seconds, not {params['timeout']}")
-    executable = resolve_executable(params["executable"])
-    if executable is None:
-        module.fail_json(msg=f"upgrade-agent not found on the managed host: {params['executable']!r} is not "
-                             "an executable file (nor a program on PATH); set the executable parameter")
-    assert executable is not None
+    executable = checked_executable(module)
     timeout_s = float(params["timeout"])
     args = _request_args(params)
 
