@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import attrs
 
 from upgrade_core import TERMINAL_PHASES, OperationStatus
+from upgrade_core.errors import UpgradeError
 
 __all__ = [
     "SPEC_KEYS",
@@ -114,11 +115,14 @@ class OperationSource(Protocol):
         ...
 
 
-class SourceError(Exception):
+class SourceError(UpgradeError):
     """The source could not be read or written (network, API error, a spool directory not ours).
 
-    The message is one line naming the source (URLs redacted); the operator retries with back-off.
+    The message is one line naming the source (URLs redacted). The long-running operator retries with
+    back-off; ``operator --once`` stops with it (exit 3: nothing was run, the source needs attention).
     """
+
+    exit_code: ClassVar[int] = 3
 
 
 class OperationRefused(Exception):

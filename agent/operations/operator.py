@@ -132,11 +132,12 @@ class Operator:
         Raises:
             JournalError, HistoryError: the journal cannot be trusted (exit 3; nothing more is run).
             HostRefusedError: the state paths are not ours (exit 4).
+            SourceError: with ``once``, the source cannot be read (exit 3); without, it is retried.
         """
         log(f"operator: node {self.node}, {self.source.label}")
         await self._recover_open_episode()
         while not self._stopping:
-            ops = await self._snapshot()
+            ops = await self._snapshot(once)
             if ops is None:
                 await self._pause()
                 continue
@@ -165,10 +166,12 @@ class Operator:
                 break
             await self._idle()
 
-    async def _snapshot(self) -> Sequence[Operation] | None:
+    async def _snapshot(self, once: bool) -> Sequence[Operation] | None:
         try:
             ops = await self.source.snapshot()
         except SourceError as exc:
+            if once:  # a one-shot run's first error is its result
+                raise
             self._errors += 1
             log(f"operator: {exc} (retrying)")
             return None

@@ -161,3 +161,12 @@ def test_an_operation_whose_status_cannot_be_written_blocks_nothing_behind_it(in
     status = json.loads((spool / "b-next.status.json").read_text())
     assert status["phase"] == "Failed" and "addressed to node elsewhere" in status["message"]
     assert out.stderr.count("a-stuck.json: cannot publish Failed") == 1, out.stderr
+
+
+def test_once_with_a_spool_that_is_not_ours_is_exit_3_in_one_line(installed_rig: Rig) -> None:
+    spool = with_spool(installed_rig)
+    spool.chmod(0o777)
+    out = installed_rig.cli("operator", "--once")
+    assert out.code == 3, out
+    assert out.stderr.count("\n") == 2, out.stderr  # the operator's start line, then the error
+    assert "writable by group or others" in out.stderr and "Traceback" not in out.stderr
