@@ -108,9 +108,13 @@ class FileResultSink:
             await anyio.to_thread.run_sync(self.publish_sync, result)
 
 
-def write_checked_file(dir_fd: int, path: str, data: bytes) -> None:
+def write_checked_file(dir_fd: int, path: str, data: bytes) -> bool:
     """Replace ``path`` (in the checked directory ``dir_fd``) with ``data``, durably; identical content
-    (a regular file of ours, mode 0600) is not rewritten (the file and directory are fsynced anyway)."""
+    (a regular file of ours, mode 0600) is not rewritten (the file and directory are fsynced anyway).
+
+    Returns:
+        True when the file was (re)written, False when it already held exactly ``data``.
+    """
     name = os.path.basename(path)
     if safefs.check_entry(dir_fd, name, path):
         fd = safefs.open_file(dir_fd, name, os.O_RDONLY, path)
@@ -122,7 +126,7 @@ def write_checked_file(dir_fd: int, path: str, data: bytes) -> None:
             os.close(fd)
         if same:
             os.fsync(dir_fd)
-            return
+            return False
     tmp = f".{name}.tmp-{os.urandom(8).hex()}"
     tmp_path = os.path.join(os.path.dirname(path), tmp)
     fd = safefs.open_file(dir_fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, tmp_path, _MODE)
@@ -142,6 +146,7 @@ def write_checked_file(dir_fd: int, path: str, data: bytes) -> None:
             os.unlink(tmp, dir_fd=dir_fd)
         raise
     os.fsync(dir_fd)
+    return True
 
 
 def read_result(state_dir: str, operation: str) -> UpgradeResult | None:

@@ -19,7 +19,6 @@ import contextlib
 import errno
 import json
 import os
-import stat
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -169,19 +168,8 @@ class SpoolSource:
         path = os.path.join(self.spool_dir, name)
         dir_fd = self._open()
         try:
-            try:
-                fd = safefs.open_file(dir_fd, name, os.O_RDONLY, path)
-            except FileNotFoundError:
-                pass
-            else:
-                try:
-                    held = os.pread(fd, len(data) + 1, 0)
-                    mode = stat.S_IMODE(os.fstat(fd).st_mode)
-                finally:
-                    os.close(fd)
-                if held == data and mode == 0o600:
-                    return False
-            write_checked_file(dir_fd, path, data)
+            if not write_checked_file(dir_fd, path, data):  # it already held exactly these bytes
+                return False
             self._seen = None  # our own rename changed the directory: read it again next time
             return True
         except JournalRefusedError as exc:
