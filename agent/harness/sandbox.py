@@ -50,7 +50,7 @@ from typing import Final, final
 
 from upgrade_core.errors import HostError
 
-__all__ = ["PrivateSystemd", "SandboxError", "agent_config_toml", "free_port"]
+__all__ = ["PrivateSystemd", "SandboxError", "agent_config_toml", "free_port", "python_paths"]
 
 _SYSTEMD_CANDIDATES: Final = ("/usr/lib/systemd/systemd", "/lib/systemd/systemd")
 _JOURNALD_CANDIDATES: Final = ("/usr/lib/systemd/systemd-journald", "/lib/systemd/systemd-journald")
@@ -100,24 +100,54 @@ exec unshare --cgroup /bin/sh "$SDS_DIR/boot/stage2.sh"
 
 # Stage 2: private /sys/fs/cgroup (pure cgroup2 at our subtree), /run, /dev; read-only /proc/sys; the
 # sandbox's /etc/systemd/system; then exec the real systemd as PID 1 with a clean environment.
+#
+# With SDS_ROOT set (a host root of its own, e.g. a sysroot Ignition wrote), everything is mounted under that
+# directory instead: the host's /usr read-only with every path in SDS_HIDE covered (an empty read-only tmpfs
+# over a directory, an empty mode-0000 file over a file: Python hidden from everything that runs inside), a
+# fresh /proc, the host's /sys, a private /tmp; the sysroot's own /etc/systemd/system is the unit directory,
+# and its /etc/machine-id is left as the image has it (absent: systemd's first boot, which applies presets).
+# Then pivot_root(2) makes it the namespace's root, so `nsenter -m` lands there too.
 _STAGE2: Final = """\
 #!/bin/sh
 # stage 2 of the private systemd boot (written by agent/harness/sandbox.py)
 set -eu
 console=$(tty 2>/dev/null || echo /dev/null)
-umount -R /sys/fs/cgroup 2>/dev/null || true
-mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 /sys/fs/cgroup
-mount -t tmpfs -o mode=755,nosuid,nodev,size=256m tmpfs /run
-mkdir -p /run/systemd/journald.conf.d /run/lock
+R=${SDS_ROOT:-}
+units="$SDS_DIR/units" empty="$SDS_DIR/empty"
+if [ -n "$R" ]; then
+    mount --bind "$R" "$R"
+    mount --bind /usr "$R/usr"
+    for p in $SDS_HIDE; do
+        if [ -d "$R$p" ]; then
+            mount -t tmpfs -o ro,mode=755,size=4k tmpfs "$R$p"
+        else
+            mount --bind "$SDS_DIR/hidden" "$R$p"
+        fi
+    done
+    mount -o remount,bind,ro "$R/usr"
+    mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
+    mount --rbind /sys "$R/sys"
+    mount -t tmpfs -o mode=1777,nosuid,nodev,size=256m tmpfs "$R/tmp"
+fi
+umount -R "$R/sys/fs/cgroup" 2>/dev/null || true
+mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 "$R/sys/fs/cgroup"
+mount -t tmpfs -o mode=755,nosuid,nodev,size=256m tmpfs "$R/run"
+mkdir -p "$R/run/systemd/journald.conf.d" "$R/run/lock"
 printf '[Journal]\\nStorage=volatile\\nReadKMsg=no\\nForwardToWall=no\\n' \\
-    > /run/systemd/journald.conf.d/sandbox.conf
-printf 'ForwardToConsole=yes\\nMaxLevelConsole=info\\n' >> /run/systemd/journald.conf.d/sandbox.conf
-mount --bind "$SDS_DIR/etc-system" /etc/systemd/system
-mount --bind /proc/sys /proc/sys
-mount -o remount,bind,ro /proc/sys
-if [ -e /proc/sysrq-trigger ]; then
-    mount --bind /proc/sysrq-trigger /proc/sysrq-trigger
-    mount -o remount,bind,ro /proc/sysrq-trigger
+    > "$R/run/systemd/journald.conf.d/sandbox.conf"
+printf 'ForwardToConsole=yes\\nMaxLevelConsole=info\\n' >> "$R/run/systemd/journald.conf.d/sandbox.conf"
+if [ -n "$R" ]; then
+    mkdir -p "$R/run/sandbox/units" "$R/run/sandbox/empty" "$R/run/sandbox/oldroot"
+    mount --bind "$units" "$R/run/sandbox/units"
+    units=/run/sandbox/units empty=/run/sandbox/empty
+else
+    mount --bind "$SDS_DIR/etc-system" /etc/systemd/system
+fi
+mount --bind "$R/proc/sys" "$R/proc/sys"
+mount -o remount,bind,ro "$R/proc/sys"
+if [ -e "$R/proc/sysrq-trigger" ]; then
+    mount --bind "$R/proc/sysrq-trigger" "$R/proc/sysrq-trigger"
+    mount -o remount,bind,ro "$R/proc/sysrq-trigger"
 fi
 d="$SDS_DIR/newdev"
 mount -t tmpfs -o mode=755,nosuid,size=16m tmpfs "$d"
@@ -131,8 +161,14 @@ ln -s pts/ptmx "$d/ptmx"
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs "$d/shm"
 ln -s /proc/self/fd "$d/fd"; ln -s /proc/self/fd/0 "$d/stdin"
 ln -s /proc/self/fd/1 "$d/stdout"; ln -s /proc/self/fd/2 "$d/stderr"
-mount --move "$d" /dev
-if [ ! -s /etc/machine-id ]; then
+mount --move "$d" "$R/dev"
+if [ -n "$R" ]; then
+    cd "$R"
+    pivot_root . run/sandbox/oldroot
+    cd /
+    LIBMOUNT_UTAB=/run/sandbox/utab umount -l /run/sandbox/oldroot
+    rmdir /run/sandbox/oldroot
+elif [ ! -s /etc/machine-id ]; then
     # an uninitialized (empty) machine-id: give the sandbox its own, never write the host's
     tr -d '-' < /proc/sys/kernel/random/uuid > /run/machine-id
     mount --bind /run/machine-id /etc/machine-id
@@ -140,8 +176,8 @@ fi
 exec env -i container=upgrade-core-sandbox LANG=C.UTF-8 \\
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
     SYSTEMD_UNIT_PATH="/etc/systemd/system.control:/run/systemd/system.control:/run/systemd/transient:\
-/etc/systemd/system:/run/systemd/system:$SDS_DIR/units" \\
-    SYSTEMD_GENERATOR_PATH="$SDS_DIR/empty" SYSTEMD_ENVIRONMENT_GENERATOR_PATH="$SDS_DIR/empty" \\
+/etc/systemd/system:/run/systemd/system:$units" \\
+    SYSTEMD_GENERATOR_PATH="$empty" SYSTEMD_ENVIRONMENT_GENERATOR_PATH="$empty" \\
     "$SDS_SYSTEMD" --system --unit=sandbox.target --log-target=console --log-level=info \\
         --log-color=no --log-time=yes --show-status=no
 """
@@ -202,8 +238,18 @@ def _stub(name: str, *lines: str) -> tuple[str, str]:
     return name, body + "\n"
 
 
-def _base_units(journald: str | None) -> dict[str, str]:
-    """The only units besides the test's own: empty stub targets, slices, the exit path, journald."""
+_MACHINE_ID_COMMIT: Final = "systemd-machine-id-commit.service"
+_SYSTEM_UNIT_DIRS: Final = ("/usr/lib/systemd/system", "/lib/systemd/system")
+
+
+def _base_units(journald: str | None, own_root: bool = False) -> dict[str, str]:
+    """The only units besides the test's own: empty stub targets, slices, the exit path, journald; with a
+    root of its own also the host's ``systemd-machine-id-commit.service``, which on a first boot writes the
+    machine id systemd made up onto the root's ``/etc`` (without it every boot would be a first boot again).
+
+    Raises:
+        SandboxError: ``own_root`` and the systemd package has no machine-id commit unit.
+    """
     units: dict[str, str] = {}
     for target in (
         "sysinit", "basic", "multi-user", "graphical", "sockets", "timers", "paths", "slices", "local-fs",
@@ -215,6 +261,13 @@ def _base_units(journald: str | None) -> dict[str, str]:
     wants = "multi-user.target"
     if journald is not None:
         wants = f"systemd-journald.socket systemd-journald-dev-log.socket {wants}"
+    if own_root:
+        found = [p for p in (Path(d) / _MACHINE_ID_COMMIT for d in _SYSTEM_UNIT_DIRS) if p.is_file()]
+        if not found:
+            raise SandboxError(f"no {_MACHINE_ID_COMMIT} in {' or '.join(_SYSTEM_UNIT_DIRS)}")
+        units[_MACHINE_ID_COMMIT] = found[0].read_text()
+        units.update([_stub("first-boot-complete.target")])
+        wants = f"{_MACHINE_ID_COMMIT} {wants}"
     units.update([
         _stub("default.target", "Requires=multi-user.target", "After=multi-user.target", "AllowIsolate=yes"),
         _stub("shutdown.target", "RefuseManualStart=yes"),
@@ -256,6 +309,52 @@ def _base_units(journald: str | None) -> dict[str, str]:
             "RuntimeDirectory=systemd/journal\nRuntimeDirectoryPreserve=yes\nStandardOutput=null\n"
         )
     return units
+
+
+_SYSROOT_MOUNT_POINTS: Final = ("usr", "proc", "sys", "dev", "run", "tmp")
+
+
+def _check_sysroot(root: str | os.PathLike[str] | None, hide: Sequence[str]) -> Path | None:
+    """``root`` as an absolute path, after checking its mount points and ``hide`` (see
+    :meth:`PrivateSystemd.start`).
+
+    Raises:
+        SandboxError: a missing mount point, ``hide`` without ``root``, or a ``hide`` path that is not a
+            normalised absolute path under ``/usr`` without whitespace (the boot script splits on it).
+    """
+    if root is None:
+        if hide:
+            raise SandboxError("hide needs root (paths are hidden in the sandbox's own /usr)")
+        return None
+    sysroot = Path(root).absolute()
+    missing = [m for m in _SYSROOT_MOUNT_POINTS
+               if not (sysroot / m).is_dir() or (sysroot / m).is_symlink()]
+    if missing:
+        raise SandboxError(f"root {sysroot}: no directory {', '.join(missing)} to mount on")
+    for path in hide:
+        if (os.path.normpath(path) != path or not path.startswith("/usr/") or any(c.isspace() for c in path)
+                or not os.path.lexists(path)):
+            raise SandboxError(f"hide: {path!r} is not an existing normalised path under /usr without spaces")
+    return sysroot
+
+
+def python_paths() -> list[str]:
+    """Every Python interpreter and library directory of the host's ``/usr``: what
+    :meth:`PrivateSystemd.start` hides (``hide=``) to boot a host that has no Python (issue 15).
+
+    Regular files named ``*python*`` in ``/usr/bin``, ``/usr/sbin``, ``/usr/local/bin``, ``libpython*`` in
+    ``/usr/lib/<triplet>``, and the directories ``/usr/lib/python3*`` and ``/usr/local/lib/python3*``.
+    Symbolic links are left: each names one of those (``python3 -> python3.11``) and so leads to a hidden
+    file.
+    """
+    import glob
+
+    found = [p for pattern in ("/usr/bin/*python*", "/usr/sbin/*python*", "/usr/local/bin/*python*",
+                               "/usr/lib/*/libpython*")
+             for p in glob.glob(pattern) if os.path.isfile(p) and not os.path.islink(p)]
+    found += [p for pattern in ("/usr/lib/python3*", "/usr/local/lib/python3*")
+              for p in glob.glob(pattern) if os.path.isdir(p) and not os.path.islink(p)]
+    return sorted(found)
 
 
 def _first_executable(candidates: tuple[str, ...]) -> str | None:
@@ -312,6 +411,8 @@ class PrivateSystemd:
 
     Attributes:
         workdir: the sandbox's work directory (removed by a clean :meth:`stop`).
+        root: the sandbox's own host root (``start(root=...)``; kept by :meth:`stop`), or None when it
+            shares the host's root filesystem.
         pid: host PID of the sandbox's PID 1 (``systemd``).
         pidns: ``pid:[inode]`` of its pid namespace; used to recognize its processes, never a PID alone.
         cgroup: name of its cgroup2 subtree, directly under the host's cgroup2 root.
@@ -330,9 +431,11 @@ class PrivateSystemd:
         cgroup: str,
         pidns_before: str,
         comm: str,
+        root: Path | None = None,
     ) -> None:
         """Internal: use :meth:`start`."""
         self.workdir = workdir
+        self.root = root
         self.cgroup = cgroup
         self.console_log = workdir / "console.log"
         self.pid = 0
@@ -355,6 +458,8 @@ class PrivateSystemd:
     @property
     def unit_dir(self) -> Path:
         """Host-side path of the sandbox's ``/etc/systemd/system`` (write unit files here)."""
+        if self.root is not None:
+            return self.root / "etc" / "systemd" / "system"
         return self.workdir / "etc-system"
 
     def write_prefix_script(self, path: Path) -> Path:
@@ -385,6 +490,8 @@ class PrivateSystemd:
         journald: bool = True,
         boot_timeout_s: float = 30.0,
         systemd: str | None = None,
+        root: str | os.PathLike[str] | None = None,
+        hide: Sequence[str] = (),
     ) -> PrivateSystemd:
         """Boot a private systemd whose state lives in ``workdir`` and wait until it is ``running``.
 
@@ -398,6 +505,15 @@ class PrivateSystemd:
                 ``console.log`` and ``journalctl`` inside works).
             boot_timeout_s: seconds to wait for ``systemctl is-system-running`` to say ``running``.
             systemd: the manager binary to boot; default the host's ``/usr/lib/systemd/systemd``.
+            root: a host root of the sandbox's own (a sysroot, e.g. one Ignition wrote) instead of the
+                shared root filesystem. It must hold the mount points ``usr``, ``proc``, ``sys``, ``dev``,
+                ``run`` and ``tmp`` and the ``bin``/``lib``... links an image has; the host's ``/usr`` is
+                mounted on its ``usr`` read-only, it becomes the namespace's root (``pivot_root(2)``), its
+                ``etc/systemd/system`` is :attr:`unit_dir`, and its ``etc/machine-id`` is used as it is
+                (absent or empty: a first boot, on which systemd applies the presets). Nothing of the host
+                outside ``/usr``, ``/sys`` and ``/dev`` is visible inside.
+            hide: with ``root``: absolute paths under ``/usr`` covered inside (a directory by an empty
+                read-only tmpfs, a file by an empty mode-0000 file), e.g. :func:`python_paths`.
 
         Returns:
             The running sandbox.
@@ -406,7 +522,8 @@ class PrivateSystemd:
             SandboxError: not root; no ``systemd``/``unshare``/``nsenter``; no cgroup2 in the kernel;
                 ``workdir`` not empty; the host has no ``/etc/machine-id`` (systemd would create one on the
                 host); boot failed or timed out, or the host's cgroup membership changed (everything
-                started is torn down; the console log is kept and named in the message).
+                started is torn down; the console log is kept and named in the message); ``root`` lacks a
+                mount point, or a ``hide`` path is not a plain absolute path under ``/usr``.
         """
         if os.geteuid() != 0:
             raise SandboxError("needs root (it mounts, unshares namespaces and creates a cgroup)")
@@ -424,13 +541,14 @@ class PrivateSystemd:
         if not os.path.isfile("/etc/machine-id"):
             raise SandboxError("/etc/machine-id is missing; systemd would create it on the host "
                                "(run systemd-machine-id-setup first)")
+        sysroot = _check_sysroot(root, hide)
         wd = Path(workdir).absolute()
         wd.mkdir(mode=0o700, parents=True, exist_ok=True)
         if any(wd.iterdir()):
             raise SandboxError(f"work directory {wd} is not empty")
         for sub in ("units", "etc-system", "empty", "cgmnt", "newdev", "boot"):
             (wd / sub).mkdir()
-        for name, text in _base_units(journald_bin).items():
+        for name, text in _base_units(journald_bin, own_root=sysroot is not None).items():
             (wd / "units" / name).write_text(text)
         (wd / "boot" / "stage1.sh").write_text(_STAGE1)
         (wd / "boot" / "stage2.sh").write_text(_STAGE2)
@@ -443,7 +561,11 @@ class PrivateSystemd:
             "SDS_SYSTEMD": systemd,
             # keep libmount's utab and lock files out of the host's /run (it would create /run/mount)
             "LIBMOUNT_UTAB": str(wd / "utab"),
+            "SDS_ROOT": str(sysroot or ""),
+            "SDS_HIDE": " ".join(hide),
         }
+        if hide:
+            (wd / "hidden").touch(mode=0)
         swept = _in_private_mount_ns(_SWEEP_STALE, str(wd / "cgmnt"), workdir=wd)
         host_cg_before = _host_cgroups()
         t0 = time.monotonic()
@@ -468,7 +590,8 @@ class PrivateSystemd:
         )
         console.start()
         self = cls(workdir=wd, launcher=launcher, console=console, console_fd=master, cgroup=cgroup,
-                   pidns_before=_ns_inode(os.getpid(), "pid") or "", comm=Path(systemd).name[:15])
+                   pidns_before=_ns_inode(os.getpid(), "pid") or "", comm=Path(systemd).name[:15],
+                   root=sysroot)
         try:
             self._await_boot(t0 + boot_timeout_s)
             if _host_cgroups() != host_cg_before:
@@ -575,12 +698,28 @@ class PrivateSystemd:
         self._teardown(stop_timeout_s=stop_timeout_s)
         shutil.rmtree(self.workdir)
 
+    def power_cut(self) -> None:
+        """Stop the sandbox the way a power cut stops a host: SIGKILL to its PID 1 (the kernel then kills
+        every process of the namespace; no unit is stopped, no ``ExecStop=`` runs, nothing is synced on
+        purpose), then the same clean-up and proof as :meth:`stop`. What was written survives in the
+        sysroot (``root``), as on a disk: the page cache is the host's.
+
+        Raises:
+            SandboxError: as :meth:`stop`.
+        """
+        if self._stopped:
+            return
+        if self._ours():
+            os.kill(self.pid, signal.SIGKILL)
+        self._teardown(stop_timeout_s=5.0, graceful=False)
+        shutil.rmtree(self.workdir)
+
     def _ours(self) -> bool:
         return self.pid > 0 and _ns_inode(self.pid, "pid") == self.pidns
 
-    def _teardown(self, stop_timeout_s: float) -> None:
+    def _teardown(self, stop_timeout_s: float, graceful: bool = True) -> None:
         self._stopped = True
-        if self._ours():
+        if graceful and self._ours():
             with contextlib.suppress(subprocess.TimeoutExpired, OSError):
                 subprocess.run(["nsenter", "-t", str(self.pid), "-m", "-p", "--", "systemctl", "--no-block",
                                 "exit", "0"], capture_output=True, timeout=stop_timeout_s, check=False)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.harness.sandbox import PrivateSystemd, SandboxError
+from agent.harness.sandbox import PrivateSystemd, SandboxError, python_paths
 
 pytestmark = pytest.mark.systemd
 
@@ -179,3 +179,57 @@ def test_module_cli_runs_a_command_inside_and_returns_its_status(tmp_path: Path)
     assert (done.returncode, done.stdout) == (3, "systemd\n")
     assert "private systemd up in" in done.stderr
     assert not (tmp_path / "sd").exists()
+
+
+def _image(sysroot: Path) -> Path:
+    for d in ("usr", "proc", "sys", "dev", "run", "tmp", "etc/systemd/system", "var"):
+        (sysroot / d).mkdir(parents=True)
+    for link in ("bin", "sbin", "lib", "lib64"):
+        (sysroot / link).symlink_to(f"usr/{link}")
+    return sysroot
+
+
+@pytest.mark.usefixtures("root_only")
+def test_a_root_of_its_own_with_python_hidden_then_a_power_cut_leaves_nothing(tmp_path: Path) -> None:
+    sysroot = _image(tmp_path / "sysroot")
+    workdir = tmp_path / "sd"
+    hidden = python_paths()
+    assert "/usr/bin/python3" not in hidden and any(p.startswith("/usr/bin/python3.") for p in hidden)
+    sd = PrivateSystemd.start(workdir, journald=False, root=sysroot, hide=hidden)
+    try:
+        assert sd.root == sysroot and sd.unit_dir == sysroot / "etc/systemd/system"
+        (sd.unit_dir / "probe.txt").write_text("x\n")
+        seen = sd.run("sh", "-c", "cat /etc/systemd/system/probe.txt; ls -A /; command -v python3",
+                      check=False)
+        assert seen.returncode != 0 and seen.stdout.split() == [
+            "x", "bin", "dev", "etc", "lib", "lib64", "proc", "run", "sbin", "sys", "tmp", "usr", "var"]
+        empty = 'if [ -d "$1" ]; then [ -z "$(ls -A "$1")" ]; else [ ! -s "$1" ] && [ ! -x "$1" ]; fi'
+        for path in hidden:  # an empty directory, or an empty file nobody may execute
+            assert sd.run("sh", "-c", empty, "-", path, check=False).returncode == 0, path
+        write = sd.run("touch", "/usr/upgrade-core-probe", check=False)
+        assert write.returncode != 0 and "Read-only file system" in write.stderr, write
+        # the first boot wrote a machine id onto the root's /etc, never the host's
+        machine_id = sd.run("cat", "/etc/machine-id").stdout
+        assert (sysroot / "etc/machine-id").read_text() == machine_id and len(machine_id) == 33
+        assert sd.run("systemctl", "is-system-running").stdout.strip() == "running"
+        pidns = sd.pidns
+    finally:
+        sd.power_cut()
+    assert _pids_in(pidns) == []
+    assert _host_mounts_under(workdir) == [] and _host_mounts_under(sysroot) == []
+    assert not workdir.exists() and (sysroot / "etc/machine-id").is_file()
+    assert not Path("/usr/upgrade-core-probe").exists()
+
+
+def test_a_root_without_its_mount_points_or_a_bad_hide_path_is_refused(tmp_path: Path) -> None:
+    bare = tmp_path / "bare"
+    (bare / "usr").mkdir(parents=True)
+    with pytest.raises(SandboxError, match=r"no directory proc, sys, dev, run, tmp to mount on"):
+        PrivateSystemd.start(tmp_path / "sd1", root=bare)
+    with pytest.raises(SandboxError, match="hide needs root"):
+        PrivateSystemd.start(tmp_path / "sd2", hide=["/usr/bin/python3.11"])
+    image = _image(tmp_path / "image")
+    for bad in ("/etc/passwd", "/usr/../etc/passwd", "/usr/no such file"):
+        with pytest.raises(SandboxError, match="hide: "):
+            PrivateSystemd.start(tmp_path / "sd3", root=image, hide=[bad])
+    assert not (tmp_path / "sd1").exists() and not (tmp_path / "sd3").exists()
