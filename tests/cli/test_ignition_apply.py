@@ -1,15 +1,7 @@
-"""Issue 15 part B: the real ``ignition`` binary (Debian's 2.14, ``-platform file``) applies what
-``upgrade-agent ignition`` rendered to a sysroot in the test's own directory, fetching the runtime and the
-release from a loopback server and verifying their sha256.
-
-Everything Ignition would put in ``/run`` (config cache, state file, neednet flag) and its system config
-directory are redirected into the test's directory by flags and ``IGNITION_SYSTEM_CONFIG_DIR``; ``-root`` is
-the temp sysroot, so nothing outside it is written. Every run has a timeout.
-
-Debian builds Ignition with SELinux relabeling on, so the ``files`` stage's very last step (after every file,
-unit, preset and its result file are written) fails on a sysroot without ``/etc/selinux/config``; the test
-asserts that this is the one and only failure rather than installing SELinux tools on this machine
-(``policycoreutils`` would add boot-time units to the host itself).
+"""Issue 15 part B: the real ``ignition`` binary (Debian's 2.14, ``-platform file``, driven by
+``tests/ignition.py``) applies what ``upgrade-agent ignition`` rendered to a sysroot in the test's own
+directory, fetching the runtime and the release from a loopback server and verifying their sha256. What the
+sysroot then does when it boots is ``tests/systemd/test_first_boot.py``.
 """
 
 from __future__ import annotations
@@ -22,21 +14,15 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-import pytest
-
 from agent.harness.releases import ReleaseServer, build_release, sha256_file
 from agent.ignition import all_paths
 
+from ..ignition import Ignition, assert_only_relabel_failed
 from ._rig import run_cli, snapshot
 
-IGNITION = "/usr/lib/dracut/modules.d/30ignition/ignition"
-STAGE_TIMEOUT_S = 60
 SYSTEMCTL_TIMEOUT_S = 30
 NAME = "demo-agent"
 TOML = f'[agent]\nname = "{NAME}"\nexec_args = ["serve"]\n'
-RELABEL_FAILURE = (
-    "CRITICAL : Ignition failed: failed to handle relabeling: failed to open /etc/selinux/config: "
-)
 
 
 def _runtime_archive(path: Path) -> Path:
@@ -53,21 +39,15 @@ def _runtime_archive(path: Path) -> Path:
 
 
 class _Rig:
-    """A sysroot with a ``/usr`` of its own, a served directory, and Ignition's redirected run paths."""
+    """A sysroot with a ``/usr`` of its own, a served directory, and the Ignition that provisions it."""
 
     def __init__(self, base: Path) -> None:
-        if not os.access(IGNITION, os.X_OK):
-            pytest.fail(f"{IGNITION} missing: run scripts/bootstrap.sh (apt-get install ignition)")
         self.base = base
         self.sysroot = base / "sysroot"
         for rel, text in (("usr/bin/true-ish", "#!/bin/sh\n"), ("usr/lib/os-release", "ID=flatcar\n")):
             (self.sysroot / rel).parent.mkdir(parents=True, exist_ok=True)
             (self.sysroot / rel).write_text(text)
         (self.sysroot / "etc").mkdir()
-        self.run_dir = base / "run"
-        self.run_dir.mkdir()
-        self.system_config = base / "system-config"  # Ignition's base configs: none
-        self.system_config.mkdir()
         self.served = base / "srv"
         self.release = build_release(self.served, "1.0.0", name=NAME)
         self.runtime = _runtime_archive(self.served / "upgrade-agent-runtime.tar.gz")
@@ -75,6 +55,7 @@ class _Rig:
         self.config_file.parent.mkdir()
         self.config_file.write_text(TOML)
         self.ign = base / "config.ign"
+        self.ignition = Ignition(base, self.sysroot, self.ign)
 
     def render(self, server: ReleaseServer, runtime_sha256: str | None = None) -> dict:
         run = run_cli(["--config", str(self.config_file), "ignition",
@@ -85,34 +66,8 @@ class _Rig:
         self.ign.write_text(run.stdout)
         return json.loads(run.stdout)
 
-    def stage(self, stage: str) -> subprocess.CompletedProcess[str]:
-        env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "IGNITION_CONFIG_FILE": str(self.ign),
-               "IGNITION_SYSTEM_CONFIG_DIR": str(self.system_config)}
-        return subprocess.run(
-            [IGNITION, "-platform", "file", "-stage", stage, "-root", str(self.sysroot),
-             "-config-cache", str(self.run_dir / "ignition.json"), "-state-file", str(self.run_dir / "state"),
-             "-neednet", str(self.run_dir / "neednet"), "-fetch-timeout", "10s", "-log-to-stdout"],
-            env=env, capture_output=True, text=True, timeout=STAGE_TIMEOUT_S, check=False, cwd=self.base,
-        )
-
     def at(self, path: str) -> Path:
         return self.sysroot / path.lstrip("/")
-
-
-def _apply(rig: _Rig) -> subprocess.CompletedProcess[str]:
-    """fetch-offline (must ask for the network: the archives are remote), fetch, then files."""
-    offline = rig.stage("fetch-offline")
-    assert offline.returncode == 0, offline.stdout + offline.stderr
-    assert (rig.run_dir / "neednet").exists()
-    fetch = rig.stage("fetch")
-    assert fetch.returncode == 0, fetch.stdout + fetch.stderr
-    return rig.stage("files")
-
-
-def _assert_only_relabel_failed(files: subprocess.CompletedProcess[str]) -> None:
-    critical = [line for line in files.stdout.splitlines() if line.startswith("CRITICAL")]
-    assert files.returncode == 1 and len(critical) == 1, files.stdout + files.stderr
-    assert critical[0].startswith(RELABEL_FAILURE), critical
 
 
 def test_ignition_writes_the_config_into_a_sysroot_and_nothing_under_usr(tmp_path: Path) -> None:
@@ -122,10 +77,10 @@ def test_ignition_writes_the_config_into_a_sysroot_and_nothing_under_usr(tmp_pat
     server = ReleaseServer.start(rig.served)
     try:
         config = rig.render(server)
-        files = _apply(rig)
+        files = rig.ignition.apply()
     finally:
         server.close()
-    _assert_only_relabel_failed(files)
+    assert_only_relabel_failed(files)
     assert sorted(server.requests) == sorted(["/" + rig.release.name, "/" + rig.runtime.name])
 
     # the files, with their bytes and modes
@@ -166,7 +121,7 @@ def test_a_runtime_whose_digest_does_not_match_is_not_written(tmp_path: Path) ->
     server = ReleaseServer.start(rig.served)
     try:
         rig.render(server, runtime_sha256="0" * 64)
-        files = _apply(rig)
+        files = rig.ignition.apply()
     finally:
         server.close()
     assert files.returncode == 1, files.stdout
