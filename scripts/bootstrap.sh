@@ -28,6 +28,9 @@ command -v minisign >/dev/null || need_apt+=(minisign)
 { [ -x /usr/bin/ignition-validate ] && [ -x /usr/lib/dracut/modules.d/30ignition/ignition ]; } || need_apt+=(ignition)
 { [ -x /usr/lib/systemd/systemd ] || [ -x /lib/systemd/systemd ]; } || need_apt+=(systemd)
 command -v unshare >/dev/null || need_apt+=(util-linux)
+# tests/systemd/test_first_boot.py compiles its native sample daemon (a host with no Python runs it)
+command -v cc >/dev/null || need_apt+=(gcc)
+[ -e /usr/include/stdio.h ] || need_apt+=(libc6-dev)
 command -v script >/dev/null || need_apt+=(bsdutils)
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
