@@ -14,6 +14,7 @@ throw-away private systemds on purpose).
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from typing import Final
@@ -75,12 +76,25 @@ def unstable_reason(path: str) -> str | None:
 
 
 def _interpreter(path: str) -> str | None:
-    """The absolute interpreter of a ``#!`` script, or None (not a script, unreadable, ``#!/usr/bin/env``)."""
+    """The absolute interpreter of a ``#!`` script, or None (not a regular file, not a script, unreadable,
+    ``#!/usr/bin/env``).
+
+    Reads at most 256 bytes. A link is followed (the unit will run what it names, so that is what is judged),
+    but only a regular file is read: ``O_NONBLOCK`` so a FIFO never blocks the open, then ``fstat`` before the
+    read, so no FIFO, device or socket is ever read from.
+    """
     try:
-        with open(path, "rb") as f:
-            head = f.read(256)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        head = os.read(fd, 256)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     if not head.startswith(b"#!"):
         return None
     words = head[2:].split(b"\n", 1)[0].split()

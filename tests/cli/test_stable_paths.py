@@ -84,3 +84,12 @@ def test_a_script_names_its_interpreter(tmp_path: Path) -> None:
     assert _interpreter(str(tmp_path / "env")) is None
     (tmp_path / "elf").write_bytes(b"\x7fELF\x02\x01")
     assert _interpreter(str(tmp_path / "elf")) is None
+
+
+def test_a_fifo_or_device_in_the_executable_place_is_never_read_or_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "recover-agent-upgrade"
+    os.mkfifo(fifo)  # no writer: a blocking open would hang the install here
+    assert _interpreter(str(fifo)) is None
+    assert _interpreter("/dev/zero") is None
+    (tmp_path / "link").symlink_to(fifo)
+    assert _interpreter(str(tmp_path / "link")) is None
