@@ -37,7 +37,7 @@ from typing import Literal
 
 import anyio
 
-from upgrade_core import OperationStatus, UpgradeRequest, operation_status, refused_status
+from upgrade_core import JournalView, OperationStatus, UpgradeRequest, operation_status, refused_status
 from upgrade_core.errors import (
     EpisodeLeftOpenError,
     HostError,
@@ -145,8 +145,7 @@ class Operator:
             # whose source holds only finished operations reads nothing else.
             unacknowledged = [op for op in ops if not held_terminal(op)]
             if unacknowledged:
-                await self._publish_known(unacknowledged)
-                view = self.session.view()
+                view = await self._publish_known(unacknowledged)
                 todo = [op for op in unacknowledged if operation_status(view, op.operation) is None]
                 outcome = "skipped"
                 for op in todo:  # the oldest one that can be taken; one whose status cannot be written
@@ -214,9 +213,10 @@ class Operator:
                 await self._pause()
         self._errors = 0
 
-    async def _publish_known(self, ops: Sequence[Operation]) -> None:
+    async def _publish_known(self, ops: Sequence[Operation]) -> JournalView:
         """Gate step 2 (and every pass): publish what the journal says of every unacknowledged operation it
-        knows; an open episode of one of them is recovered first."""
+        knows; an open episode of one of them is recovered first. Returns the journal's view after that (one
+        replay per pass when nothing was open: publishing to the source writes no journal record)."""
         view = self.session.view()
         for op in ops:
             status = operation_status(view, op.operation)
@@ -229,6 +229,7 @@ class Operator:
                 if status is None or not status.terminal:
                     continue
             await self._publish(op, status)
+        return view
 
     async def _publish(self, op: Operation, status: OperationStatus) -> bool:
         try:
