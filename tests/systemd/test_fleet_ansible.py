@@ -139,8 +139,11 @@ def test_ansible_doc_renders_the_modules(ansible_home: Path) -> None:
     for kind, plugin, words in (
         ("module", "upgrade_core.fleet.upgrade", ("archive", "sha256", "expect_version", "operation",
                                                   "signature", "config", "EXAMPLES", "RETURN VALUES",
-                                                  "--preflight", "rolled_back")),
-        ("module", "upgrade_core.fleet.status", ("upgrade_core_status", "EXAMPLES")),
+                                                  "--preflight", "rolled_back",
+                                                  "looked up on the module's PATH")),
+        # config and executable come from the collection's doc fragment (upgrade_core.fleet.agent)
+        ("module", "upgrade_core.fleet.status", ("upgrade_core_status", "EXAMPLES", "config",
+                                                 "looked up on the module's PATH", "default: upgrade-agent")),
         ("connection", "upgrade_core.fleet.nsenter", ("nsenter_pid", "ansible_nsenter_pid")),
     ):
         done = run_bounded([str(BIN / "ansible-doc"), "-t", kind, plugin], env, 60.0)

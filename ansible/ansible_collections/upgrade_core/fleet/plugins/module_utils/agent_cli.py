@@ -75,6 +75,15 @@ def resolve_executable(executable: str) -> str | None:
     return shutil.which(executable)
 
 
+def agent_argument_spec() -> dict[str, dict[str, Any]]:
+    """The argument spec of the options every module shares, ``config`` and ``executable`` (documented
+    once, in the ``upgrade_core.fleet.agent`` doc fragment)."""
+    return {
+        "config": {"type": "path"},
+        "executable": {"type": "str", "default": "upgrade-agent"},
+    }
+
+
 def checked_executable(module: Any) -> str:
     """The ``executable`` and ``timeout`` parameters both modules share, checked: the absolute path of
     ``upgrade-agent`` on the managed host. Fails the task with one line (``module.fail_json``) for a timeout

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli import (
+    agent_argument_spec,
     checked_executable,
     run_agent,
 )
@@ -22,17 +23,9 @@ description:
     changes nothing, so the task is never C(changed).
 author:
   - upgrade-core developers
+extends_documentation_fragment:
+  - upgrade_core.fleet.agent
 options:
-  config:
-    description:
-      - The agent's configuration file on the managed host.
-      - Default the agent's own (C($UPGRADE_AGENT_CONFIG), else the only C(/etc/upgrade-agent/*.toml)).
-    type: path
-  executable:
-    description:
-      - The C(upgrade-agent) program on the managed host, a path or a name looked up on the module's PATH.
-    type: str
-    default: upgrade-agent
   timeout:
     description: Seconds the agent may run before the task fails.
     type: int
@@ -87,8 +80,7 @@ def main() -> None:
     """Module entry point: run ``upgrade-agent status`` and return its object as a fact."""
     module = AnsibleModule(
         argument_spec={
-            "config": {"type": "path"},
-            "executable": {"type": "str", "default": "upgrade-agent"},
+            **agent_argument_spec(),
             "timeout": {"type": "int", "default": 60},
         },
         supports_check_mode=True,

@@ -9,6 +9,7 @@ from typing import Any
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli import (
     AgentRun,
+    agent_argument_spec,
     checked_executable,
     run_agent,
 )
@@ -35,6 +36,8 @@ description:
     reports that version.
 author:
   - upgrade-core developers
+extends_documentation_fragment:
+  - upgrade_core.fleet.agent
 options:
   archive:
     description:
@@ -61,16 +64,6 @@ options:
         returns that result without a second upgrade.
       - Default a fresh id chosen by the agent.
     type: str
-  config:
-    description:
-      - The agent's configuration file on the managed host.
-      - Default the agent's own (C($UPGRADE_AGENT_CONFIG), else the only C(/etc/upgrade-agent/*.toml)).
-    type: path
-  executable:
-    description:
-      - The C(upgrade-agent) program on the managed host, a path or a name looked up on the module's PATH.
-    type: str
-    default: upgrade-agent
   timeout:
     description:
       - Seconds the agent may run. Past that it is sent SIGTERM (it aborts before the switch, or finishes
@@ -220,8 +213,7 @@ def main() -> None:
             "signature": {"type": "str"},
             "expect_version": {"type": "str"},
             "operation": {"type": "str"},
-            "config": {"type": "path"},
-            "executable": {"type": "str", "default": "upgrade-agent"},
+            **agent_argument_spec(),
             "timeout": {"type": "int", "default": 3600},
         },
         supports_check_mode=True,
