@@ -209,7 +209,7 @@ class KubernetesSource:
     async def _call(self, what: str, call: Awaitable[_T]) -> _T:
         """Await one API call under :data:`REQUEST_TIMEOUT_S`; every failure becomes a one-line SourceError.
 
-        An ``ApiException`` keeps its status in ``SourceError.status`` for the callers that act on it.
+        An ``ApiException``'s HTTP status is kept in ``SourceError.http_status`` for the callers acting on it.
         """
         try:
             with anyio.fail_after(REQUEST_TIMEOUT_S + 1):
@@ -245,9 +245,8 @@ class KubernetesSource:
             except (ValueError, TypeError):
                 message = ""
         detail = f"HTTP {status} {_one_line(reason, 80)}" + (f": {_one_line(message)}" if message else "")
-        err = SourceError(f"{self.label}: {what}: {detail}")
-        err.status = status  # type: ignore[attr-defined]
-        return err
+        return SourceError(f"{self.label}: {what}: {detail}",
+                           http_status=status if isinstance(status, int) else None)
 
     # -- the cache -------------------------------------------------------------------------------------
     def _operation(self, obj: Any) -> Operation | None:
@@ -436,7 +435,7 @@ class KubernetesSource:
                                                            _request_timeout=REQUEST_TIMEOUT_S),
                 )
             except SourceError as exc:
-                if getattr(exc, "status", None) == 404:
+                if exc.http_status == 404:
                     self._cache.pop(op.operation, None)
                     return False
                 raise
@@ -456,7 +455,7 @@ class KubernetesSource:
                     ),
                 )
             except SourceError as exc:
-                code = getattr(exc, "status", None)
+                code = exc.http_status
                 if code == 409:
                     continue
                 if code == 404:

@@ -120,9 +120,17 @@ class SourceError(UpgradeError):
 
     The message is one line naming the source (URLs redacted). The long-running operator retries with
     back-off; ``operator --once`` stops with it (exit 3: nothing was run, the source needs attention).
+
+    Attributes:
+        http_status: the API server's HTTP status when it answered with an error (409, 404, 410...), for
+            the callers that act on it; None for a transport failure or a spool source.
     """
 
     exit_code: ClassVar[int] = 3
+
+    def __init__(self, message: str, *, http_status: int | None = None) -> None:
+        super().__init__(message)
+        self.http_status = http_status
 
 
 class OperationRefused(Exception):
