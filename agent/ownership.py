@@ -30,6 +30,7 @@ Standard library only at import time (the errors are imported on use).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 
@@ -48,7 +49,10 @@ __all__ = [
     "open_state_dir",
     "owner_error",
     "prepare_state",
+    "read_state_file",
     "refused",
+    "write_checked_file",
+    "write_state_file",
 ]
 
 
@@ -257,6 +261,82 @@ def prepare_state(cfg: AgentConfig) -> None:
         raise refused(exc) from None
     finally:
         os.close(fd)
+
+
+STATE_FILE_MODE = 0o600
+"""SPEC 10: the mode of every file the agent creates under ``state_dir`` (and of a spool's status files)."""
+
+
+def write_checked_file(dir_fd: int, path: str, data: bytes) -> bool:
+    """Replace ``path`` (in the checked directory ``dir_fd``) with ``data``, durably; identical content
+    (a regular file of ours, mode 0600) is not rewritten (the file and directory are fsynced anyway).
+
+    Returns:
+        True when the file was (re)written, False when it already held exactly ``data``.
+    """
+    name = os.path.basename(path)
+    if safefs.check_entry(dir_fd, name, path):
+        fd = safefs.open_file(dir_fd, name, os.O_RDONLY, path)
+        try:
+            same = (os.pread(fd, len(data) + 1, 0) == data
+                    and stat.S_IMODE(os.fstat(fd).st_mode) == STATE_FILE_MODE)
+            if same:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if same:
+            os.fsync(dir_fd)
+            return False
+    tmp = f".{name}.tmp-{os.urandom(8).hex()}"
+    tmp_path = os.path.join(os.path.dirname(path), tmp)
+    fd = safefs.open_file(dir_fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, tmp_path, STATE_FILE_MODE)
+    try:
+        try:
+            os.fchmod(fd, STATE_FILE_MODE)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        safefs.check_entry(dir_fd, name, path)  # still nothing foreign at the target
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    os.fsync(dir_fd)
+    return True
+
+
+def write_state_file(state_dir: str, sub: str, name: str, data: bytes) -> bool:
+    """Replace ``state_dir/sub/name`` with ``data`` durably, through checked directory handles (SPEC 10): the
+    write twin of :func:`read_state_file`. ``state_dir`` and ``sub`` are created 0700 when missing; the
+    file is written by :func:`write_checked_file` (temp 0600 + fsync + rename + directory fsync; identical
+    content is not rewritten).
+
+    Returns:
+        True when the file was (re)written, False when it already held exactly ``data``.
+
+    Raises:
+        HostRefusedError: a path on the way or the file is not ours (symlink, FIFO, hard link, foreign owner,
+            group/world-writable): refused, never followed, its target untouched (exit 4).
+        OSError: the write failed (ENOSPC, EROFS...): the caller names what it was writing.
+    """
+    path = os.path.join(state_dir, sub, name)
+    try:
+        state_fd = open_state_dir(state_dir, create=True)
+        assert state_fd is not None
+        try:
+            dir_fd = safefs.make_dir(state_fd, sub, os.path.dirname(path), 0o700)
+        finally:
+            os.close(state_fd)
+        try:
+            return write_checked_file(dir_fd, path, data)
+        finally:
+            os.close(dir_fd)
+    except JournalRefusedError as e:
+        raise refused(e) from None
 
 
 def read_state_file(state_dir: str, sub: str, name: str) -> bytes | None:

@@ -8,25 +8,21 @@ episode, so a crash in between re-publishes the same bytes: rewriting an identic
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
-import stat
 from typing import Any, cast, get_args
 
 import anyio
 import anyio.to_thread
 
-from journal import JournalRefusedError, safefs
 from upgrade_core import OPERATION_ID_RE, SLOTS, ResultValue, Slot, UpgradeResult
 from upgrade_core.errors import HostError, HostRefusedError, NoSpaceError
 
-from .ownership import open_state_dir, read_state_file, refused
+from .ownership import read_state_file, write_state_file
 
-__all__ = ["FileResultSink", "read_result", "result_path", "write_checked_file"]
+__all__ = ["FileResultSink", "read_result", "result_path"]
 
-_MODE = 0o600  # SPEC 10: files the agent creates under state_dir are 0600
 _KEYS = ("operation", "result", "from_version", "to_version", "slot", "reason")
 
 
@@ -71,18 +67,7 @@ class FileResultSink:
             return None
         path = result_path(self.state_dir, result.operation)
         try:
-            state_fd = open_state_dir(self.state_dir, create=True)
-            assert state_fd is not None
-            try:
-                dir_fd = safefs.make_dir(state_fd, "results", os.path.dirname(path), 0o700)
-            finally:
-                os.close(state_fd)
-            try:
-                write_checked_file(dir_fd, path, encode_result(result))
-            finally:
-                os.close(dir_fd)
-        except JournalRefusedError as e:
-            raise refused(e) from None
+            write_state_file(self.state_dir, "results", os.path.basename(path), encode_result(result))
         except OSError as e:
             if e.errno == errno.ENOSPC:
                 raise NoSpaceError(f"{path}: no space left to publish the result") from None
@@ -106,47 +91,6 @@ class FileResultSink:
         """
         with anyio.CancelScope(shield=True):
             await anyio.to_thread.run_sync(self.publish_sync, result)
-
-
-def write_checked_file(dir_fd: int, path: str, data: bytes) -> bool:
-    """Replace ``path`` (in the checked directory ``dir_fd``) with ``data``, durably; identical content
-    (a regular file of ours, mode 0600) is not rewritten (the file and directory are fsynced anyway).
-
-    Returns:
-        True when the file was (re)written, False when it already held exactly ``data``.
-    """
-    name = os.path.basename(path)
-    if safefs.check_entry(dir_fd, name, path):
-        fd = safefs.open_file(dir_fd, name, os.O_RDONLY, path)
-        try:
-            same = os.pread(fd, len(data) + 1, 0) == data and stat.S_IMODE(os.fstat(fd).st_mode) == _MODE
-            if same:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        if same:
-            os.fsync(dir_fd)
-            return False
-    tmp = f".{name}.tmp-{os.urandom(8).hex()}"
-    tmp_path = os.path.join(os.path.dirname(path), tmp)
-    fd = safefs.open_file(dir_fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, tmp_path, _MODE)
-    try:
-        try:
-            os.fchmod(fd, _MODE)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        safefs.check_entry(dir_fd, name, path)  # still nothing foreign at the target
-        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dir_fd)
-        raise
-    os.fsync(dir_fd)
-    return True
 
 
 def read_result(state_dir: str, operation: str) -> UpgradeResult | None:

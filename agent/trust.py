@@ -29,7 +29,6 @@ from typing import Any
 
 import attrs
 
-from journal import JournalRefusedError, safefs
 from upgrade_core import ReleaseTrusted
 from upgrade_core.errors import FetchError, FetchHTTPError, HostError, KeyringError, SignatureError
 
@@ -220,24 +219,13 @@ class ReleaseTrust:
 
     def write_cache(self, data: bytes, sig: bytes) -> None:
         """Replace the cache durably (SPEC 10 ownership, as results)."""
-        from .ownership import open_state_dir, refused
-        from .results import write_checked_file
+        from .ownership import write_state_file
 
         path = self._cache_path()
         doc = {"keyring": base64.b64encode(data).decode(), "signature": sig.decode()}
         try:
-            state_fd = open_state_dir(self.state_dir, create=True)
-            assert state_fd is not None
-            try:
-                dir_fd = safefs.make_dir(state_fd, "trust", os.path.dirname(path), 0o700)
-            finally:
-                os.close(state_fd)
-            try:
-                write_checked_file(dir_fd, path, (json.dumps(doc, indent=2) + "\n").encode())
-            finally:
-                os.close(dir_fd)
-        except JournalRefusedError as exc:
-            raise refused(exc) from None
+            write_state_file(self.state_dir, "trust", os.path.basename(path),
+                             (json.dumps(doc, indent=2) + "\n").encode())
         except OSError as exc:
             raise HostError(f"{path}: cannot write the keyring cache: {exc.strerror or exc}") from None
 

@@ -30,8 +30,7 @@ from journal import JournalRefusedError, safefs
 from upgrade_core import OPERATION_ID_RE, OperationStatus
 
 from ..logline import log
-from ..ownership import open_state_dir
-from ..results import write_checked_file
+from ..ownership import open_state_dir, write_checked_file
 from .model import Operation, SourceError, spool_status
 
 __all__ = ["MAX_OPERATION_BYTES", "SpoolSource", "encode_status"]
