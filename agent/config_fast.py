@@ -230,6 +230,19 @@ def _pos_num(v: object) -> bool:
 
 
 _HTTP_URL = re.compile(r"https?://[^/?#@\s]+(?:[/?#]\S*)?")
+# a minisign public key as one bare line: base64 of 42 bytes (56 characters, no padding) whose first two bytes
+# are "Ed" (so its text starts "RW"); anything else, such as a key after its untrusted comment, is the full
+# loader's (agent.minisign.parse_public_key) to accept or name
+_MINISIGN_KEY = re.compile(r"RW[A-Za-z0-9+/]{54}")
+
+
+def _root_keys(v: object) -> bool:
+    if not isinstance(v, list):
+        return False
+    import base64
+
+    return all(isinstance(k, str) and _MINISIGN_KEY.fullmatch(k) is not None
+               and base64.b64decode(k)[:2] == b"Ed" for k in v)
 _Check = Any
 FAST_SCHEMA: dict[str, dict[str, _Check]] = {
     "agent": {
@@ -268,6 +281,12 @@ FAST_SCHEMA: dict[str, dict[str, _Check]] = {
         "command_probe": lambda v: _argv(v) and (not v or v[0] != ""),
     },
     "journal": {"keep_episodes": _pos_int},
+    # the boot-time no-op reads no signature; a signed host's configuration must not cost it the full loader
+    "trust": {
+        "root_keys": _root_keys,
+        "keyring": lambda v: isinstance(v, str) and "\x00" not in v,
+        "require_signatures": lambda v: type(v) is bool,
+    },
     # no "{" in the paths here: a substituted spool path is the full loader's to check against host.root
     "operations": {
         "source": lambda v: v in ("", "spool", "kubernetes"),
@@ -302,6 +321,9 @@ def plausibly_valid(doc: dict[str, Any]) -> bool:
             if check is None or not check(value):
                 return False
     health = doc.get("health", {})
+    trust = doc.get("trust", {})
+    if (trust.get("keyring") or trust.get("require_signatures")) and not trust.get("root_keys"):
+        return False  # TrustSection's cross-key rules: the full loader names the key
     return not (health.get("http_probe") and health.get("command_probe"))
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import subprocess
 import sys
@@ -335,15 +336,19 @@ def test_fast_schema_names_exactly_the_full_loaders_keys() -> None:
         "health": config_mod.HealthSection,
         "journal": config_mod.JournalSection,
         "operations": config_mod.OperationsSection,
+        "trust": config_mod.TrustSection,
     }
     assert set(FAST_SCHEMA) == set(sections)
     for section, cls in sections.items():
         assert set(FAST_SCHEMA[section]) == {a.name for a in attrs.fields(cls)}, section
 
 
+_KEY = base64.b64encode(b"Ed" + bytes(range(40))).decode()
 _values = st.sampled_from(
     [0, 1, -1, 5, 2.5, -2.5, True, "", "x", "/abs", "rel", "exact", "select", "never", "always",
-     "loopback", "http://127.0.0.1:8/h", "ftp://h/", [], ["a"], [""], [1], {"k": 1}]
+     "loopback", "http://127.0.0.1:8/h", "ftp://h/", [], ["a"], [""], [1], {"k": 1}, False,
+     # [trust] root_keys: a well-formed Ed25519 key, one with another algorithm, one a byte short
+     [_KEY], [base64.b64encode(b"ED" + bytes(40)).decode()], [_KEY[:-4] + "AAA="]]
 )
 _all_keys = [(s, k) for s, table in FAST_SCHEMA.items() if s != "agent" for k in table]
 

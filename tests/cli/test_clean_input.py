@@ -14,13 +14,14 @@ Expected outcomes, written down:
 
 from __future__ import annotations
 
+import base64
 import json
 from importlib.metadata import version
 from pathlib import Path
 
 import pytest
 
-from ._rig import Rig, run_cli
+from ._rig import Rig, Run, run_cli
 
 CONFIG = '[agent]\nname = "enc-agent"\n\n[host]\nstate_dir = "{state}"\nlock_path = "{lock}"\n'
 
@@ -62,11 +63,23 @@ def test_config_not_utf8_is_one_line_exit_2(tmp_path: Path, encoding: str, comma
     assert not state.exists() and not lock.exists()
 
 
+IMPORT_TIME = {"PYTHONPROFILEIMPORTTIME": "1"}  # the interpreter lists every module it imports on stderr
+
+
+def imported(run: Run) -> set[str]:
+    """The modules a run imported (``PYTHONPROFILEIMPORTTIME`` lines, ``import time: self | cumulative |
+    name``): the boot-time no-op's lean path never imports the full configuration loader, ``agent.config``."""
+    lines = [line for line in run.stderr.splitlines() if line.startswith("import time:")]
+    return {line.rsplit("|", 1)[1].strip() for line in lines}
+
+
 def test_plain_utf8_config_still_reaches_the_fast_path(rig: Rig) -> None:
-    """The control: the same config in UTF-8 answers the boot-time no-op (exit 0, lock never created)."""
-    run = rig.cli("recover", "--trigger", "boot")
+    """The control: the same config in UTF-8 answers the boot-time no-op (exit 0, lock never created, the
+    full configuration loader never imported)."""
+    run = rig.cli("recover", "--trigger", "boot", env=IMPORT_TIME)
     assert run.code == 0 and run.payload()["result"] == "noop", run
     assert not rig.lock_path.exists()
+    assert "agent.config" not in imported(run) and "agent.config_fast" in imported(run)
 
 
 @pytest.mark.parametrize("argv", [("--version", "--json"), ("--json", "--version")])
@@ -87,12 +100,30 @@ def test_a_config_with_operations_still_reaches_the_fast_path(rig: Rig) -> None:
     stays on the lean path (the lock is never created)."""
     spool = rig.base / "spool"
     rig.write_config(f'[operations]\nsource = "spool"\nspool_dir = "{spool}"\nnode_name = "n1"\n')
-    run = rig.cli("recover", "--trigger", "boot")
+    run = rig.cli("recover", "--trigger", "boot", env=IMPORT_TIME)
     assert run.code == 0 and run.payload()["result"] == "noop", run
     assert not rig.lock_path.exists()
+    assert "agent.config" not in imported(run)
 
 
 def test_a_bad_operations_section_is_refused_on_the_fast_path_too(rig: Rig) -> None:
     rig.write_config('[operations]\nsource = "spool"\n')
     run = rig.cli("recover", "--trigger", "boot")
     assert run.code == 2 and "operations.spool_dir: is required" in run.stderr, run
+
+
+def test_a_signed_hosts_config_still_reaches_the_fast_path(rig: Rig) -> None:
+    """``[trust]`` (issue 12) is in the quick reader's schema: a host that requires signed releases answers
+    its boot-time no-op on the lean path too (the lock is never created); the boot reads no signature."""
+    key = base64.b64encode(b"Ed" + bytes(range(40))).decode()
+    rig.write_config(f'[trust]\nroot_keys = ["{key}"]\nkeyring = "https://keys.example.com/ring"\n')
+    run = rig.cli("recover", "--trigger", "boot", env=IMPORT_TIME)
+    assert run.code == 0 and run.payload()["result"] == "noop", run
+    assert not rig.lock_path.exists()
+    assert not {"agent.config", "agent.minisign"} & imported(run)
+
+
+def test_a_bad_trust_section_is_refused_on_the_fast_path_too(rig: Rig) -> None:
+    rig.write_config('[trust]\nkeyring = "https://keys.example.com/ring"\n')
+    run = rig.cli("recover", "--trigger", "boot")
+    assert run.code == 2 and "trust.keyring: needs root_keys" in run.stderr, run
