@@ -80,10 +80,13 @@ def _interpreter(path: str) -> str | None:
     ``#!/usr/bin/env``).
 
     Reads at most 256 bytes. A link is followed (the unit will run what it names, so that is what is judged),
-    but only a regular file is read: ``O_NONBLOCK`` so a FIFO never blocks the open, then ``fstat`` before the
-    read, so no FIFO, device or socket is ever read from.
+    but only a regular file is opened and read: ``stat`` first, so no device's driver sees an open (opening
+    ``/dev/watchdog`` arms it), ``O_NONBLOCK`` so a FIFO swapped in meanwhile never blocks the open, and
+    ``fstat`` again before the read, so no FIFO, device or socket is ever read from.
     """
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError:
         return None

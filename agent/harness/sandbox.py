@@ -35,6 +35,7 @@ import fcntl
 import json
 import os
 import pty
+import re
 import secrets
 import shutil
 import signal
@@ -50,7 +51,7 @@ from typing import Final, final
 
 from upgrade_core.errors import HostError
 
-__all__ = ["PrivateSystemd", "SandboxError", "agent_config_toml", "free_port", "python_paths"]
+__all__ = ["PrivateSystemd", "SandboxError", "agent_config_toml", "free_port", "mounts_under", "python_paths"]
 
 _SYSTEMD_CANDIDATES: Final = ("/usr/lib/systemd/systemd", "/lib/systemd/systemd")
 _JOURNALD_CANDIDATES: Final = ("/usr/lib/systemd/systemd-journald", "/lib/systemd/systemd-journald")
@@ -117,16 +118,20 @@ units="$SDS_DIR/units" empty="$SDS_DIR/empty"
 if [ -n "$R" ]; then
     mount --bind "$R" "$R"
     mount --bind /usr "$R/usr"
+    set -f  # SDS_HIDE is split on whitespace only, never globbed
     for p in $SDS_HIDE; do
         if [ -d "$R$p" ]; then
-            mount -t tmpfs -o ro,mode=755,size=4k tmpfs "$R$p"
+            mount -t tmpfs -o ro,nosuid,nodev,noexec,mode=755,size=4k tmpfs "$R$p"
         else
             mount --bind "$SDS_DIR/hidden" "$R$p"
+            mount -o remount,bind,ro,nosuid,nodev,noexec "$R$p"
         fi
     done
+    set +f
     mount -o remount,bind,ro "$R/usr"
     mount -t proc -o nosuid,nodev,noexec proc "$R/proc"
     mount --rbind /sys "$R/sys"
+    mount -o remount,bind,ro "$R/sys"
     mount -t tmpfs -o mode=1777,nosuid,nodev,size=256m tmpfs "$R/tmp"
 fi
 umount -R "$R/sys/fs/cgroup" 2>/dev/null || true
@@ -314,27 +319,40 @@ def _base_units(journald: str | None, own_root: bool = False) -> dict[str, str]:
 _SYSROOT_MOUNT_POINTS: Final = ("usr", "proc", "sys", "dev", "run", "tmp")
 
 
+_GLOB_CHARS: Final = frozenset("*?[]\\")
+
+
 def _check_sysroot(root: str | os.PathLike[str] | None, hide: Sequence[str]) -> Path | None:
-    """``root`` as an absolute path, after checking its mount points and ``hide`` (see
-    :meth:`PrivateSystemd.start`).
+    """``root`` resolved, after checking it and ``hide`` (see :meth:`PrivateSystemd.start`).
 
     Raises:
-        SandboxError: a missing mount point, ``hide`` without ``root``, or a ``hide`` path that is not a
-            normalised absolute path under ``/usr`` without whitespace (the boot script splits on it).
+        SandboxError: ``root`` is the machine's own root (under any name), lacks a mount point, or has an
+            ``etc`` or ``var`` that is a symbolic link (the sandbox's writes would land outside it); ``hide``
+            without ``root``; a ``hide`` path that is not an existing, normalised, link-free path under
+            ``/usr`` without whitespace or glob characters (the boot script splits on whitespace, and a
+            link would be followed on the machine's root, hiding nothing), or one inside another.
     """
     if root is None:
         if hide:
             raise SandboxError("hide needs root (paths are hidden in the sandbox's own /usr)")
         return None
-    sysroot = Path(root).absolute()
+    sysroot = Path(root).resolve()
+    if sysroot.is_dir() and os.path.samefile(sysroot, "/"):
+        raise SandboxError(f"root {root}: is this machine's own root; give a sysroot of the sandbox's own")
     missing = [m for m in _SYSROOT_MOUNT_POINTS
                if not (sysroot / m).is_dir() or (sysroot / m).is_symlink()]
     if missing:
         raise SandboxError(f"root {sysroot}: no directory {', '.join(missing)} to mount on")
+    linked = [d for d in ("etc", "var") if (sysroot / d).is_symlink()]
+    if linked:
+        raise SandboxError(f"root {sysroot}: {', '.join(linked)}: a symbolic link (the sandbox writes there)")
     for path in hide:
-        if (os.path.normpath(path) != path or not path.startswith("/usr/") or any(c.isspace() for c in path)
-                or not os.path.lexists(path)):
-            raise SandboxError(f"hide: {path!r} is not an existing normalised path under /usr without spaces")
+        if (os.path.normpath(path) != path or not path.startswith("/usr/") or not os.path.lexists(path)
+                or os.path.realpath(path) != path or any(c.isspace() or c in _GLOB_CHARS for c in path)):
+            raise SandboxError(f"hide: {path!r} is not an existing, normalised, link-free path under /usr "
+                               "without spaces or glob characters")
+        if any(path.startswith(other + "/") for other in hide):
+            raise SandboxError(f"hide: {path!r} is inside another hidden path")
     return sysroot
 
 
@@ -343,18 +361,20 @@ def python_paths() -> list[str]:
     :meth:`PrivateSystemd.start` hides (``hide=``) to boot a host that has no Python (issue 15).
 
     Regular files named ``*python*`` in ``/usr/bin``, ``/usr/sbin``, ``/usr/local/bin``, ``libpython*`` in
-    ``/usr/lib/<triplet>``, and the directories ``/usr/lib/python3*`` and ``/usr/local/lib/python3*``.
-    Symbolic links are left: each names one of those (``python3 -> python3.11``) and so leads to a hidden
-    file.
+    ``/usr/lib``, ``/usr/lib64`` (Fedora's layout), ``/usr/local/lib`` and ``/usr/lib/<triplet>`` (Debian's),
+    and the directories ``python3*`` in those library directories. Symbolic links are left: each names one
+    of those (``python3 -> python3.11``) and so leads to a hidden file; a path inside a returned directory
+    is not listed again.
     """
     import glob
 
-    found = [p for pattern in ("/usr/bin/*python*", "/usr/sbin/*python*", "/usr/local/bin/*python*",
-                               "/usr/lib/*/libpython*")
+    libs = ("/usr/lib", "/usr/lib64", "/usr/local/lib", "/usr/local/lib64", "/usr/lib/*")
+    files = [p for pattern in ("/usr/bin/*python*", "/usr/sbin/*python*", "/usr/local/bin/*python*",
+                               *(f"{lib}/libpython*" for lib in libs))
              for p in glob.glob(pattern) if os.path.isfile(p) and not os.path.islink(p)]
-    found += [p for pattern in ("/usr/lib/python3*", "/usr/local/lib/python3*")
-              for p in glob.glob(pattern) if os.path.isdir(p) and not os.path.islink(p)]
-    return sorted(found)
+    dirs = [p for lib in libs for p in glob.glob(f"{lib}/python3*")
+            if os.path.isdir(p) and not os.path.islink(p)]
+    return sorted({p for p in files + dirs if not any(p.startswith(d + "/") for d in dirs)})
 
 
 def _first_executable(candidates: tuple[str, ...]) -> str | None:
@@ -538,17 +558,18 @@ class PrivateSystemd:
                 raise SandboxError(f"{tool} not found on PATH (util-linux/mount)")
         if "cgroup2" not in Path("/proc/filesystems").read_text():
             raise SandboxError("the kernel has no cgroup2 filesystem")
-        if not os.path.isfile("/etc/machine-id"):
+        sysroot = _check_sysroot(root, hide)
+        if sysroot is None and not os.path.isfile("/etc/machine-id"):
             raise SandboxError("/etc/machine-id is missing; systemd would create it on the host "
                                "(run systemd-machine-id-setup first)")
-        sysroot = _check_sysroot(root, hide)
+        units = _base_units(journald_bin, own_root=sysroot is not None)  # may refuse: before anything is made
         wd = Path(workdir).absolute()
         wd.mkdir(mode=0o700, parents=True, exist_ok=True)
         if any(wd.iterdir()):
             raise SandboxError(f"work directory {wd} is not empty")
         for sub in ("units", "etc-system", "empty", "cgmnt", "newdev", "boot"):
             (wd / sub).mkdir()
-        for name, text in _base_units(journald_bin, own_root=sysroot is not None).items():
+        for name, text in units.items():
             (wd / "units" / name).write_text(text)
         (wd / "boot" / "stage1.sh").write_text(_STAGE1)
         (wd / "boot" / "stage2.sh").write_text(_STAGE2)
@@ -698,11 +719,13 @@ class PrivateSystemd:
         self._teardown(stop_timeout_s=stop_timeout_s)
         shutil.rmtree(self.workdir)
 
-    def power_cut(self) -> None:
-        """Stop the sandbox the way a power cut stops a host: SIGKILL to its PID 1 (the kernel then kills
-        every process of the namespace; no unit is stopped, no ``ExecStop=`` runs, nothing is synced on
-        purpose), then the same clean-up and proof as :meth:`stop`. What was written survives in the
-        sysroot (``root``), as on a disk: the page cache is the host's.
+    def crash(self) -> None:
+        """Stop the sandbox the way a kernel panic or a hard reset stops a host's processes: SIGKILL to its
+        PID 1 (the kernel then kills every process of the namespace at once; no unit is stopped, no
+        ``ExecStop=`` runs), then the same clean-up and proof as :meth:`stop`. What was written stays in the
+        sysroot (``root``), to be booted again. Unlike a power cut it loses nothing that was written but not
+        yet synced (the page cache is this machine's): durability is what the journal's own crash tests
+        (a cut at every byte) and the simulated host's power cuts (``tests/sim``) test.
 
         Raises:
             SandboxError: as :meth:`stop`.
@@ -752,10 +775,9 @@ class PrivateSystemd:
                 time.sleep(_POLL_S)
             if left:
                 problems.append(f"processes left in {self.pidns}: {left}")
-        mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines()
-                  if f" {self.workdir}/" in line or f" {self.workdir} " in line]
-        if mounts:
-            problems.append(f"host mounts left under {self.workdir}: {mounts}")
+        for top in (self.workdir, self.root):
+            if top is not None and (mounts := mounts_under(top)):
+                problems.append(f"host mounts left under {top}: {mounts}")
         if problems:
             raise SandboxError("; ".join(problems), self.console_log)
 
@@ -767,6 +789,21 @@ class PrivateSystemd:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def mounts_under(top: Path) -> list[str]:
+    """Mount points of this process's mount namespace at or under ``top``: ``/proc/self/mountinfo``'s field
+    5, with the octal escapes proc(5) writes there (``\\040`` for a space, ``\\011``, ``\\012``, ``\\134``)
+    decoded."""
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split(" ")
+        if len(fields) < 5:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        if point == str(top) or point.startswith(f"{top}/"):
+            found.append(point)
+    return found
 
 
 def _copy_console(fd: int, path: Path) -> None:

@@ -371,7 +371,7 @@ class KubernetesSource:
         message = _one_line(doc.get("message", "")) if isinstance(doc, dict) else ""
         reason = _one_line(response.reason or "", 80)
         raise SourceError(f"{self.label}: watch: HTTP {response.status} {reason}"
-                          + (f": {message}" if message else ""))
+                          + (f": {message}" if message else ""), http_status=response.status)
 
     async def _read_watch(self, response: Any) -> None:
         """Apply events until the stream ends or the first batch is applied (the lines already buffered

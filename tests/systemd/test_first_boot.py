@@ -12,13 +12,14 @@ One host's life, end to end, with the real tools and nothing of the project's Py
    the release from the local archive, writes its marker and disables itself; the daemon is a native binary
    (``native_agent.c``), so nothing on the host needs an interpreter.
 3. An upgrade through the bundle's ``upgrade-agent`` commits; a candidate that dies at start rolls back.
-4. A power cut (SIGKILL to PID 1) right after the daemon was restarted onto a new candidate, then a reboot:
+4. The whole host crashes (``PrivateSystemd.crash``: SIGKILL to PID 1, every process dies at once) right after
+   the daemon was restarted onto a new candidate, then a reboot:
    boot recovery takes the open episode over and (through the transient unit it hands the health check to)
    commits the candidate on its second attempt; the bootstrap does not run again (the machine id was
    committed on the first boot, so the second is no first boot).
-5. ``/usr`` is unchanged: a digest of every entry's metadata (path, type, mode, owner, size, mtime, ctime,
-   link target) before Ignition ran and after the last shutdown (5 GiB of bytes are not re-read: any write,
-   create, delete, rename or chmod changes the digest). The services could not have written it anyway (the
+5. ``/usr`` is unchanged: every entry's metadata (path, type, mode, owner, size, mtime, ctime, link target)
+   before Ignition ran and after the last shutdown (5 GiB of bytes are not re-read: any write, create,
+   delete, rename or chmod changes it). The services could not have written it anyway (the
    mount is read-only, which the test reads from ``/proc/1/mountinfo``).
 
 Outcomes are read from the host: links and slot bytes in the sysroot, MainPID's ``/proc/PID/exe``,
@@ -27,12 +28,14 @@ Outcomes are read from the host: links and slot bytes in the sysroot, MainPID's 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import io
 import json
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import tarfile
@@ -81,8 +84,9 @@ def native_release(out: Path, build: Path, version: str, behaviour: str = "good"
     """Compile ``native_agent.c`` with ``version``/``behaviour`` baked in and pack it as a release archive
     (``NAME-VERSION.tar.gz`` holding ``NAME-linux-ARCH``, 0755)."""
     binary = build / f"{NAME}-{version}"
+    compiler = shutil.which("cc") or pytest.fail("cc missing: run scripts/bootstrap.sh (apt-get install gcc)")
     cc = subprocess.run(
-        ["cc", "-O2", "-Wall", "-Werror", f'-DVERSION="{version}"', f'-DBEHAVIOUR="{behaviour}"',
+        [compiler, "-O2", "-Wall", f'-DVERSION="{version}"', f'-DBEHAVIOUR="{behaviour}"',
          "-o", str(binary), str(NATIVE_SOURCE)],
         capture_output=True, text=True, timeout=CC_TIMEOUT_S, check=False,
     )
@@ -111,19 +115,26 @@ def image_sysroot(sysroot: Path) -> Path:
     return sysroot
 
 
-def usr_digest() -> str:
-    """sha256 over every entry of ``/usr`` (what the sandbox mounts): path, type and mode, owner, size, mtime,
-    ctime (ns) and a link's target, in path order."""
-    lines = []
+def usr_entries() -> dict[str, str]:
+    """Every entry of ``/usr`` (what the sandbox mounts) -> its type and mode, owner, size, mtime and ctime
+    (ns) and a link's target: any write, create, delete, rename or chmod changes it."""
+    entries = {}
     for dirpath, dirnames, filenames in os.walk("/usr"):
-        dirnames.sort()
-        for name in sorted(dirnames + filenames):
+        for name in dirnames + filenames:
             path = os.path.join(dirpath, name)
             st = os.lstat(path)
             target = os.readlink(path) if stat.S_ISLNK(st.st_mode) else ""
-            lines.append(f"{path}\0{st.st_mode:o}\0{st.st_uid}:{st.st_gid}\0{st.st_size}\0"
-                         f"{st.st_mtime_ns}\0{st.st_ctime_ns}\0{target}")
-    return hashlib.sha256("\n".join(lines).encode(errors="surrogateescape")).hexdigest()
+            entries[path] = (f"{st.st_mode:o} {st.st_uid}:{st.st_gid} {st.st_size} {st.st_mtime_ns} "
+                             f"{st.st_ctime_ns} {target}")
+    return entries
+
+
+def assert_usr_unchanged(before: dict[str, str]) -> None:
+    """``/usr`` as it was: same entries, same metadata; else the changed paths are named (the test's own
+    host, the machine, is shared with whatever else runs on it: a package installed meanwhile shows here)."""
+    after = usr_entries()
+    changed = sorted(p for p in before.keys() | after.keys() if before.get(p) != after.get(p))
+    assert not changed, f"{len(changed)} entries of /usr changed, e.g. {changed[:10]}"
 
 
 @attrs.define
@@ -208,6 +219,8 @@ def _wait_gone(port: int, timeout_s: float = 10.0) -> None:
 
 
 def test_an_ignition_host_without_python_boots_installs_upgrades_and_recovers(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the private systemd harness needs root (unshare, mount, cgroup2)")
     port = free_port()
     srv, build, admin = tmp_path / "srv", tmp_path / "build", tmp_path / "admin"
     for d in (srv, build, admin):
@@ -224,22 +237,30 @@ def test_an_ignition_host_without_python_boots_installs_upgrades_and_recovers(tm
     )
     (admin / f"{NAME}.toml").write_text(toml)
     sysroot = image_sysroot(tmp_path / "sysroot")
-    server = ReleaseServer.start(srv)
-    hosts: list[Host] = []
-    try:
+    with contextlib.ExitStack() as stack:
+        server = ReleaseServer.start(srv)
+        stack.callback(server.close)
+
+        def boot(base: Path) -> Host:
+            with socket.socket() as probe:  # no one else listens on the port the rendered config names
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the daemon binds it
+                probe.bind(("127.0.0.1", port))
+            host = _boot(base, sysroot, port)
+            stack.callback(host.sandbox.stop)
+            return host
+
         # 1. the administrator renders the config; the real Ignition writes it into the sysroot
         rendered = run_cli(["--config", str(admin / f"{NAME}.toml"), "ignition",
                             "--archive", server.url(v1.path), "--sha256", v1.sha256,
                             "--runtime", server.url(runtime), "--runtime-sha256", sha256_file(runtime)])
         assert rendered.code == 0, rendered.stderr
         (admin / "config.ign").write_text(rendered.stdout)
+        usr_before = usr_entries()
         assert_only_relabel_failed(Ignition(tmp_path, sysroot, admin / "config.ign").apply())
         assert not (sysroot / "etc" / "machine-id").exists()
-        usr_before = usr_digest()
 
         # 2. first boot: presets, the bootstrap install from the local archive, the daemon on blue
-        host = _boot(tmp_path / "boot1", sysroot, port)
-        hosts.append(host)
+        host = boot(tmp_path / "boot1")
         console = host.sandbox.console_log.read_text(errors="replace")
         assert "Populated /etc with preset unit settings" in console, console[-3000:]
         no_python = host.sandbox.run("sh", "-c", "command -v python3 python3.11 python", check=False)
@@ -248,8 +269,8 @@ def test_an_ignition_host_without_python_boots_installs_upgrades_and_recovers(tm
         usr_mount = [line.split() for line in host.sandbox.run("cat", "/proc/1/mountinfo").stdout.splitlines()
                      if line.split()[4] == "/usr"]
         assert len(usr_mount) == 1 and "ro" in usr_mount[0][5].split(","), usr_mount
-        boot = host.show(f"{NAME}-bootstrap.service", "ActiveState", "Result", "ExecMainStatus")
-        assert boot == {"ActiveState": "inactive", "Result": "success", "ExecMainStatus": "0"}, boot
+        bootstrap = host.show(f"{NAME}-bootstrap.service", "ActiveState", "Result", "ExecMainStatus")
+        assert bootstrap == {"ActiveState": "inactive", "Result": "success", "ExecMainStatus": "0"}, bootstrap
         assert host.at(f"{R}/bootstrap/done").is_file()
         assert host.sandbox.run("systemctl", "is-enabled", f"{NAME}-bootstrap.service",
                                 check=False).stdout.strip() == "disabled"
@@ -274,19 +295,18 @@ def test_an_ignition_host_without_python_boots_installs_upgrades_and_recovers(tm
         assert code == 1 and out is not None and out["result"] == "rolled_back", (code, out, err)
         host.assert_serving("green", v2)
 
-        # 4. power cut right after the daemon was restarted onto 4.0.0, then a reboot
+        # 4. the host crashes right after the daemon was restarted onto 4.0.0, then a reboot
         code, out, err = host.agent("upgrade", "--archive", server.url(v4.path), "--sha256", v4.sha256,
                                     "--operation", "to-4", env={KILL_ENV: "RestartObserved#1"})
         assert code == -9 or code == 137, (code, out, err)
-        host.sandbox.power_cut()
+        host.sandbox.crash()
         _wait_gone(port)
         assert os.readlink(host.at(f"{LIB}/{NAME}-current")) == f"{NAME}-blue"  # switched, not committed
 
-        host = _boot(tmp_path / "boot2", sysroot, port)
-        hosts.append(host)
+        host = boot(tmp_path / "boot2")
         recovered = host.show(f"{NAME}-recover-boot.service", "Result", "ExecMainStatus")
         assert recovered == {"Result": "success", "ExecMainStatus": "0"}, recovered
-        # boot recovery never waits for the daemon: it counts the attempt the power cut interrupted as failed
+        # boot recovery never waits for the daemon: it counts the attempt the crash interrupted as failed
         # and hands the next one (of health.max_attempts = 2) to a transient unit (``recover --trigger
         # manual``), which restarts the daemon on the candidate, sees it healthy and commits it
         episode = host.episode_when_closed("to-4")
@@ -307,10 +327,6 @@ def test_an_ignition_host_without_python_boots_installs_upgrades_and_recovers(tm
         assert "Populated /etc with preset unit settings" not in console
         again = host.show(f"{NAME}-bootstrap.service", "ExecMainStartTimestampMonotonic", "UnitFileState")
         assert again == {"ExecMainStartTimestampMonotonic": "0", "UnitFileState": "disabled"}, again
-    finally:
-        for h in hosts:
-            h.sandbox.stop()
-        server.close()
 
-    # 5. /usr as it was before Ignition ran; nothing of the host root under it
-    assert usr_digest() == usr_before
+    # 5. /usr as it was before Ignition ran
+    assert_usr_unchanged(usr_before)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.harness.sandbox import PrivateSystemd, SandboxError, python_paths
+from agent.harness.sandbox import PrivateSystemd, SandboxError, mounts_under, python_paths
 
 pytestmark = pytest.mark.systemd
 
@@ -190,11 +190,13 @@ def _image(sysroot: Path) -> Path:
 
 
 @pytest.mark.usefixtures("root_only")
-def test_a_root_of_its_own_with_python_hidden_then_a_power_cut_leaves_nothing(tmp_path: Path) -> None:
+def test_a_root_of_its_own_with_python_hidden_then_a_crash_leaves_nothing(tmp_path: Path) -> None:
     sysroot = _image(tmp_path / "sysroot")
     workdir = tmp_path / "sd"
     hidden = python_paths()
-    assert "/usr/bin/python3" not in hidden and any(p.startswith("/usr/bin/python3.") for p in hidden)
+    python3 = shutil.which("python3", path="/usr/local/bin:/usr/bin") or "/usr/bin/python3"
+    interpreter = os.path.realpath(python3)
+    assert interpreter in hidden and "/usr/bin/python3" not in hidden, hidden  # the file, not the link
     sd = PrivateSystemd.start(workdir, journald=False, root=sysroot, hide=hidden)
     try:
         assert sd.root == sysroot and sd.unit_dir == sysroot / "etc/systemd/system"
@@ -206,21 +208,24 @@ def test_a_root_of_its_own_with_python_hidden_then_a_power_cut_leaves_nothing(tm
         empty = 'if [ -d "$1" ]; then [ -z "$(ls -A "$1")" ]; else [ ! -s "$1" ] && [ ! -x "$1" ]; fi'
         for path in hidden:  # an empty directory, or an empty file nobody may execute
             assert sd.run("sh", "-c", empty, "-", path, check=False).returncode == 0, path
-        write = sd.run("touch", "/usr/upgrade-core-probe", check=False)
-        assert write.returncode != 0 and "Read-only file system" in write.stderr, write
+        # a cover is no writable spot in the read-only /usr
+        for target in ("/usr/upgrade-core-probe", interpreter, f"{interpreter}.d"):
+            write = sd.run("sh", "-c", 'echo "#!/bin/sh" > "$1"', "-", target, check=False)
+            assert write.returncode != 0 and "Read-only file system" in write.stderr, (target, write)
         # the first boot wrote a machine id onto the root's /etc, never the host's
         machine_id = sd.run("cat", "/etc/machine-id").stdout
         assert (sysroot / "etc/machine-id").read_text() == machine_id and len(machine_id) == 33
         assert sd.run("systemctl", "is-system-running").stdout.strip() == "running"
         pidns = sd.pidns
     finally:
-        sd.power_cut()
+        sd.crash()
     assert _pids_in(pidns) == []
-    assert _host_mounts_under(workdir) == [] and _host_mounts_under(sysroot) == []
+    assert mounts_under(workdir) == [] and mounts_under(sysroot) == []
     assert not workdir.exists() and (sysroot / "etc/machine-id").is_file()
     assert not Path("/usr/upgrade-core-probe").exists()
 
 
+@pytest.mark.usefixtures("root_only")
 def test_a_root_without_its_mount_points_or_a_bad_hide_path_is_refused(tmp_path: Path) -> None:
     bare = tmp_path / "bare"
     (bare / "usr").mkdir(parents=True)
@@ -228,8 +233,37 @@ def test_a_root_without_its_mount_points_or_a_bad_hide_path_is_refused(tmp_path:
         PrivateSystemd.start(tmp_path / "sd1", root=bare)
     with pytest.raises(SandboxError, match="hide needs root"):
         PrivateSystemd.start(tmp_path / "sd2", hide=["/usr/bin/python3.11"])
+    with pytest.raises(SandboxError, match="is this machine's own root"):
+        PrivateSystemd.start(tmp_path / "sd4", root=Path("/usr/.."))
+    linked = _image(tmp_path / "linked")
+    (linked / "etc").rename(linked / "etc.real")
+    (linked / "etc").symlink_to("/etc")  # unit files would land in this machine's /etc/systemd/system
+    with pytest.raises(SandboxError, match="etc: a symbolic link"):
+        PrivateSystemd.start(tmp_path / "sd5", root=linked)
     image = _image(tmp_path / "image")
-    for bad in ("/etc/passwd", "/usr/../etc/passwd", "/usr/no such file"):
+    usr_link = next(str(p) for p in Path("/usr/bin").iterdir() if p.is_symlink() and p.resolve().is_file())
+    for bad in ("/etc/passwd", "/usr/../etc/passwd", "/usr/no such file", "/usr/bin/*", usr_link):
         with pytest.raises(SandboxError, match="hide: "):
             PrivateSystemd.start(tmp_path / "sd3", root=image, hide=[bad])
-    assert not (tmp_path / "sd1").exists() and not (tmp_path / "sd3").exists()
+    with pytest.raises(SandboxError, match="inside another hidden path"):
+        PrivateSystemd.start(tmp_path / "sd3", root=image, hide=["/usr/lib", "/usr/lib/os-release"])
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("sd")]
+
+
+def test_mounts_under_reads_escaped_mount_points(tmp_path: Path) -> None:
+    """A mount point with a space is written ``\\040`` in mountinfo (proc(5)); the teardown's proof that
+    nothing is left must still see it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount (in a private mount namespace)")
+    target = tmp_path / "a dir" / "x"
+    target.mkdir(parents=True)
+    code = (f"from pathlib import Path; from agent.harness.sandbox import mounts_under; "
+            f"print(mounts_under(Path({str(tmp_path)!r})))")
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         'mount -t tmpfs tmpfs "$1" && exec "$2" -c "$3"', "-", str(target), sys.executable, code],
+        capture_output=True, text=True, timeout=30, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == repr([str(target)])
+    assert mounts_under(tmp_path) == []  # and nothing of it in this namespace
