@@ -73,6 +73,7 @@ class _Unfit(ValueError):
 
 
 _SCALARS = (str, int, bool, types.NoneType)
+_ABSENT = object()  # a field the payload leaves out
 
 
 def _fast_structurer(cls: type) -> Callable[[dict[str, Any]], Any] | None:
@@ -107,7 +108,7 @@ def _fast_structurer(cls: type) -> Callable[[dict[str, Any]], Any] | None:
         (kind,) = inner
         origin = typing.get_origin(kind)
         if origin is Literal:
-            allowed = set(typing.get_args(kind))
+            allowed = {*typing.get_args(kind), _ABSENT}  # absent: the default applies, or cls() refuses
             if len(args) > 1:
                 allowed.add(None)
             literals.append((name, frozenset(allowed)))
@@ -136,8 +137,8 @@ def _fast_structurer(cls: type) -> Callable[[dict[str, Any]], Any] | None:
         if not names.issuperset(data):
             raise _Unfit(f"unknown fields {sorted(set(data) - names)}")
         for name, allowed in literals:
-            if name in data and data[name] not in allowed:
-                raise _Unfit(f"{name}={data[name]!r} is not one of {sorted(map(repr, allowed))}")
+            if data.get(name, _ABSENT) not in allowed:
+                raise _Unfit(f"{name}={data[name]!r} is not one of {sorted(map(repr, allowed - {_ABSENT}))}")
         for name in floats:
             if type(data.get(name)) is int:
                 data[name] = float(data[name])
@@ -186,7 +187,11 @@ def from_dict(data: dict[str, Any]) -> Event:
 
 def _from_owned_dict(data: dict[str, Any]) -> Event:
     """:func:`from_dict` on a dict the caller gives up (``decode``'s fresh JSON object): no copy."""
-    tag = data.pop(_TAG, None)
+    return _from_fields(data.pop(_TAG, None), data)
+
+
+def _from_fields(tag: Any, data: dict[str, Any]) -> Event:
+    """Structure the fields ``data`` (tag removed, payload version still in) of the event tagged ``tag``."""
     version = data.pop(_VER, 1)
     cls = _BY_TAG.get(tag) if isinstance(tag, str) else None
     if cls is None:
@@ -233,13 +238,12 @@ class EventCodec:
                 obj = json.loads(data)
             except ValueError as exc:
                 raise EventDecodeError(f"event payload is not JSON: {exc}") from None
-        if not isinstance(obj, dict):
+        if type(obj) is not dict:
             raise EventDecodeError("event payload is not a JSON object")
-        tag = obj.get(_TAG)
+        tag = obj.pop(_TAG, None)
         fast = _FAST_V1.get(tag) if type(tag) is str else None
         if fast is None or _VER in obj:
-            return _from_owned_dict(obj)
-        del obj[_TAG]
+            return _from_fields(tag, obj)
         try:
             event: Event = fast(obj)
         except (TypeError, ValueError, KeyError) as exc:
