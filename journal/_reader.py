@@ -426,6 +426,7 @@ def _scan(directory: str, dir_fd: int, decode: Callable[[bytes], Any] | None = N
     gaps: list[tuple[str, int, int]] = []  # (path, first missing seq, last missing seq)
     records = result.records
     decoded_append = result.decoded.append
+    prev_eid, prev_id = b"", ""
     unpack_env = ENVELOPE.unpack_from
     env_size = ENVELOPE.size
     for index, (first_seq, sealed, path) in enumerate(ordered):
@@ -481,7 +482,13 @@ def _scan(directory: str, dir_fd: int, decode: Callable[[bytes], Any] | None = N
                 if kind == KIND_EVENT and pos + eid_len <= stop:
                     covers = None
                     event_start = pos + eid_len
-                    episode_id = data[pos:event_start].decode()
+                    # An episode's records mostly follow each other: compare its id in place with the
+                    # previous record's and share the string (no slice, no decoding, one copy in memory).
+                    if eid_len == len(prev_eid) and data.startswith(prev_eid, pos):
+                        episode_id = prev_id
+                    else:
+                        prev_eid = data[pos:event_start]
+                        episode_id = prev_id = prev_eid.decode()
                 else:
                     wall_time, episode_id, covers, event_start = decode_envelope(data, start, stop)
                     if covers is not None and covers > result.covers_through:
