@@ -23,6 +23,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
@@ -317,8 +318,12 @@ class JournalWriter(Generic[T]):
         self._scan, self.repaired, self._live, self._dir_fd = result, repaired, live, dir_fd
         self._next_seq = self._write_seq = result.next_seq
         # A daemon: a writer left open does not keep the process alive (an append that has not returned
-        # was never promised durable); aclose() stops and joins it.
-        self._thread = threading.Thread(target=self._run, name=f"journal-writer {directory}", daemon=True)
+        # was never promised durable); aclose() stops and joins it. The thread holds the writer only while
+        # it writes a batch, so one that is dropped without aclose() is collected and its thread ends.
+        name = f"journal-writer {directory}"
+        self._thread = threading.Thread(target=_serve, args=(self._queue, weakref.ref(self)), name=name)
+        self._thread.daemon = True
+        weakref.finalize(self, self._queue.put, None)
         self._thread.start()
         return self
 
@@ -427,37 +432,37 @@ class JournalWriter(Generic[T]):
         if idle is not None:
             idle.set()
 
-    def _run(self) -> None:
-        """The writer thread: write the queued batches in order until told to stop (``None``).
+    def _process(self, batch: _Batch, broken: JournalPoisonedError | None) -> JournalPoisonedError | None:
+        """In the writer thread: write ``batch`` (or fail it with ``broken``, the error of an earlier failed
+        sync), then have it settled on its event loop; returns what later batches must fail with.
 
-        Every batch is settled on its event loop exactly once, whatever happens here. An exception that is
-        not a write or sync failure (a bug, or a test standing for a crash) is raised to the batch's waiters
-        as it is and poisons the writer: what reached the file is unknown.
+        Every batch is settled exactly once, whatever happens here. An exception that is not a write or
+        sync failure (a bug, or a test standing for a crash) is raised to the batch's waiters as it is and
+        poisons the writer: what reached the file is unknown.
         """
-        broken: JournalPoisonedError | None = None
-        while (batch := self._queue.get()) is not None:
-            with self._lock:
-                if self._open is batch:
-                    self._open = None  # from here on the batch is ours alone; later appends open the next one
-            if broken is not None:
-                batch.error = broken
-            else:
-                try:
-                    self._commit(batch)
-                except BaseException as exc:
-                    path = self._live.path
-                    batch.error = exc
-                    batch.poisons = JournalPoisonedError(
-                        f"journal {path}: an append failed unexpectedly ({exc!r}); no further appends", path
-                    )
-                    batch.poisons.__cause__ = exc
-                if isinstance(batch.error, JournalPoisonedError):
-                    batch.poisons = batch.error
-                broken = batch.poisons
-            token = batch.token
-            # The event loop may be gone (its run ended with the append still parked): nobody waits then.
-            with contextlib.suppress(Exception):
-                token.backend_class.run_sync_soon(self._settle, (batch,), token.native_token)
+        with self._lock:
+            if self._open is batch:
+                self._open = None  # from here on the batch is ours alone; later appends open the next one
+        if broken is not None:
+            batch.error = broken
+        else:
+            try:
+                self._commit(batch)
+            except BaseException as exc:
+                path = self._live.path
+                batch.error = exc
+                batch.poisons = JournalPoisonedError(
+                    f"journal {path}: an append failed unexpectedly ({exc!r}); no further appends", path
+                )
+                batch.poisons.__cause__ = exc
+            if isinstance(batch.error, JournalPoisonedError):
+                batch.poisons = batch.error
+            broken = batch.poisons
+        token = batch.token
+        # The event loop may be gone (its run ended with the append still parked): nobody waits then.
+        with contextlib.suppress(Exception):
+            token.backend_class.run_sync_soon(self._settle, (batch,), token.native_token)
+        return broken
 
     def _commit(self, batch: _Batch) -> None:
         """Frame ``batch``, write it with one pwrite and one fdatasync, and make its records (or set its
@@ -710,6 +715,18 @@ class JournalWriter(Generic[T]):
                     os.close(self._dir_fd)  # releases the journal directory's lock
             finally:
                 self._release()
+
+
+def _serve(batches: queue.SimpleQueue[_Batch | None], ref: weakref.ReferenceType[JournalWriter[Any]]) -> None:
+    """The writer thread: process the queued batches in order until told to stop (``None``, put by
+    :meth:`JournalWriter.aclose` or when the writer is collected)."""
+    broken: JournalPoisonedError | None = None
+    while (batch := batches.get()) is not None:
+        writer = ref()
+        if writer is None:  # cannot happen while an append waits: it holds the writer
+            return
+        broken = writer._process(batch, broken)
+        del writer
 
 
 def _write_sealed_tmp(dir_fd: int, live_fd: int, live_path: str, length: int, tmp_path: str) -> None:

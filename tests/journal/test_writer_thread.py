@@ -5,6 +5,7 @@ written exactly once."""
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import threading
 import time
@@ -169,3 +170,15 @@ async def test_cancelled_waiters_are_written_once_and_return_their_records(
     assert [r.seq for r in records] == list(range(1, 10))
     assert sorted(r.event.n for r in records) == list(range(9))  # type: ignore[union-attr]
     assert visible(records) == visible(sorted(returned.values(), key=lambda r: r.seq))
+
+
+async def test_a_writer_dropped_without_aclose_stops_its_thread(tmp_path: Path) -> None:
+    w = await JournalWriter.open(tmp_path, CODEC)
+    await w.append("op", Opened("a"))
+    (thread,) = _writer_threads(tmp_path)
+    for fd in (w._live.fd, w._dir_fd):  # what aclose() would have closed
+        os.close(fd)
+    del w
+    gc.collect()
+    thread.join(10)
+    assert not thread.is_alive()
