@@ -286,7 +286,8 @@ class JournalWriter(Generic[T]):
         owner with ``owner``, replays it, removes leftovers of an interrupted seal or compaction, truncates a
         torn tail durably (exposed as :attr:`repaired`), makes sure a live segment exists and records
         ``owner`` when none is recorded yet. Every file is checked before it is opened or changed (SPEC 10).
-        Cancellation: shielded; it completes, then the cancel is seen.
+        Then starts the writer's thread (``journal-writer <directory>``), which every append goes through
+        until :meth:`aclose`. Cancellation: shielded; it completes, then the cancel is seen.
 
         Args:
             directory: the journal directory (``state_dir/journal``).
