@@ -42,6 +42,7 @@ from .safefs import check_parent, open_dir, read_file
 # Not ``typing.TYPE_CHECKING``: importing typing costs several ms at boot (mypy treats this name as True).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
     from ._records import Codec, Replay
@@ -106,7 +107,12 @@ class Scan:
         segments: the segments replay reads, in sequence order.
         shadowed: live files whose sealed twin exists (leftovers of an interrupted seal).
         temps: ``*.tmp`` leftovers.
-        records: every valid record in sequence order, including ones hidden by a snapshot.
+        records: every valid record in sequence order, including ones hidden by a snapshot (empty when
+            the scan decoded them: see ``decoded``).
+        decoded: with a ``decode`` function (:func:`replay`), the same records as
+            :class:`~journal.Record` values; a record ``decode`` refused holds None as its event and is
+            listed in ``undecodable``.
+        undecodable: (seq, error) of each record ``decode`` refused, in sequence order.
         covers_through: the highest ``covers_through`` of any snapshot record (0 when none).
         torn: (path, offset) of the torn tail of the last segment, or None.
         next_seq: the sequence number the next appended record gets.
@@ -118,6 +124,8 @@ class Scan:
         self.shadowed: list[str] = []
         self.temps: list[str] = []
         self.records: list[RawRecord] = []
+        self.decoded: list[Any] = []
+        self.undecodable: list[tuple[int, JournalDecodeError]] = []
         self.covers_through = 0
         self.torn: tuple[str, int] | None = None
         self.next_seq = 1
@@ -137,6 +145,12 @@ class gc_paused:  # lower case: used like a function, ``with gc_paused():``
     growing record list is traversed again and again by generation-2 collections, which cost about a third
     of a 100k-record replay (``benchmarks/bench_journal.py``). Reference counting still frees everything.
     A class rather than ``contextlib.contextmanager``, to keep contextlib off the boot path.
+
+    On exit the objects made meanwhile are moved to the collector's oldest generation (``gc.freeze()`` then
+    ``gc.unfreeze()``, which moves without traversing), where they would end up anyway: otherwise the
+    first young collection after the pause traverses every record, and the next ones again as they are
+    promoted, while the caller folds them (issue 16: about a sixth of a 100k-record replay and fold). Skipped
+    when the process froze objects itself (``gc.get_freeze_count()``): unfreezing would undo that.
     """
 
     def __enter__(self) -> None:
@@ -145,6 +159,9 @@ class gc_paused:  # lower case: used like a function, ``with gc_paused():``
 
     def __exit__(self, *exc_info: object) -> None:
         if self._enabled:
+            if gc.get_freeze_count() == 0:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
@@ -394,12 +411,22 @@ def scan(directory: str | os.PathLike[str], *, dir_fd: int | None = None) -> Sca
         os.close(fd)
 
 
-def _scan(directory: str, dir_fd: int) -> Scan:
+def _scan(directory: str, dir_fd: int, decode: Callable[[bytes], Any] | None = None) -> Scan:
+    """:func:`scan`; with ``decode``, each record's event is decoded as soon as its frame is validated and
+    the records go to ``decoded`` (:func:`replay`: each payload is freed once decoded instead of every
+    payload of the journal being held at once)."""
     result = Scan(directory)
+    make_record: Any = None
+    if decode is not None:
+        from ._records import Record
+
+        make_record = Record
     ordered, result.shadowed, result.temps = _list(dir_fd, directory)
     expected: int | None = None
     gaps: list[tuple[str, int, int]] = []  # (path, first missing seq, last missing seq)
     records = result.records
+    decoded_append = result.decoded.append
+    prev_eid, prev_id = b"", ""
     unpack_env = ENVELOPE.unpack_from
     env_size = ENVELOPE.size
     for index, (first_seq, sealed, path) in enumerate(ordered):
@@ -455,7 +482,13 @@ def _scan(directory: str, dir_fd: int) -> Scan:
                 if kind == KIND_EVENT and pos + eid_len <= stop:
                     covers = None
                     event_start = pos + eid_len
-                    episode_id = data[pos:event_start].decode()
+                    # An episode's records mostly follow each other: compare its id in place with the
+                    # previous record's and share the string (no slice, no decoding, one copy in memory).
+                    if eid_len == len(prev_eid) and data.startswith(prev_eid, pos):
+                        episode_id = prev_id
+                    else:
+                        prev_eid = data[pos:event_start]
+                        episode_id = prev_id = prev_eid.decode()
                 else:
                     wall_time, episode_id, covers, event_start = decode_envelope(data, start, stop)
                     if covers is not None and covers > result.covers_through:
@@ -463,7 +496,17 @@ def _scan(directory: str, dir_fd: int) -> Scan:
             except ValueError as exc:  # UnicodeDecodeError included
                 raise JournalDecodeError(path, offset, str(exc)) from None
             episodes.add(episode_id)
-            append((seq, episode_id, wall_time, covers, data[event_start:stop], path, offset))
+            if decode is None:
+                append((seq, episode_id, wall_time, covers, data[event_start:stop], path, offset))
+                continue
+            try:
+                event = decode(data[event_start:stop])
+            except Exception as exc:
+                error = JournalDecodeError(path, offset, f"{type(exc).__name__}: {exc}")
+                error.__cause__ = exc
+                result.undecodable.append((seq, error))
+                event = None
+            decoded_append(make_record(seq, episode_id, wall_time, event))
         if frames:
             seg.last_seq = frames[-1][1]
         result.segments.append(seg)
@@ -517,6 +560,20 @@ def replay(directory: str | os.PathLike[str], codec: Codec[Any]) -> Replay[Any]:
     from ._records import Replay, TornTail
 
     with gc_paused():
-        result = scan(directory)
+        directory = os.path.abspath(os.fspath(directory))
+        fd = open_journal_dir(directory)
+        if fd is None:
+            return Replay([], None)
+        try:
+            result = _scan(directory, fd, codec.decode)
+        finally:
+            os.close(fd)
+        covers = result.covers_through
+        for seq, error in result.undecodable:  # the first one replay would return
+            if seq > covers:
+                raise error
+        records = result.decoded
+        if covers:
+            records = [r for r in records if r.seq > covers]
         torn = TornTail(result.torn[0], result.torn[1]) if result.torn else None
-        return Replay(decode_records(result.visible(), codec), torn)
+        return Replay(records, torn)

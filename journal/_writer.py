@@ -1,10 +1,18 @@
 """The journal writer: durable appends with group commit, torn-tail repair, sealing and compaction.
 
 Only the host-lock holder creates a :class:`JournalWriter` (SPEC 4.6 rule 7); readers use
-:func:`journal.replay`. Every blocking step runs in a worker thread that is never abandoned, inside a
-cancel scope that is shielded: an append or a seal that has started finishes, and a cancellation is
-delivered after it (trio's rule that a cancelled operation either had no effect or completed is kept by
-making the write itself uncancellable).
+:func:`journal.replay`. Every blocking step runs off the event loop, and an append or a seal that has
+started finishes: the caller's wait is shielded and a cancellation is delivered after it (trio's rule that a
+cancelled operation either had no effect or completed is kept by making the write itself uncancellable).
+
+Appends go to one long-lived writer thread per open writer (``journal-writer``), not through a generic
+worker-thread hop per append: the event loop encodes each record and adds it to the open batch (one
+:class:`_Batch` shared by every append made before the thread takes it); the thread takes the whole batch,
+frames it, writes it with one ``pwrite`` and one ``fdatasync``, and completes every waiter of the batch at
+once with a single call back into the event loop. A batch is taken only when the thread is free, so the
+appends that arrive while a batch is being synced form the next group commit. A failed sync poisons the
+writer: the thread fails that batch and every later one without touching the file again. Opening, sealing
+and compaction (rare) still use ``anyio.to_thread``; they run only once no batch is in flight.
 """
 
 from __future__ import annotations
@@ -12,11 +20,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import queue
+import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 from . import _segment, safefs
@@ -26,7 +38,6 @@ from ._records import SNAPSHOT_EPISODE, Codec, Record, TornTail
 from .errors import (
     JournalBusyError,
     JournalClosedError,
-    JournalError,
     JournalFullError,
     JournalOwnerError,
     JournalPoisonedError,
@@ -55,7 +66,7 @@ class CompactStats:
 
 
 class _Pending:
-    __slots__ = ("covers_through", "done", "episode_id", "error", "event", "payload", "record", "wall_time")
+    __slots__ = ("covers_through", "episode_id", "event", "payload", "record", "wall_time")
 
     def __init__(
         self, episode_id: str, wall_time: float, event: Any, payload: bytes, covers_through: int | None
@@ -65,9 +76,27 @@ class _Pending:
         self.event = event
         self.payload = payload
         self.covers_through = covers_through
-        self.done = False
-        self.error: BaseException | None = None
         self.record: Record[Any] | None = None
+
+
+class _Batch:
+    """Appends committed together: one write and one fdatasync (a group commit).
+
+    Created on the event loop by the first append that finds no open batch; later appends join it until
+    the writer thread takes it. The thread fills in ``error`` or every entry's ``record``, then has
+    :meth:`JournalWriter._settle` run on the event loop ``token`` names, which sets ``done``.
+    """
+
+    __slots__ = ("chain", "done", "end", "entries", "error", "poisons", "token")
+
+    def __init__(self, token: anyio.lowlevel.EventLoopToken) -> None:
+        self.entries: list[_Pending] = []
+        self.done = anyio.Event()
+        self.error: BaseException | None = None  # raised to every waiter of the batch
+        self.poisons: JournalPoisonedError | None = None  # what later appends raise after this batch
+        self.token = token
+        self.end = 0  # once written: the live segment's length and chain CRC after this batch
+        self.chain = 0
 
 
 class _Refused(Exception):
@@ -217,11 +246,13 @@ class JournalWriter(Generic[T]):
         self.repaired: TornTail | None = None
         self._codec = codec
         self._clock = wall_clock
-        # Group commit without a lock: one task at a time is the committer (``_busy``); the others park on
-        # ``_idle`` and re-check whether their record was committed in the batch that just finished.
+        # Event-loop side. ``_busy``: a seal, compaction or close holds the files (appends park on ``_idle``
+        # meanwhile); ``_unsettled``: batches handed to the thread whose waiters are not completed yet (the
+        # exclusive steps wait on ``_drained`` until it is 0).
         self._busy = False
         self._idle: anyio.Event | None = None
-        self._pending: list[_Pending] = []
+        self._unsettled = 0
+        self._drained: anyio.Event | None = None
         self._records: list[Record[T]] = []
         self._scan: Scan
         self._live: _Live
@@ -229,6 +260,14 @@ class JournalWriter(Generic[T]):
         self._poisoned: JournalPoisonedError | None = None
         self._closed = False
         self._dir_fd = -1
+        # Shared with the writer thread: the open batch (under ``_lock``) and the batches to write, in order
+        # (``None`` tells the thread to stop). ``_write_seq`` and ``_live``'s offset and chain belong to the
+        # thread while a batch is in flight, to the event loop once drained.
+        self._lock = threading.Lock()
+        self._open: _Batch | None = None
+        self._queue: queue.SimpleQueue[_Batch | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._write_seq = 1
 
     @classmethod
     async def open(
@@ -247,7 +286,8 @@ class JournalWriter(Generic[T]):
         owner with ``owner``, replays it, removes leftovers of an interrupted seal or compaction, truncates a
         torn tail durably (exposed as :attr:`repaired`), makes sure a live segment exists and records
         ``owner`` when none is recorded yet. Every file is checked before it is opened or changed (SPEC 10).
-        Cancellation: shielded; it completes, then the cancel is seen.
+        Then starts the writer's thread (``journal-writer <directory>``), which every append goes through
+        until :meth:`aclose`. Cancellation: shielded; it completes, then the cancel is seen.
 
         Args:
             directory: the journal directory (``state_dir/journal``).
@@ -277,7 +317,15 @@ class JournalWriter(Generic[T]):
                 os.close(dir_fd)
                 raise
         self._scan, self.repaired, self._live, self._dir_fd = result, repaired, live, dir_fd
-        self._next_seq = result.next_seq
+        self._next_seq = self._write_seq = result.next_seq
+        # A daemon: a writer left open does not keep the process alive (an append that has not returned
+        # was never promised durable); aclose() stops and joins it. The thread holds the writer only while
+        # it writes a batch, so one that is dropped without aclose() is collected and its thread ends.
+        name = f"journal-writer {directory}"
+        self._thread = threading.Thread(target=_serve, args=(self._queue, weakref.ref(self)), name=name)
+        self._thread.daemon = True
+        weakref.finalize(self, self._queue.put, None)
+        self._thread.start()
         return self
 
     async def __aenter__(self) -> JournalWriter[T]:
@@ -339,23 +387,29 @@ class JournalWriter(Generic[T]):
             raise ValueError(f"journal record of {len(payload)} bytes exceeds {MAX_PAYLOAD} bytes")
         pending = _Pending(episode_id, wall_time, event, payload, covers_through)
         with anyio.CancelScope(shield=True):
-            self._pending.append(pending)
-            while not pending.done:
-                if self._busy:
+            if self._busy:
+                while self._busy:
                     await self._wait_idle()
-                    continue
-                self._busy = True
-                try:
-                    # One pass of the event loop lets writers that woke with this one join the batch.
-                    await anyio.lowlevel.checkpoint()
-                    batch, self._pending = self._pending, []
-                    await self._commit(batch)
-                finally:
-                    self._release()
-        if pending.error is not None:
-            raise pending.error
+                self._check_usable()  # closed or poisoned while we waited: nothing was written
+            batch = self._join(pending)
+            await batch.done.wait()
+        if batch.error is not None:
+            raise batch.error
         assert pending.record is not None
         return pending.record
+
+    def _join(self, pending: _Pending) -> _Batch:
+        """Add ``pending`` to the open batch (a new one, queued for the thread, when there is none)."""
+        with self._lock:
+            batch = self._open
+            if batch is not None:
+                batch.entries.append(pending)
+                return batch
+            batch = self._open = _Batch(anyio.lowlevel.current_token())
+            batch.entries.append(pending)
+        self._unsettled += 1
+        self._queue.put(batch)
+        return batch
 
     async def _wait_idle(self) -> None:
         if self._idle is None:
@@ -363,10 +417,15 @@ class JournalWriter(Generic[T]):
         await self._idle.wait()
 
     async def _acquire(self) -> None:
-        """Become the only task touching the files (seal, compact, close); callers are shielded."""
+        """Become the only task touching the files (seal, compact, close): no append waits for the thread
+        and none starts until :meth:`_release`. Callers are shielded."""
         while self._busy:
             await self._wait_idle()
         self._busy = True
+        while self._unsettled:
+            if self._drained is None:
+                self._drained = anyio.Event()
+            await self._drained.wait()
 
     def _release(self) -> None:
         self._busy = False
@@ -374,54 +433,94 @@ class JournalWriter(Generic[T]):
         if idle is not None:
             idle.set()
 
-    async def _commit(self, batch: list[_Pending]) -> None:
-        """Frame ``batch``, write it with one pwrite and one fdatasync; settle every entry. Caller is busy."""
-        try:
-            self._check_usable()
-        except JournalError as exc:
-            for p in batch:
-                p.error, p.done = exc, True
-            return
+    def _process(self, batch: _Batch, broken: JournalPoisonedError | None) -> JournalPoisonedError | None:
+        """In the writer thread: write ``batch`` (or fail it with ``broken``, the error of an earlier failed
+        sync), then have it settled on its event loop; returns what later batches must fail with.
+
+        Every batch is settled exactly once, whatever happens here. An exception that is not a write or
+        sync failure (a bug, or a test standing for a crash) is raised to the batch's waiters as it is and
+        poisons the writer: what reached the file is unknown.
+        """
+        with self._lock:
+            if self._open is batch:
+                self._open = None  # from here on the batch is ours alone; later appends open the next one
+        if broken is not None:
+            batch.error = broken
+        else:
+            try:
+                self._commit(batch)
+            except BaseException as exc:
+                path = self._live.path
+                batch.error = exc
+                batch.poisons = JournalPoisonedError(
+                    f"journal {path}: an append failed unexpectedly ({exc!r}); no further appends", path
+                )
+                batch.poisons.__cause__ = exc
+            if isinstance(batch.error, JournalPoisonedError):
+                batch.poisons = batch.error
+            broken = batch.poisons
+        token = batch.token
+        # The event loop may be gone (its run ended with the append still parked): nobody waits then.
+        with contextlib.suppress(Exception):
+            token.backend_class.run_sync_soon(self._settle, (batch,), token.native_token)
+        return broken
+
+    def _commit(self, batch: _Batch) -> None:
+        """Frame ``batch``, write it with one pwrite and one fdatasync, and make its records (or set its
+        error). Runs in the writer thread."""
         live = self._live
-        seq, chain = self._next_seq, live.chain
+        first = seq = self._write_seq
+        chain = live.chain
         frames = []
-        for p in batch:
+        for p in batch.entries:
             frame, chain = encode_frame(seq, p.payload, chain)
             frames.append(frame)
             seq += 1
         data = b"".join(frames)
-        error: JournalError | None = None
         try:
-            await anyio.to_thread.run_sync(self._write_sync, live.fd, data, live.offset)
+            self._write_sync(live.fd, data, live.offset)
         except _Refused as exc:
             cause = exc.__cause__
             error = JournalFullError(f"journal {live.path}: no space left to append ({cause})", live.path)
             error.__cause__ = cause
+            batch.error = error
+            return
         except _Broken as exc:
             cause = exc.__cause__
-            self._poisoned = JournalPoisonedError(
+            poisoned = JournalPoisonedError(
                 f"journal {live.path}: {exc}; no further appends (fsync is never retried)", live.path
             )
-            self._poisoned.__cause__ = cause
-            error = self._poisoned
-        if error is not None:
-            for p in batch:
-                p.error, p.done = error, True
+            poisoned.__cause__ = cause
+            batch.error = poisoned
             return
         live.offset += len(data)
         live.chain = chain
-        seg = self._scan.segments[-1]
-        seq = self._next_seq
-        for p in batch:
-            record: Record[T] = Record(seq, p.episode_id, p.wall_time, p.event)
-            self._records.append(record)
-            seg.episodes.add(p.episode_id)
-            p.record, p.done = record, True
-            seq += 1
-        seg.last_seq = seq - 1
-        seg.end = live.offset
-        seg.chain = chain
-        self._next_seq = seq
+        batch.end, batch.chain = live.offset, chain
+        self._write_seq = seq
+        for p in batch.entries:
+            p.record = Record(first, p.episode_id, p.wall_time, p.event)
+            first += 1
+
+    def _settle(self, batch: _Batch) -> None:
+        """On the event loop: take in a batch the thread finished, in the order batches were written, and
+        wake its waiters."""
+        self._unsettled -= 1
+        if batch.error is None:
+            seg = self._scan.segments[-1]
+            records = self._records
+            for p in batch.entries:
+                assert p.record is not None
+                records.append(p.record)
+                seg.episodes.add(p.episode_id)
+            seg.last_seq = records[-1].seq
+            self._next_seq = seg.last_seq + 1
+            seg.end, seg.chain = batch.end, batch.chain
+        elif batch.poisons is not None and self._poisoned is None:
+            self._poisoned = batch.poisons
+        batch.done.set()
+        if self._unsettled == 0 and self._drained is not None:
+            drained, self._drained = self._drained, None
+            drained.set()
 
     @staticmethod
     def _write_sync(fd: int, data: bytes, offset: int) -> None:
@@ -584,9 +683,10 @@ class JournalWriter(Generic[T]):
         wall_time = self._clock()
         payload = encode_envelope(eid, wall_time, self._codec.encode(summary), covers)
         pending = _Pending(SNAPSHOT_EPISODE, wall_time, summary, payload, covers)
-        await self._commit([pending])
-        if pending.error is not None:
-            raise pending.error
+        batch = self._join(pending)  # we hold the files: the batch is this record alone
+        await batch.done.wait()
+        if batch.error is not None:
+            raise batch.error
         assert pending.record is not None
         self._records = [r for r in self._records if r.seq > covers]
         self._scan.segments = self._scan.segments[len(drop) :]
@@ -595,7 +695,8 @@ class JournalWriter(Generic[T]):
         return CompactStats(sealed, len(drop), len(dropped), pending.record.seq)
 
     async def aclose(self) -> None:
-        """Wait for the commit in progress, then close the live segment; later calls raise Closed.
+        """Wait for the appends in flight, stop the writer thread, then close the live segment; later calls
+        raise Closed.
 
         Idempotent. Cancellation: shielded.
         """
@@ -605,12 +706,28 @@ class JournalWriter(Generic[T]):
                 if self._closed:
                     return
                 self._closed = True
+                thread, self._thread = self._thread, None
+                if thread is not None:
+                    self._queue.put(None)
+                    await anyio.to_thread.run_sync(thread.join)
                 try:
                     os.close(self._live.fd)
                 finally:
                     os.close(self._dir_fd)  # releases the journal directory's lock
             finally:
                 self._release()
+
+
+def _serve(batches: queue.SimpleQueue[_Batch | None], ref: weakref.ReferenceType[JournalWriter[Any]]) -> None:
+    """The writer thread: process the queued batches in order until told to stop (``None``, put by
+    :meth:`JournalWriter.aclose` or when the writer is collected)."""
+    broken: JournalPoisonedError | None = None
+    while (batch := batches.get()) is not None:
+        writer = ref()
+        if writer is None:  # cannot happen while an append waits: it holds the writer
+            return
+        broken = writer._process(batch, broken)
+        del writer
 
 
 def _write_sealed_tmp(dir_fd: int, live_fd: int, live_path: str, length: int, tmp_path: str) -> None:

@@ -1,0 +1,85 @@
+"""The codec's fast decoding path (issue 16 part 2) against the cattrs hooks it stands in for: same events,
+same refusals, same value types; the JSON the fast parser refuses goes to the standard one."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from upgrade_core import EVENT_CODEC, EventDecodeError, UpgradeResult, codec
+from upgrade_core import _events as ev
+
+from .journals import FULL_COMMIT, FULL_ROLLBACK
+
+SUMMARY = ev.EpisodeSummary(
+    "op0", UpgradeResult("op0", "committed", "1", "2", "green", None), 1.5, 2.5, "a" * 64
+)
+EVENTS: list[ev.Event] = [
+    *FULL_COMMIT,
+    *FULL_ROLLBACK,
+    ev.CandidateUnchanged("blue", None),
+    ev.MirrorsSynced(("/opt/a", "/opt/b")),
+    ev.HealthFailed(2, "probe failed", "candidate", "environment"),
+    ev.Aborted("bad version", "verification"),
+    ev.RecoveryStarted("boot"),
+    ev.ReleaseTrusted("0123456789ABCDEF", "agent", "2.0.0", 7),
+    ev.HistorySnapshot((SUMMARY,)),
+]
+
+
+def _cattrs(payload: bytes) -> ev.Event:
+    data = json.loads(payload)
+    tag = data.pop("_type")
+    return codec._STRUCTURE[tag](data, codec._BY_TAG[tag])  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("event", EVENTS, ids=lambda e: e.TAG)
+def test_fast_path_decodes_what_cattrs_decodes(event: ev.Event) -> None:
+    payload = EVENT_CODEC.encode(event)
+    fast = EVENT_CODEC.decode(payload)
+    assert fast == _cattrs(payload) == event
+    assert type(fast) is type(event)
+
+
+def test_every_event_but_the_snapshot_has_a_fast_structurer() -> None:
+    assert set(codec._BY_TAG) - set(codec._FAST) == {"HistorySnapshot"}
+
+
+def test_an_integer_in_a_float_field_decodes_as_the_float_cattrs_gives() -> None:
+    payload = b'{"unit":"u","requested_monotonic":12,"_type":"RestartRequested"}'
+    event = EVENT_CODEC.decode(payload)
+    assert event == _cattrs(payload)
+    assert type(event.requested_monotonic) is float  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("payload", "message"), [
+    (b'{"_type":"SwitchCommitted","slot":"purple"}', "does not fit"),  # a Literal field's value
+    (b'{"_type":"HealthPassed","attempt":1,"target":"elsewhere"}', "does not fit"),
+    (b'{"_type":"Aborted","reason":"x","cause":"gremlins"}', "does not fit"),
+    (b'{"_type":"ArchiveFetched","size":1}', "does not fit"),  # a required field missing
+    (b'{"_type":"ResultPublished","result":"committed"}', "does not fit"),  # not an object
+    (b'{"_type":["SwitchCommitted"],"slot":"blue"}', "unknown event tag"),
+    (b'{"_type":"SwitchCommitted","_v":2,"slot":"blue"}', "payload version 2"),
+    (b"", "not JSON"),
+])
+def test_fast_path_refuses_what_does_not_fit(payload: bytes, message: str) -> None:
+    with pytest.raises(EventDecodeError, match=message):
+        EVENT_CODEC.decode(payload)
+
+
+@pytest.mark.parametrize(("payload", "field", "value"), [
+    (b'{"_type":"ArchiveFetched","size":18446744073709551616,"sha256":"a"}', "size", 2**64),
+    (b'{"_type":"CandidateVerified","version":"\\ud800"}', "version", "\ud800"),
+])
+def test_json_the_fast_parser_refuses_is_read_by_the_standard_one(
+    payload: bytes, field: str, value: Any
+) -> None:
+    assert getattr(EVENT_CODEC.decode(payload), field) == value
+
+
+def test_encoding_keeps_the_standard_serialisers_bytes() -> None:
+    for event in EVENTS:
+        expected = json.dumps(codec.to_dict(event), separators=(",", ":"), ensure_ascii=False).encode()
+        assert EVENT_CODEC.encode(event) == expected
