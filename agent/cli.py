@@ -56,6 +56,7 @@ def _fail(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``upgrade-agent`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     wants_json = "--json" in argv
     # Lean path first: a `recover` with nothing open must not pay for the heavy imports.
@@ -93,7 +94,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     _emit(args, outcome.payload, outcome.human)
     if outcome.stderr:
         sys.stderr.write(outcome.stderr.rstrip("\n") + "\n")
+    if from_command_line:
+        _before_exit()
     return outcome.exit_code
+
+
+def _before_exit() -> None:
+    """The command is done and its output written: spare the exiting interpreter its final garbage
+    collections over everything the command loaded (measured ~0.05 to 0.18 s after an upgrade, issue 16).
+
+    ``gc.freeze()`` moves every tracked object to the permanent generation, which the collections run
+    during interpreter shutdown skip; modules are still torn down and objects freed by reference counting,
+    files and streams still closed and flushed. Only when ``main`` runs as the program (its ``argv`` not
+    given): a caller in the same process keeps its collector as it was.
+    """
+    import gc
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    gc.freeze()
 
 
 def main_upgrade() -> None:
