@@ -665,9 +665,10 @@ class _TarFeed:
     while holding the GIL (measured: about 40% of the pass's CPU for a 256 MiB member, issue 16). Here
     tarfile still reads and checks every header (pax, GNU long names, checksums), and the member's bytes
     are taken with :meth:`read_some` straight from the decoder's output. ``seek`` moves forward by
-    decoding and discarding (an entry tarfile skips), or back within the piece just decoded: tarfile
-    only ever steps back one byte, to check that an entry's data exists (``seek(offset - 1); read(1)``).
-    Any other backward seek is a bug and raises :class:`RuntimeError`.
+    decoding and discarding: the data of the entries tarfile skips, and the padding after the member
+    (tarfile's ``next`` seeks to the next header's offset minus one and reads that byte, which is at or
+    after the current position once the member's bytes were taken). Going back is supported only within
+    the piece decoded last, defensively; anything further back raises :class:`RuntimeError`.
     """
 
     def __init__(self, decoder: _Decoder, limit: int, shown: str) -> None:
@@ -1172,7 +1173,7 @@ async def extract(
             await send.send(batch)
 
     async def sink(chunk: bytes) -> None:
-        # Network reads are 64 KiB at most; one worker-thread round trip per ~1 MiB instead of per read.
+        # Network reads are 64 KiB at most: one worker-thread round trip per ~256 KiB batch, not per read.
         nonlocal pending_bytes
         pending.append(chunk)
         pending_bytes += len(chunk)

@@ -2,7 +2,7 @@
 
 The member's bytes no longer go through tarfile's stream buffer but straight from the decoder to a writer
 thread (sha256 + write). These tests pin what that must not change: exact bytes for every member size
-(a size that is a multiple of 512 makes tarfile step back one byte), entries skipped around the member,
+(with and without padding after the data, and across decoded pieces), entries skipped around the member,
 truncation and corruption in the middle of a large member still refused, and the writer thread joined and
 no file descriptor left open after an error or a cancellation.
 """
