@@ -11,17 +11,22 @@ Pipeline (constant memory, whatever the archive size)::
            streams and stream padding; decoder memory <= 96 MiB), bzip2 (bz2, several streams),
            or plain tar
         -> byte count of all decompressed bytes (limits.max_total_bytes), zero-tail tracking
-        -> tarfile in stream mode ("r|"), headers read one by one and discarded (max_entries)
-        -> the member's data, read through its file object, into the staging file
-           (created O_EXCL|O_NOFOLLOW, 0755, fsynced at the end)
+        -> tarfile (mode "r" over a forward-only file, _TarFeed), headers read one by one and discarded
+           (max_entries)
+        -> the member's data, taken straight from the decoder's output, handed to a writer thread:
+           sha256 + write into the staging file (created O_EXCL|O_NOFOLLOW, 0755, fsynced at the end)
 
 With ``agent.member_policy = "none"`` there is no archive: the file as published *is* the candidate. Its
 bytes are hashed and written to the staging file as they arrive (same O_EXCL/no-follow staging, same
 ``max_archive_bytes``, and ``max_member_bytes`` for its size); its content is never sniffed for magic.
 
 The tar side runs in one worker thread (tarfile, zlib, zstandard, lzma, bz2 and hashing are blocking)
-which pulls chunks from the event loop with ``anyio.from_thread.run``; the fetch side runs as a task on
-the loop. The memory stream between them holds at most a few chunks, so the peak RSS does not depend on
+which pulls batches of chunks (about 256 KiB, joined on the loop) from the event loop with
+``anyio.from_thread.run``; the fetch side runs as a task on the loop. The member's sha256 and writes run
+on one more thread (:class:`_Writer`), fed through a bounded queue, so that hashing the archive and
+decoding (this thread) overlap with hashing and writing the member (hashlib, zlib and ``os.write``
+release the GIL on large buffers); it is always joined before the staging file is closed or removed.
+The memory stream and the queue hold at most a few pieces each, so the peak RSS does not depend on
 archive size. Every decoder bounds each call's output (``max_length`` or one zstd block at a time).
 
 Member rules (cases C01-C03):
@@ -62,7 +67,9 @@ import hashlib
 import hmac
 import lzma
 import os
+import queue
 import tarfile
+import threading
 import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, Protocol
@@ -92,8 +99,10 @@ MemberPolicy = Literal["exact", "select", "none"]
 _BLOCK = 512
 _END_BLOCKS = 2 * _BLOCK
 _READ_BYTES = 1 << 20
-_TAR_BUFSIZE = 64 * 1024  # tarfile re-slices its buffer per header; keep it small (C04: 100,000 entries)
-_STREAM_DEPTH = 8  # chunks in flight between the fetch task and the worker thread
+_TAR_PIECE = 64 * 1024  # the least decoded at a time for tar headers (C04: 100,000 entries)
+_STREAM_DEPTH = 4  # batches in flight between the fetch task and the worker thread (RSS: issue 16)
+_BATCH_BYTES = 256 * 1024  # network chunks are joined into batches of about this size for the worker
+_WRITE_DEPTH = 4  # member pieces queued for the writer thread
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _XZ_MAGIC = b"\xfd7zXZ\x00"
@@ -646,29 +655,40 @@ def _sniff(raw: _RawInput, shown: str, limits: ExtractLimits) -> _Decoder:
 
 
 class _TarFeed:
-    """The decompressed stream as a read-only file for ``tarfile.open(mode="r|")``.
+    """The decompressed stream as a forward-only, read-only file for ``tarfile.TarFile(mode="r")``.
 
     Counts every byte (``max_total_bytes``) and remembers where the last non-zero byte was, so the end
     checks can prove that only zero padding follows the end-of-archive position.
+
+    Why a file with ``tell``/``seek`` and not tarfile's stream mode (``"r|"``): in stream mode every byte
+    of the member goes through tarfile's own buffer, which joins and re-slices it three to four times
+    while holding the GIL (measured: about 40% of the pass's CPU for a 256 MiB member, issue 16). Here
+    tarfile still reads and checks every header (pax, GNU long names, checksums), and the member's bytes
+    are taken with :meth:`read_some` straight from the decoder's output. ``seek`` moves forward by
+    decoding and discarding: the data of the entries tarfile skips, and the padding after the member
+    (tarfile's ``next`` seeks to the next header's offset minus one and reads that byte, which is at or
+    after the current position once the member's bytes were taken). Going back is supported only within
+    the piece decoded last, defensively; anything further back raises :class:`RuntimeError`.
     """
 
     def __init__(self, decoder: _Decoder, limit: int, shown: str) -> None:
         self._decoder = decoder
         self._limit = limit
         self._shown = shown
+        self._buf = b""  # the piece decoded last; [self._off:] is not read yet
+        self._off = 0
         self.total = 0
         self.nonzero_end = 0
         self.ended = False
 
-    def read(self, n: int = -1) -> bytes:
-        if n is None or n < 0:
-            n = _READ_BYTES
-        if self.ended or n == 0:
-            return b""
-        out = self._decoder.read(n)
+    def _fill(self, hint: int) -> bool:
+        """Decode the next piece (up to ``max(hint, 64 KiB)`` bytes); False at the end of the stream."""
+        if self.ended:
+            return False
+        out = self._decoder.read(max(hint, _TAR_PIECE))
         if not out:
             self.ended = True
-            return b""
+            return False
         start = self.total
         self.total += len(out)
         if self.total > self._limit:
@@ -678,16 +698,75 @@ class _TarFeed:
         if out[-1]:
             self.nonzero_end = self.total
         else:
-            kept = len(out.rstrip(b"\0"))
+            tail = out[-_BLOCK:]  # look at a short tail first: rstrip of the whole piece would copy it
+            kept = len(tail.rstrip(b"\0"))
             if kept:
-                self.nonzero_end = start + kept
+                self.nonzero_end = self.total - len(tail) + kept
+            else:
+                kept = len(out.rstrip(b"\0"))
+                if kept:
+                    self.nonzero_end = start + kept
+        self._buf, self._off = out, 0
+        return True
+
+    def tell(self) -> int:
+        """The decompressed offset of the next byte :meth:`read` returns."""
+        return self.total - (len(self._buf) - self._off)
+
+    def read_some(self, n: int) -> bytes:
+        """Between 1 and ``n`` bytes (b"" only at the end); a whole decoded piece is returned uncopied."""
+        if self._off == len(self._buf) and not self._fill(n):
+            return b""
+        if self._off == 0 and n >= len(self._buf):
+            self._off = len(self._buf)
+            return self._buf
+        out = self._buf[self._off : self._off + n]
+        self._off += len(out)
         return out
+
+    def read(self, n: int = -1) -> bytes:
+        """Exactly ``n`` bytes, fewer only at the end of the stream (``-1``: up to 1 MiB)."""
+        if n is None or n < 0:
+            n = _READ_BYTES
+        pieces = []
+        left = n
+        while left > 0:
+            piece = self.read_some(left)
+            if not piece:
+                break
+            pieces.append(piece)
+            left -= len(piece)
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        """Move to the absolute decompressed ``offset`` (``whence`` must be 0).
+
+        Raises:
+            RuntimeError: ``whence`` is not 0, or a backward seek beyond the piece decoded last.
+        """
+        if whence != 0:
+            raise RuntimeError("_TarFeed.seek: only absolute offsets")
+        here = self.tell()
+        if offset < here:
+            back = here - offset
+            if back > self._off:
+                raise RuntimeError(f"_TarFeed.seek: cannot go back from {here} to {offset}")
+            self._off -= back
+            return offset
+        left = offset - here
+        while left:
+            piece = self.read_some(min(left, _READ_BYTES))
+            if not piece:
+                break
+            left -= len(piece)
+        return self.tell()
 
     def drain(self, at_most: int | None = None) -> None:
         """Read to the end of the stream (or ``at_most`` more bytes), discarding."""
         stop = None if at_most is None else self.total + at_most
-        while (stop is None or self.total < stop) and self.read(_READ_BYTES):
-            pass
+        self._off = len(self._buf)
+        while (stop is None or self.total < stop) and self._fill(_READ_BYTES):
+            self._off = len(self._buf)
 
 
 def _entry_parts(info: tarfile.TarInfo, shown: str) -> tuple[str, ...]:
@@ -901,11 +980,12 @@ def _read_tar(
     entries = 0
     found: tuple[str, int] | None = None
     try:
-        # Not a context manager: closing a stream-mode TarFile does nothing we need (we own the feed).
-        tf = tarfile.open(fileobj=feed, mode="r|", bufsize=_TAR_BUFSIZE)  # type: ignore[call-overload]  # noqa: SIM115
+        # Not a context manager: closing a TarFile on a file object it did not open does nothing we need
+        # (we own the feed). Mode "r" over the forward-only feed: see _TarFeed for why not stream mode.
+        tf = tarfile.TarFile(fileobj=feed, mode="r")  # type: ignore[arg-type]
         while True:
             info = tf.next()
-            tf.members.clear()  # stream mode would otherwise keep every TarInfo (C04: 100,000 entries)
+            tf.members.clear()  # type: ignore[attr-defined]  # else every TarInfo is kept (C04: 100,000 entries)
             if info is None:
                 break
             entries += 1
@@ -934,7 +1014,7 @@ def _read_tar(
                     f"{shown}: member {info.name!r} is {info.size} bytes, above limits.max_member_bytes = "
                     f"{limits.max_member_bytes}"
                 )
-            found = _copy_member(tf, info, fd, shown, staging_path)
+            found = _copy_member(feed, info, fd, shown, staging_path)
         end_offset = tf.offset
     except tarfile.TarError as exc:
         cut = feed.ended or raw.ended
@@ -954,25 +1034,91 @@ def _read_tar(
 
 
 def _copy_member(
-    tf: tarfile.TarFile, info: tarfile.TarInfo, fd: int, shown: str, staging_path: str
+    feed: _TarFeed, info: tarfile.TarInfo, fd: int, shown: str, staging_path: str
 ) -> tuple[str, int]:
-    source = tf.extractfile(info)
-    if source is None:  # only for non-regular entries, refused above
-        raise ArchiveRejectedError(f"{shown}: archive member {info.name!r} has no data")
+    """Copy the member's ``info.size`` bytes from ``feed`` (positioned at its data) into ``fd``.
+
+    The bytes are hashed and written by a :class:`_Writer` thread while this thread decodes the next
+    piece (sha256 and ``os.write`` release the GIL). Returns (sha256 hex, size).
+    """
+    if feed.tell() != info.offset_data:  # tarfile left the feed at the entry's data: a bug otherwise
+        raise RuntimeError(f"tar feed at {feed.tell()}, member data at {info.offset_data}")
     digest = hashlib.sha256()
-    size = 0
-    while size < info.size:
-        data = source.read(min(_READ_BYTES, info.size - size))
-        if not data:
-            break
+
+    def consume(data: bytes) -> None:
         digest.update(data)
         _write_all(fd, data, staging_path)
-        size += len(data)
+
+    size = 0
+    writer = _Writer(consume, _WRITE_DEPTH)
+    try:
+        while size < info.size:
+            data = feed.read_some(min(_READ_BYTES, info.size - size))
+            if not data:
+                break
+            writer.submit(data)
+            size += len(data)
+    except BaseException:
+        writer.close()  # joined before the error propagates (and the caller closes the fd)
+        raise
+    error = writer.close()
+    if error is not None:
+        raise error
     if size != info.size:
         raise ArchiveTruncatedError(
             f"{shown}: {_TRUNC}: member {info.name!r} has {size} of its {info.size} bytes"
         )
     return digest.hexdigest(), size
+
+
+class _Writer:
+    """Runs ``consume(piece)`` for each submitted piece, in order, on its own thread.
+
+    A bounded queue (``depth`` pieces) keeps memory constant. The first exception ``consume`` raises is
+    re-raised by the next :meth:`submit` or returned by :meth:`close`; pieces after it are dropped.
+    :meth:`close` always joins the thread, so once it returns nothing uses the staging file descriptor.
+    """
+
+    def __init__(self, consume: Callable[[bytes], None], depth: int) -> None:
+        self._consume = consume
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._slots = threading.Semaphore(depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="extract-writer")
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (piece := self._queue.get()) is not None:
+            try:
+                if self._error is None:
+                    self._consume(piece)
+            except BaseException as exc:  # handed to the submitting thread, never lost
+                self._error = exc
+            finally:
+                self._slots.release()
+
+    def submit(self, piece: bytes) -> None:
+        """Queue ``piece`` (waits while ``depth`` pieces are queued).
+
+        Raises:
+            Whatever ``consume`` raised for an earlier piece.
+        """
+        if self._error is not None:
+            raise self._error
+        self._slots.acquire()
+        self._queue.put(piece)
+
+    def close(self) -> BaseException | None:
+        """Let the queued pieces be consumed, stop and join the thread; idempotent.
+
+        Returns:
+            The first exception ``consume`` raised (once: a second call returns None), or None.
+        """
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        error, self._error = self._error, None
+        return error
 
 
 async def extract(
@@ -1015,9 +1161,29 @@ async def extract(
     async def announce(codings: tuple[str, ...]) -> None:
         await send.send(tuple(codings))
 
+    pending: list[bytes] = []
+    pending_bytes = 0
+
+    async def flush() -> None:
+        nonlocal pending_bytes
+        if pending:
+            batch = pending[0] if len(pending) == 1 else b"".join(pending)
+            pending.clear()
+            pending_bytes = 0
+            await send.send(batch)
+
+    async def sink(chunk: bytes) -> None:
+        # Network reads are 64 KiB at most: one worker-thread round trip per ~256 KiB batch, not per read.
+        nonlocal pending_bytes
+        pending.append(chunk)
+        pending_bytes += len(chunk)
+        if pending_bytes >= _BATCH_BYTES:
+            await flush()
+
     async def produce() -> None:
         async with send:
-            await feed(send.send, announce)
+            await feed(sink, announce)
+            await flush()
             await send.send(None)
 
     def pull() -> Message:

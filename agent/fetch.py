@@ -107,7 +107,8 @@ class FetchPolicy:
         max_redirects: the most redirect hops followed (0 refuses any redirect).
         timeout_s: whole-transfer bound, seconds.
         idle_timeout_s: bound on each single network wait (connect, read), seconds.
-        chunk_bytes: preferred chunk size handed to the sink, bytes.
+        chunk_bytes: the size of each read of a local file handed to the sink, bytes (an http(s) body is
+            handed over as the network delivers it, in pieces of at most 64 KiB).
     """
 
     allow_http: AllowHttp = "loopback"
@@ -570,7 +571,10 @@ async def _stream_body(
     if codings and content_coding is not None:
         await content_coding(codings)
     received = 0
-    chunks = response.aiter_raw(policy.chunk_bytes)  # the wire bytes: httpx decodes nothing here
+    # The wire bytes, as each network read returns them (httpx decodes nothing here). Not
+    # aiter_raw(chunk_bytes): httpx would re-chunk them through a BytesIO, which costs as much CPU as the
+    # whole transfer (issue 16); the consumer (agent.extract) batches chunks itself.
+    chunks = response.aiter_raw()
     while True:
         try:
             chunk = await chunks.__anext__()

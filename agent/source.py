@@ -12,16 +12,20 @@ import contextlib
 import os
 import ssl
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import attrs
 
-from upgrade_core import Slot
 from upgrade_core.ports import StagedCandidate
 
 from .extract import ExtractLimits, MemberPolicy, extract, member_parts
 from .fetch import ChunkSink, CodingSink, FetchPolicy, ProgressCallback, fetch, parse_sha256
 from .redact import redact_url
-from .trust import ReleaseTrust, trusted_release
+
+if TYPE_CHECKING:  # agent.trust loads the whole of upgrade_core and the minisign code: only with a [trust]
+    from upgrade_core import Slot
+
+    from .trust import ReleaseTrust
 
 __all__ = ["ArchiveSourceImpl"]
 
@@ -114,6 +118,8 @@ class ArchiveSourceImpl:
         )
         release = None
         if signed is not None and hasher is not None:
+            from .trust import trusted_release
+
             try:
                 release = trusted_release(signed[0], signed[1], hasher)
             except BaseException:

@@ -27,18 +27,11 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 from collections.abc import Callable
 
 from agent._groups import sole_error
-from agent.commands.demo import cmd_demo
-from agent.commands.ignition import cmd_ignition
-from agent.commands.install import cmd_install
-from agent.commands.journal import cmd_journal
-from agent.commands.operator import cmd_operator
 from agent.commands.outcome import Outcome
-from agent.commands.readers import cmd_history, cmd_host_root, cmd_status, cmd_units
-from agent.commands.removal import cmd_reset, cmd_uninstall
-from agent.commands.upgrade import cmd_recover, cmd_rollback, cmd_upgrade
 from upgrade_core.errors import UpgradeError
 
 __all__ = ["COMMANDS", "Outcome", "describe_error", "run_command"]
@@ -83,22 +76,39 @@ def describe_error(exc: BaseException) -> tuple[int | None, str]:
     return None, repr(exc)
 
 
-COMMANDS: dict[str, Callable[[argparse.Namespace], Outcome]] = {
-    "install": cmd_install,
-    "upgrade": cmd_upgrade,
-    "recover": cmd_recover,
-    "rollback": cmd_rollback,
-    "status": cmd_status,
-    "history": cmd_history,
-    "journal": cmd_journal,
-    "units": cmd_units,
-    "host-root": cmd_host_root,
-    "reset": cmd_reset,
-    "uninstall": cmd_uninstall,
-    "demo": cmd_demo,
-    "operator": cmd_operator,
-    "ignition": cmd_ignition,
+# command -> (module, function). A command imports its own module when it runs: `upgrade` does not load
+# the operator's Kubernetes client, Ignition, the demo or the readers (issue 16: the upgrade's fixed costs).
+_WHERE = {
+    "install": ("agent.commands.install", "cmd_install"),
+    "upgrade": ("agent.commands.upgrade", "cmd_upgrade"),
+    "recover": ("agent.commands.upgrade", "cmd_recover"),
+    "rollback": ("agent.commands.upgrade", "cmd_rollback"),
+    "status": ("agent.commands.readers", "cmd_status"),
+    "history": ("agent.commands.readers", "cmd_history"),
+    "journal": ("agent.commands.journal", "cmd_journal"),
+    "units": ("agent.commands.readers", "cmd_units"),
+    "host-root": ("agent.commands.readers", "cmd_host_root"),
+    "reset": ("agent.commands.removal", "cmd_reset"),
+    "uninstall": ("agent.commands.removal", "cmd_uninstall"),
+    "demo": ("agent.commands.demo", "cmd_demo"),
+    "operator": ("agent.commands.operator", "cmd_operator"),
+    "ignition": ("agent.commands.ignition", "cmd_ignition"),
 }
+
+
+def _on_demand(module: str, function: str) -> Callable[[argparse.Namespace], Outcome]:
+    def command(args: argparse.Namespace) -> Outcome:
+        run: Callable[[argparse.Namespace], Outcome] = getattr(importlib.import_module(module), function)
+        return run(args)
+
+    command.__name__ = command.__qualname__ = function
+    return command
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], Outcome]] = {
+    name: _on_demand(module, function) for name, (module, function) in _WHERE.items()
+}
+"""Every command's implementation, by name; each loads its module on its first call."""
 
 
 def run_command(args: argparse.Namespace) -> Outcome:
