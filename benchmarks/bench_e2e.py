@@ -43,6 +43,8 @@ BIN = Path(sys.executable).parent
 NAIVE = _harness.REPO_ROOT / "benchmarks" / "baselines" / "upgrade_naive.sh"
 EPISODES = 50
 NOOP_RUNS = 25
+NOOP_TARGET = 1.8  # issue 16 (SPEC 9: 3)
+E2E_TARGET = 1.15  # issue 16 (SPEC 9: 1.5)
 E2E_ROUNDS = 3
 PAD_BYTES = 50 << 20
 
@@ -171,7 +173,8 @@ def _top_imports(argv: list[str], env: dict[str, str]) -> list[str]:
 
 
 def recover_noop() -> dict[str, Any]:
-    """``recover-agent-upgrade --trigger boot`` with nothing to do vs ``python -c pass`` (target <= 3)."""
+    """``recover-agent-upgrade --trigger boot`` with nothing to do vs ``python -c pass`` (target <= 1.8:
+    issue 16; SPEC 9's was 3)."""
     import anyio
 
     work = _harness.disk_dir("recover-noop")
@@ -202,7 +205,7 @@ unit_dir = "{work}/units"
         base = min(base, _timed(base_argv)[0])
     fast_path = not lock.exists()  # the full path takes the host lock, creating its file
     result = _harness.row(
-        "recover.noop", ours * 1e3, "ms", "python -c pass (whole process)", base * 1e3, 3.0,
+        "recover.noop", ours * 1e3, "ms", "python -c pass (whole process)", base * 1e3, NOOP_TARGET,
         episodes=EPISODES, journal_records=records, fast_path=fast_path,
         command=" ".join([*ours_argv[:1], "--config", "CONFIG", "--trigger", "boot"]),
         peak_rss_mib=_peak_rss_mib(ours_argv, env=env), pythonpath=env.get("PYTHONPATH", ""),
@@ -259,7 +262,8 @@ def _config(work: Path, name: str, sandbox: Any, port: int, stability_s: float) 
 
 
 def upgrade_end_to_end() -> dict[str, Any]:
-    """A supervised 50 MiB upgrade vs ``upgrade_naive.sh``, same sandbox, same window (target <= 1.5)."""
+    """A supervised 50 MiB upgrade vs ``upgrade_naive.sh``, same sandbox, same window (target <= 1.15:
+    issue 16; SPEC 9's was 1.5)."""
     from agent.config_fast import machine_arch
     from agent.harness.releases import sha256_file
     from agent.harness.sandbox import PrivateSystemd
@@ -334,7 +338,8 @@ def upgrade_end_to_end() -> dict[str, Any]:
         )
         binary_mib = round((lib / f"{naive_name}-green").stat().st_size / (1 << 20), 1)
         return _harness.row(
-            "upgrade.end_to_end", ours_best, "s", "benchmarks/baselines/upgrade_naive.sh", naive_best, 1.5,
+            "upgrade.end_to_end", ours_best, "s", "benchmarks/baselines/upgrade_naive.sh", naive_best,
+            E2E_TARGET,
             stability_s=stability_s, binary_mib=binary_mib,
             archive_mib=round(archive.stat().st_size / (1 << 20), 1),
             overhead_s=round(ours_best - naive_best, 3), fs=_harness.fs_type(work), peak_rss_mib=rss,
