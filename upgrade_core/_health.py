@@ -117,24 +117,6 @@ class HealthJudge:
         self.verdict = self._judge(snap, probe_failure, now)
         return self.verdict
 
-    def next_sample_in(self, now: float, poll_interval_s: float) -> float:
-        """Seconds to wait before the next sample: ``poll_interval_s``, but inside a window no later than
-        the moment it ends, so that the sample that completes the window is taken when it ends rather
-        than up to a poll interval after it. The window itself is never shorter: :meth:`observe` passes
-        only when ``stability_s`` elapsed between the window's first sample and the current one.
-
-        Args:
-            now: CLOCK_MONOTONIC seconds.
-            poll_interval_s: the normal gap between samples, seconds.
-
-        Returns:
-            Seconds, at least 0.01 (a clock that does not advance by tiny sleeps still reaches the end).
-        """
-        if self.window_start is None:
-            return poll_interval_s
-        left = self.window_start + self.expect.stability_s - now
-        return max(0.01, min(poll_interval_s, left))
-
     def _judge(self, snap: UnitSnapshot, probe_failure: str | None, now: float) -> Verdict:
         e = self.expect
         if snap.result == "start-limit-hit":

@@ -658,7 +658,7 @@ class _Run:
                 await self.emit(op, ev.RestartObserved(seen[0], seen[1]))
             if not isinstance(verdict, Pending):
                 return verdict
-            await p.clock.sleep(judge.next_sample_in(p.clock.monotonic(), self.policy.poll_interval_s))
+            await p.clock.sleep(self.policy.poll_interval_s)
 
     async def hand_off_and_wait(self, op: str) -> UpgradeResult:
         """Hand steps 6-9 to a transient ``recover --trigger manual`` unit; poll until the episode closes.
