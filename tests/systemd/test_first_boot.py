@@ -50,6 +50,7 @@ import pytest
 from agent.config_fast import machine_arch
 from agent.harness.releases import ReleaseServer, sha256_file
 from agent.harness.sandbox import PrivateSystemd, free_port, python_paths
+from agent.wiring import KILL_HOOK_ENV  # the documented test-only crash hook
 
 from ..bundle import runtime_archive
 from ..cli._rig import run_cli
@@ -67,7 +68,6 @@ NATIVE_SOURCE = Path(__file__).with_name("native_agent.c")
 BOOT_TIMEOUT_S = 180.0  # the first boot's start-up includes the bootstrap install (health window, restarts)
 CC_TIMEOUT_S = 60
 CLI_TIMEOUT_S = 120.0
-KILL_ENV = "UPGRADE_AGENT_TEST_KILL_AFTER"  # the documented test-only crash hook (agent/wiring.py)
 
 
 @attrs.frozen
@@ -297,7 +297,7 @@ def test_an_ignition_host_without_python_boots_installs_upgrades_and_recovers(tm
 
         # 4. the host crashes right after the daemon was restarted onto 4.0.0, then a reboot
         code, out, err = host.agent("upgrade", "--archive", server.url(v4.path), "--sha256", v4.sha256,
-                                    "--operation", "to-4", env={KILL_ENV: "RestartObserved#1"})
+                                    "--operation", "to-4", env={KILL_HOOK_ENV: "RestartObserved#1"})
         assert code == -9 or code == 137, (code, out, err)
         host.sandbox.crash()
         _wait_gone(port)
