@@ -238,12 +238,17 @@ class SetupMixin:
         return UpgradeResult(None, "noop", slot=self.host.links().current, reason="adopted legacy layout")
 
     # -- units -------------------------------------------------------------------------------------------
-    def unit_executables(self) -> list[str]:
+    def unit_executables(self, bin_dir: str | None = None) -> list[str]:
         """Absolute paths of the tool's executables the rendered units run: ``recover-agent-upgrade``, and
-        ``upgrade-agent`` beside it when ``[operations] source`` is set (``NAME-operator.service``)."""
+        ``upgrade-agent`` beside it when ``[operations] source`` is set (``NAME-operator.service``).
+
+        Args:
+            bin_dir: the directory holding both on the host the units are for; None: where this process's
+                own ``recover-agent-upgrade`` is installed (see :meth:`units`).
+        """
         from .wiring import recover_executable
 
-        recover = recover_executable()
+        recover = recover_executable() if bin_dir is None else os.path.join(bin_dir, "recover-agent-upgrade")
         if not self.config.operations.source:
             return [recover]
         return [recover, os.path.join(os.path.dirname(recover), "upgrade-agent")]
@@ -263,15 +268,12 @@ class SetupMixin:
             ConfigError: a relative path or a bad name (see :func:`agent.units.render_units`).
         """
         from .units import render_units
-        from .wiring import recover_executable
 
         cfg = self.config
-        recover_exe = (
-            recover_executable() if bin_dir is None else os.path.join(bin_dir, "recover-agent-upgrade")
-        )
+        recover_exe, *upgrade_exe = self.unit_executables(bin_dir)
         operator = None
-        if cfg.operations.source:
-            exe = os.path.join(os.path.dirname(recover_exe), "upgrade-agent")
+        if upgrade_exe:  # [operations] source is set: NAME-operator.service runs upgrade-agent
+            exe = upgrade_exe[0]
             health = cfg.health
             budget = health.max_attempts * (health.stability_s + health.timeout_s)
             operator = (exe, cfg.operations.source, int(budget) + 120)
@@ -470,19 +472,10 @@ class SetupMixin:
 
 def _read_text(path: str) -> str | None:
     """A unit file's text, None when absent or not a regular file (never follows a link or opens a FIFO)."""
-    import stat
+    from .ownership import read_regular
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read().decode("utf-8", errors="replace")
-    finally:
-        os.close(fd)
+    data = read_regular(path, follow=False)
+    return None if data is None else data.decode("utf-8", errors="replace")
 
 
 def _is_link_to(path: str, target: str) -> bool:

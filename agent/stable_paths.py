@@ -14,7 +14,6 @@ throw-away private systemds on purpose).
 from __future__ import annotations
 
 import os
-import stat
 import tempfile
 from collections.abc import Iterable
 from typing import Final
@@ -79,26 +78,13 @@ def _interpreter(path: str) -> str | None:
     """The absolute interpreter of a ``#!`` script, or None (not a regular file, not a script, unreadable,
     ``#!/usr/bin/env``).
 
-    Reads at most 256 bytes. A link is followed (the unit will run what it names, so that is what is judged),
-    but only a regular file is opened and read: ``stat`` first, so no device's driver sees an open (opening
-    ``/dev/watchdog`` arms it), ``O_NONBLOCK`` so a FIFO swapped in meanwhile never blocks the open, and
-    ``fstat`` again before the read, so no FIFO, device or socket is ever read from.
+    Reads at most 256 bytes. A link is followed (the unit will run what it names, so that is what is judged);
+    only a regular file is read (:func:`agent.ownership.read_regular`).
     """
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        head = os.read(fd, 256)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    if not head.startswith(b"#!"):
+    from .ownership import read_regular
+
+    head = read_regular(path, follow=True, limit=256)
+    if head is None or not head.startswith(b"#!"):
         return None
     words = head[2:].split(b"\n", 1)[0].split()
     if not words or not words[0].startswith(b"/") or os.path.basename(words[0]) == b"env":
