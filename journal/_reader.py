@@ -402,11 +402,17 @@ def scan(directory: str | os.PathLike[str], *, dir_fd: int | None = None) -> Sca
     directory = os.path.abspath(os.fspath(directory))
     if dir_fd is not None:
         return _scan(directory, dir_fd)
+    return _scan_path(directory)
+
+
+def _scan_path(directory: str, decode: Callable[[bytes], Any] | None = None) -> Scan:
+    """:func:`_scan` of the absolute ``directory``, opened (checked) and closed here; a missing directory is
+    an empty :class:`Scan`."""
     fd = open_journal_dir(directory)
     if fd is None:
         return Scan(directory)
     try:
-        return _scan(directory, fd)
+        return _scan(directory, fd, decode)
     finally:
         os.close(fd)
 
@@ -560,14 +566,7 @@ def replay(directory: str | os.PathLike[str], codec: Codec[Any]) -> Replay[Any]:
     from ._records import Replay, TornTail
 
     with gc_paused():
-        directory = os.path.abspath(os.fspath(directory))
-        fd = open_journal_dir(directory)
-        if fd is None:
-            return Replay([], None)
-        try:
-            result = _scan(directory, fd, codec.decode)
-        finally:
-            os.close(fd)
+        result = _scan_path(os.path.abspath(os.fspath(directory)), codec.decode)
         covers = result.covers_through
         for seq, error in result.undecodable:  # the first one replay would return
             if seq > covers:
