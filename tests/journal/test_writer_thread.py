@@ -36,11 +36,12 @@ async def _wait_for(condition, what: str, timeout_s: float = 10.0) -> None:  # t
 
 class _Gate:
     """An ``os.fdatasync`` stand-in that records the calling thread and holds the first ``held`` calls until
-    the test opens the gate."""
+    the test opens the gate; with ``error``, every call fails with it (after the hold) instead of syncing."""
 
-    def __init__(self, held: int = 0) -> None:
+    def __init__(self, held: int = 0, error: OSError | None = None) -> None:
         self.threads: list[int] = []
         self.held = held
+        self.error = error
         self.started = threading.Event()
         self.release = threading.Event()
 
@@ -49,6 +50,8 @@ class _Gate:
         if len(self.threads) <= self.held:
             self.started.set()
             assert self.release.wait(10), "test never released the fsync"
+        if self.error is not None:
+            raise self.error
         _real_fdatasync(fd)
 
 
@@ -100,16 +103,8 @@ async def test_appends_made_during_a_sync_form_the_next_batch(
 async def test_failed_sync_fails_every_waiter_of_its_batch_and_later_ones(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[int] = []
-    started = threading.Event()
-    release = threading.Event()
-
-    def failing(fd: int) -> None:
-        calls.append(fd)
-        started.set()
-        assert release.wait(10), "test never released the fsync"
-        raise OSError(errno.EIO, "Input/output error")
-
+    failing = _Gate(held=1, error=OSError(errno.EIO, "Input/output error"))
+    calls = failing.threads
     async with await JournalWriter.open(tmp_path, CODEC) as w:
         await w.append("op", Opened("before"))
         monkeypatch.setattr(os, "fdatasync", failing)
@@ -124,11 +119,11 @@ async def test_failed_sync_fails_every_waiter_of_its_batch_and_later_ones(
         async with anyio.create_task_group() as tg:
             for i in range(16):  # one batch, syncing
                 tg.start_soon(one, i)
-            await _wait_for(started.is_set, "the failing sync to start")
+            await _wait_for(failing.started.is_set, "the failing sync to start")
             for i in range(16, 24):  # the next batch, queued behind it
                 tg.start_soon(one, i)
             await anyio.sleep(0.02)
-            release.set()
+            failing.release.set()
         assert len(errors) == 24
         for exc in errors:
             assert isinstance(exc.__cause__, OSError) and exc.__cause__.errno == errno.EIO
