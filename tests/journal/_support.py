@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -114,3 +115,13 @@ def only_segment(directory: str) -> str:
 def visible(records: Sequence[Record[Any]]) -> list[tuple[int, str, Any]]:
     """Comparable form of records (seq, episode id, event)."""
     return [(r.seq, r.episode_id, r.event) for r in records]
+
+
+async def wait_for(condition, what: str, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    """Poll ``condition()`` every millisecond on the event loop; fail after ``timeout_s`` seconds naming
+    ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await anyio.sleep(0.001)

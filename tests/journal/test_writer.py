@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import threading
-import time
 from pathlib import Path
 
 import anyio
@@ -19,7 +18,7 @@ from journal import (
     replay,
 )
 
-from ._support import CODEC, Closed, Noted, Opened, only_segment, visible
+from ._support import CODEC, Closed, Noted, Opened, only_segment, visible, wait_for
 
 pytestmark = pytest.mark.anyio
 _real_fdatasync = os.fdatasync
@@ -34,14 +33,6 @@ class FdatasyncSpy:
     def __call__(self, fd: int) -> None:
         self.calls += 1
         _real_fdatasync(fd)
-
-
-async def _wait_for(condition, what: str, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await anyio.sleep(0.001)
 
 
 async def test_64_concurrent_appends_group_commit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,7 +102,7 @@ async def test_cancelled_append_returns_only_once_durable(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(appender)
-            await _wait_for(started.is_set, "the fsync to start")
+            await wait_for(started.is_set, "the fsync to start")
             scope.cancel()
             await anyio.sleep(0)  # let the cancel reach the task; it must stay parked in the shielded append
             assert log == []

@@ -8,7 +8,6 @@ import errno
 import gc
 import os
 import threading
-import time
 from pathlib import Path
 
 import anyio
@@ -16,7 +15,7 @@ import pytest
 
 from journal import JournalPoisonedError, JournalWriter, Record, replay
 
-from ._support import CODEC, Noted, Opened, SmallEvent, visible
+from ._support import CODEC, Noted, Opened, SmallEvent, visible, wait_for
 
 pytestmark = pytest.mark.anyio
 _real_fdatasync = os.fdatasync
@@ -24,14 +23,6 @@ _real_fdatasync = os.fdatasync
 
 def _writer_threads(directory: Path) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == f"journal-writer {directory}"]
-
-
-async def _wait_for(condition, what: str, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await anyio.sleep(0.001)
 
 
 class _Gate:
@@ -88,7 +79,7 @@ async def test_appends_made_during_a_sync_form_the_next_batch(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(one, 0)
-            await _wait_for(gate.started.is_set, "the first sync to start")
+            await wait_for(gate.started.is_set, "the first sync to start")
             for i in range(1, 11):
                 tg.start_soon(one, i)
             await anyio.sleep(0.05)
@@ -119,7 +110,7 @@ async def test_failed_sync_fails_every_waiter_of_its_batch_and_later_ones(
         async with anyio.create_task_group() as tg:
             for i in range(16):  # one batch, syncing
                 tg.start_soon(one, i)
-            await _wait_for(failing.started.is_set, "the failing sync to start")
+            await wait_for(failing.started.is_set, "the failing sync to start")
             for i in range(16, 24):  # the next batch, queued behind it
                 tg.start_soon(one, i)
             await anyio.sleep(0.02)
@@ -150,7 +141,7 @@ async def test_cancelled_waiters_are_written_once_and_return_their_records(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(one, 0)
-            await _wait_for(gate.started.is_set, "the first sync to start")
+            await wait_for(gate.started.is_set, "the first sync to start")
             for i in range(1, 9):
                 tg.start_soon(one, i)
             await anyio.sleep(0.02)
