@@ -217,6 +217,18 @@ class SystemdServiceManager:
             "systemctl", "restart", self._unit,
         ])
 
+    async def restart_done(self, transient_name: str) -> bool:
+        """True when the transient restart unit has no job and is neither active nor in transition
+        (``systemctl show -p Job,ActiveState``; a collected unit reads ``inactive`` with no job).
+
+        Raises:
+            ServiceError: ``systemctl show`` failed or timed out.
+        """
+        _check_transient(transient_name)
+        props = await self.show(transient_name, "Job", "ActiveState")
+        state = props.get("ActiveState", "")
+        return not props.get("Job") and state != "active" and state not in _TRANSITIONAL
+
     def runs_inside_unit(self) -> bool:
         """True when this process lives in the agent unit's cgroup (or below it), case C15.
 

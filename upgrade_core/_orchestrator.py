@@ -623,6 +623,7 @@ class _Run:
         baseline_pid: int | None = None
         baseline_inv: str | None = None
         requested = ep.restart_requested_monotonic or 0.0
+        started = p.clock.monotonic()  # the attempt's timeout counts from here, restart job included
         if restart:
             try:
                 before = await p.service.snapshot()
@@ -636,13 +637,16 @@ class _Run:
                 await p.service.restart(name)
             except ServiceError as exc:
                 return Failed(f"restart failed: {exc}", environment=True)
+            waited = await self.restart_job_done(name, started + ep.health_timeout_s)
+            if waited is not None:
+                return waited
         judge = HealthJudge(
             Expectation(
                 slot_path=p.host.slot_path(slot), current_link_path=p.host.current_link_path(),
                 restart_requested_monotonic=requested, baseline_pid=baseline_pid,
                 baseline_invocation=baseline_inv, stability_s=ep.stability_s, timeout_s=ep.health_timeout_s,
             ),
-            p.clock.monotonic(),
+            started,
         )
         logged = False
         while True:
@@ -658,6 +662,25 @@ class _Run:
                 await self.emit(op, ev.RestartObserved(seen[0], seen[1]))
             if not isinstance(verdict, Pending):
                 return verdict
+            await p.clock.sleep(self.policy.poll_interval_s)
+
+    async def restart_job_done(self, name: str, deadline: float) -> Failed | None:
+        """Poll until the transient restart unit ``name`` is done (None), or a :class:`Failed` verdict
+        (environment: the new binary never ran) at monotonic ``deadline`` or when the unit cannot be read.
+
+        No health sample is taken before: the agent unit still shows the previous process, its auto-restart
+        (``Restart=``), or the ``inactive/dead`` moment inside the restart job (see
+        :meth:`~upgrade_core.ports.ServiceManager.restart_done`)."""
+        p = self.p
+        while True:
+            try:
+                if await p.service.restart_done(name):
+                    return None
+            except ServiceError as exc:
+                return Failed(f"cannot read the restart unit {name}: {exc}", environment=True)
+            if p.clock.monotonic() >= deadline:
+                return Failed(f"the restart job of {name} did not finish within the attempt's timeout",
+                              environment=True)
             await p.clock.sleep(self.policy.poll_interval_s)
 
     async def hand_off_and_wait(self, op: str) -> UpgradeResult:

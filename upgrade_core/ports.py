@@ -289,6 +289,21 @@ class ServiceManager(Protocol):
         """
         ...
 
+    async def restart_done(self, transient_name: str) -> bool:
+        """True once the transient unit ``transient_name`` has no job and is no longer running, i.e. its
+        ``systemctl restart`` returned (or the unit is gone: ``--collect`` unloads it).
+
+        Until then the agent unit shows the state from before the restart, or the moment between the
+        restart job's stop and start (``inactive/dead``, ``Result=success``), and ``Restart=`` may still
+        start the previous binary on its own: a health sample taken then says nothing about the new one
+        (seen in ``tests/systemd/test_rollback_real.py``: a failing last-good's auto-restart fired between
+        the request and the job, and the previous current was judged dead while it started).
+
+        Raises:
+            upgrade_core.errors.ServiceError: ``systemctl show`` failed or timed out.
+        """
+        ...
+
     def runs_inside_unit(self) -> bool:
         """True when this process lives in the agent unit's own cgroup (``/proc/self/cgroup``, C15)."""
         ...

@@ -7,6 +7,7 @@ health-checks it with the upgrade's own bracket and health loop. Out of attempts
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from upgrade_core import UpgradeRequest, fold, recover, run_rollback, run_upgrade
@@ -158,3 +159,19 @@ async def test_a_failed_operator_rollback_does_not_make_last_good_known_bad() ->
     assert (await run_rollback(w.ports(), SIM_POLICY, "rb1")).result == "rolled_back"
     view = fold(w.replay())  # (check_settled: break_slot put an unproven binary on last-good on purpose)
     assert view.known_bad == {} and not view.episodes["rb1"].condemns_candidate
+
+
+async def test_previous_current_is_judged_only_after_its_restart_job_ran() -> None:
+    """The restart job runs ``restart_lag_s`` after the request (a loaded systemd, the ``--no-block``
+    transient unit); meanwhile the failing last-good's ``Restart=`` starts it again. Samples of that
+    process, or of the job's stop, say nothing about the previous current: the return must still pass.
+    Found by ``tests/systemd/test_rollback_real.py`` (kill after ``HealthAttemptStarted#3``, then recover)."""
+    w = await upgraded()
+    break_slot(w, "blue", "broken-last-good")
+    w.restart_lag_s = 1.2  # longer than the broken binary's 0.3 s life plus RestartSec (1 s): it restarts
+    policy = attrs.evolve(SIM_POLICY, health_timeout_s=4.0)
+    result = await run_rollback(w.ports(), policy, "rb1")
+    assert (result.result, result.slot) == ("rolled_back", "green"), result.reason
+    assert (w.current, w.last_good, w.unit_slot) == ("green", "blue", "green")
+    t = [e.TAG for e in events_by_episode(w)["rb1"]]
+    assert (t.count("RestartRequested"), t.count("RestartObserved"), t.count("HealthFailed")) == (4, 4, 3)

@@ -158,6 +158,10 @@ class World:
         self.unit_active = False
         self.inside_unit = inside_unit
         self.handoffs: list[tuple[str, bool]] = []
+        # seconds between a restart request and its job (the --no-block transient unit): meanwhile the
+        # unit keeps what it ran, auto-restarts included; None once the job ran
+        self.restart_lag_s = 0.0
+        self.restart_due: float | None = None
         # crash injection
         self.plan: CrashPlan | None = None
         self.calls = 0
@@ -196,11 +200,12 @@ class World:
         return None if sha == EMPTY_SHA256 else sha
 
     # -- the unit ----------------------------------------------------------------------------------------
-    def start_unit(self) -> None:
-        """(Re)start the agent unit now: ExecStart resolves ``current`` at this moment."""
+    def start_unit(self, at: float | None = None) -> None:
+        """(Re)start the agent unit at ``at`` (default now): ExecStart resolves ``current`` then."""
+        self.restart_due = None
         self.unit_slot = self.current
         self.unit_sha = self.slot_sha(self.current)
-        self.unit_t0 = self.now
+        self.unit_t0 = self.now if at is None else at
         self.unit_pid_base += 10
         self.unit_inv_n += 1
         self.unit_n_restarts = 0
@@ -210,7 +215,13 @@ class World:
         cand = self.by_sha.get(self.unit_sha or "")
         return cand.behavior if cand is not None else Behavior("exit", 0.05)
 
+    def settle_restart(self) -> None:
+        """Run a requested restart whose job is due (``restart_lag_s`` after the request)."""
+        if self.restart_due is not None and self.now >= self.restart_due:
+            self.start_unit(self.restart_due)
+
     def snapshot(self) -> UnitSnapshot:
+        self.settle_restart()
         if not self.unit_active or self.unit_slot is None:
             return UnitSnapshot("inactive", "dead", "success", 0, "", 0, 0.0, None, ())
         b = self.behavior()
@@ -293,7 +304,7 @@ CRASH_METHODS: tuple[str, ...] = (
     "journal.append", "journal.reread", "host.links", "host.slot_sha256", "host.sweep_staging",
     "host.prepare_staging", "host.discard_staging", "host.install_staged", "host.point_current",
     "host.point_last_good", "host.sync_mirrors", "source.stage", "verifier.verify", "service.snapshot",
-    "service.restart", "service.hand_off_recovery", "probe.check", "sink.publish",
+    "service.restart", "service.restart_done", "service.hand_off_recovery", "probe.check", "sink.publish",
 )
 """Every port call a crash can be injected around (SPEC 8)."""
 
@@ -525,8 +536,16 @@ class SimService:
     async def restart(self, transient_name: str) -> None:
         if not transient_name.startswith(f"{self.w.policy.agent}-restart-"):
             raise ServiceError(f"sim: bad transient unit name {transient_name}")
-        self.w.start_unit()
+        if self.w.restart_lag_s > 0:
+            self.w.restart_due = self.w.now + self.w.restart_lag_s
+        else:
+            self.w.start_unit()
         await anyio.lowlevel.checkpoint()
+
+    async def restart_done(self, transient_name: str) -> bool:
+        await anyio.lowlevel.checkpoint()
+        self.w.settle_restart()
+        return self.w.restart_due is None
 
     def runs_inside_unit(self) -> bool:
         return self.w.inside_unit

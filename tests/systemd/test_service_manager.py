@@ -66,6 +66,8 @@ async def test_script_agent_runs_and_restarts_through_a_transient_unit(rig: Rig)
     await rig.manager.restart(transient)
     wait_for(lambda: rig.show(f"{transient}.service", "ActiveState")["ActiveState"] == "active",
              what="the transient restart unit to be running")
+    assert rig.show(rig.unit, "ActiveState")["ActiveState"] == "deactivating"
+    assert not await rig.manager.restart_done(transient)  # the job is between the old process and the new
     release.touch()  # let the old process stop; the restart job completes
     after = await poll(rig, lambda s: s.invocation_id not in ("", first.invocation_id)
                        and s.sub_state == "running", what="a new invocation")
@@ -77,6 +79,7 @@ async def test_script_agent_runs_and_restarts_through_a_transient_unit(rig: Rig)
     # --collect: the transient unit is gone once its systemctl returned, so the name can be reused
     wait_for(lambda: rig.show(f"{transient}.service", "LoadState")["LoadState"] == "not-found",
              what="the transient unit to be collected")
+    assert await rig.manager.restart_done(transient)
     await rig.manager.restart(transient)
     await poll(rig, lambda s: s.invocation_id not in ("", after.invocation_id) and s.sub_state == "running",
                what="a second restart under the reused name")
