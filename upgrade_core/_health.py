@@ -1,8 +1,10 @@
 """Judging one health attempt from unit samples (SPEC 4.3 step 7, cases C16, C19). Pure, no I/O.
 
-The orchestrator polls ``ServiceManager.snapshot()`` and the probe every ``poll_interval_s`` (0.25 s)
-on the :class:`~upgrade_core.ports.Clock` port's monotonic clock, and feeds each sample to
-:meth:`HealthJudge.observe`. The judge answers :class:`Pending`, :class:`Passed` or :class:`Failed`.
+The orchestrator polls ``ServiceManager.snapshot()`` and the probe at most ``poll_interval_s`` (0.25 s)
+apart (sooner while it waits for a first healthy sample, and exactly when a window ends:
+:meth:`HealthJudge.next_sample_in`) on the :class:`~upgrade_core.ports.Clock` port's monotonic clock, and
+feeds each sample to :meth:`HealthJudge.observe`. The judge answers :class:`Pending`, :class:`Passed` or
+:class:`Failed`.
 
 Passes when every condition holds continuously for ``stability_s`` within ``timeout_s``:
 
@@ -28,6 +30,15 @@ from __future__ import annotations
 import attrs
 
 from .ports import ProbeUnreachable, UnitSnapshot
+
+FIRST_GAP_S = 0.02
+"""Seconds before the second sample of a wait (for a restart job, or for a first healthy sample)."""
+
+
+def backoff_gap(waited: int) -> float:
+    """The gap, in seconds, after ``waited`` (>= 0) samples of one wait: 0.02, 0.04, 0.08, 0.16, 0.32, ...
+    The caller caps it at its poll interval."""
+    return FIRST_GAP_S * 2.0 ** min(waited, 8)
 
 
 @attrs.frozen
@@ -93,6 +104,7 @@ class HealthJudge:
         self.first_n_restarts: int | None = None
         self.window_start: float | None = None
         self.verdict: Verdict = Pending("no sample yet")
+        self._waiting = 0  # samples since the last window ended (or since the start) without a window
 
     @property
     def observed(self) -> tuple[int, str] | None:
@@ -115,7 +127,31 @@ class HealthJudge:
         if isinstance(self.verdict, Passed | Failed):
             return self.verdict
         self.verdict = self._judge(snap, probe_failure, now)
+        self._waiting = self._waiting + 1 if self.window_start is None else 0
         return self.verdict
+
+    def next_sample_in(self, now: float, poll_interval_s: float) -> float:
+        """Seconds to wait before the next sample; never more than ``poll_interval_s``.
+
+        Before the window (the new process not seen yet, or not healthy yet) the gaps grow from
+        :data:`FIRST_GAP_S` by doubling, so a process that is up within a few hundred milliseconds is seen
+        then rather than up to a poll interval later, and one that never comes up costs no more samples
+        than the fixed polling after the first second. Inside the window the sample that completes it is
+        taken when it ends, not up to a poll interval (plus each sample's own duration) after it. The
+        window is never shorter: :meth:`observe` passes only once ``stability_s`` elapsed between the
+        window's first sample and the current one.
+
+        Args:
+            now: CLOCK_MONOTONIC seconds.
+            poll_interval_s: the longest gap between samples (SPEC 4.3 step 7: 0.25 s).
+
+        Returns:
+            Seconds, at least 0.01 (a clock that does not advance by tiny sleeps still reaches the end).
+        """
+        if self.window_start is None:
+            return min(poll_interval_s, backoff_gap(self._waiting))
+        left = self.window_start + self.expect.stability_s - now
+        return max(0.01, min(poll_interval_s, left))
 
     def _judge(self, snap: UnitSnapshot, probe_failure: str | None, now: float) -> Verdict:
         e = self.expect

@@ -46,7 +46,7 @@ from ._decide import (
 )
 from ._events import EpisodeKind, HealthTarget, Recorded, Slot, Trigger, UpgradeResult, other_slot
 from ._fold import EpisodeView, Folder
-from ._health import Expectation, Failed, HealthJudge, Passed, Pending
+from ._health import Expectation, Failed, HealthJudge, Passed, Pending, backoff_gap
 from ._state import EpisodeState, advance
 from .errors import (
     AlreadyInstalledError,
@@ -105,7 +105,8 @@ class Policy:
         stability_s: seconds the new process must hold every health condition.
         health_timeout_s: seconds per health attempt.
         max_attempts: health attempts per episode (recorded in ``EpisodeOpened``).
-        poll_interval_s: seconds between health samples (SPEC 4.3 step 7: 0.25).
+        poll_interval_s: the longest gap between health samples, seconds (SPEC 4.3 step 7: 0.25); waits
+            for a restart job or a first healthy sample start with shorter gaps (:func:`backoff_gap`).
         keep_episodes: closed episodes the journal keeps (compaction; informational here).
     """
 
@@ -662,7 +663,7 @@ class _Run:
                 await self.emit(op, ev.RestartObserved(seen[0], seen[1]))
             if not isinstance(verdict, Pending):
                 return verdict
-            await p.clock.sleep(self.policy.poll_interval_s)
+            await p.clock.sleep(judge.next_sample_in(p.clock.monotonic(), self.policy.poll_interval_s))
 
     async def restart_job_done(self, name: str, deadline: float) -> Failed | None:
         """Poll until the transient restart unit ``name`` is done (None), or a :class:`Failed` verdict
@@ -672,6 +673,7 @@ class _Run:
         (``Restart=``), or the ``inactive/dead`` moment inside the restart job (see
         :meth:`~upgrade_core.ports.ServiceManager.restart_done`)."""
         p = self.p
+        waited = 0
         while True:
             try:
                 if await p.service.restart_done(name):
@@ -681,7 +683,8 @@ class _Run:
             if p.clock.monotonic() >= deadline:
                 return Failed(f"the restart job of {name} did not finish within the attempt's timeout",
                               environment=True)
-            await p.clock.sleep(self.policy.poll_interval_s)
+            await p.clock.sleep(min(self.policy.poll_interval_s, backoff_gap(waited)))
+            waited += 1
 
     async def hand_off_and_wait(self, op: str) -> UpgradeResult:
         """Hand steps 6-9 to a transient ``recover --trigger manual`` unit; poll until the episode closes.

@@ -139,3 +139,28 @@ def test_with_no_main_process_before_the_restart_an_older_process_is_not_ours() 
     expect = attrs.evolve(EXPECT, baseline_pid=0, baseline_invocation="")
     earlier = attrs.evolve(GOOD, main_start_monotonic_s=T0 - 0.5)
     assert run(steady(earlier, T0 + 0.25, T0 + 2.0), expect) == Pending("main process predates the restart")
+
+
+def test_samples_come_sooner_while_waiting_and_when_the_window_ends() -> None:
+    """Issue 16: before the window the gaps double from 0.02 s up to the poll interval; inside it the next
+    sample comes no later than the window's end (never sooner than 0.01 s); the window keeps its length."""
+    judge = HealthJudge(EXPECT, T0)
+    assert judge.next_sample_in(T0, 0.25) == pytest.approx(0.02)
+    gaps = []
+    for i in range(6):
+        judge.observe(OLD, None, T0 + 0.01 * i)  # the old process: restart not observed yet
+        gaps.append(judge.next_sample_in(T0, 0.25))
+    assert gaps == pytest.approx([0.04, 0.08, 0.16, 0.25, 0.25, 0.25])
+    assert isinstance(judge.observe(GOOD, None, T0 + 0.3), Pending)  # the window starts at T0 + 0.3
+    assert judge.next_sample_in(T0 + 0.3, 0.25) == 0.25
+    assert judge.next_sample_in(T0 + 1.2, 0.25) == pytest.approx(0.1)
+    assert judge.next_sample_in(T0 + 1.3, 0.25) == 0.01
+    assert isinstance(judge.observe(GOOD, None, T0 + 1.29), Pending)  # 0.99 s held: not yet
+    assert judge.observe(GOOD, None, T0 + 1.3) == Passed()
+
+
+def test_a_window_broken_by_the_probe_waits_with_short_gaps_again() -> None:
+    judge = HealthJudge(EXPECT, T0)
+    judge.observe(GOOD, None, T0 + 0.2)
+    judge.observe(GOOD, "HTTP 503", T0 + 0.4)
+    assert judge.window_start is None and judge.next_sample_in(T0 + 0.4, 0.25) == pytest.approx(0.04)
