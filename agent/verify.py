@@ -10,6 +10,10 @@ Bounds:
   failure and kills the group;
 - lifetime: as soon as the main process exits, its process group is killed and reading stops after a
   short drain, so a grandchild that keeps a pipe open neither stalls the verify nor survives it;
+- environment: only ``PATH``, systemd's default for system services (:data:`VERSION_COMMAND_ENV`): the
+  candidate is checked as the unit will run it, not with what the operator's shell happens to export
+  (an ``LD_LIBRARY_PATH`` that makes it start here but not under systemd, credentials it has no business
+  reading, a ``PATH`` through interpreter shims);
 - ``ETXTBSY`` on exec (the file was just written, and another thread's fork may still hold a write
   descriptor for a moment, a known race of fork+exec) is retried a few times, milliseconds apart.
 
@@ -48,6 +52,7 @@ from agent._bounded_run import kill_group
 from upgrade_core.errors import VerifyCannotRunError, VerifyError, VerifyTimeoutError, VersionMismatchError
 
 __all__ = [
+    "VERSION_COMMAND_ENV",
     "VERSION_TOKEN",
     "VerifierImpl",
     "compile_version_regex",
@@ -58,6 +63,10 @@ __all__ = [
 _CORE = r"[vV]?(\d+(?:\.\d+)+(?:-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?)"
 VERSION_TOKEN = re.compile(r"(?<![0-9A-Za-z.+_])" + _CORE + r"(?![0-9A-Za-z_]|[.+-][0-9A-Za-z])")
 """The default version token; group 1 is the normalised version (no leading ``v``)."""
+
+VERSION_COMMAND_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+"""The version command's whole environment: the ``PATH`` systemd gives system services when the unit sets
+none (``DefaultEnvironment=`` unset; systemd.exec(5), "Environment variables in spawned processes")."""
 _FULL_TOKEN = re.compile(_CORE)
 _BINARY = re.compile(r"[\x00-\x08\x0e-\x1f\x7f]")
 _DRAIN_S = 0.5  # after the main process exited: bounded wait for the pipes' last bytes
@@ -278,6 +287,7 @@ class VerifierImpl:
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     start_new_session=True,
+                    env=VERSION_COMMAND_ENV,
                 )
             except OSError as exc:
                 if exc.errno == errno.ETXTBSY and attempt < self.etxtbsy_attempts:

@@ -150,6 +150,19 @@ async def test_custom_version_args_and_stderr(tmp_path: Path) -> None:
     assert await VerifierImpl(version_args=("--version",)).verify(path, None) == "3.1.4"
 
 
+async def test_the_environment_is_systemds_path_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The candidate sees what the unit will give it, not the operator's shell: a secret, a library path
+    and the operator's PATH stay out."""
+    seen = tmp_path / "env"
+    monkeypatch.setenv("UPGRADE_TEST_SECRET", "s3cret")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    path = _script(tmp_path, "env", f'printf "%s|%s|%s" "$PATH" "${{UPGRADE_TEST_SECRET-unset}}" '
+                                    f'"${{LD_LIBRARY_PATH-unset}}" > {seen}\necho 1.0.0\n')
+    assert await VerifierImpl().verify(path, None) == "1.0.0"
+    assert seen.read_text() == "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin|unset|unset"
+
+
 async def test_stdin_is_dev_null(tmp_path: Path) -> None:
     path = _script(tmp_path, "reads", "cat >/dev/null\necho 1.0.0\n")
     with anyio.fail_after(HANG_GUARD_S):
