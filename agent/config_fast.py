@@ -14,6 +14,8 @@ import tomllib
 from collections.abc import Mapping
 from typing import Any
 
+from ._regular import read_regular_file
+
 __all__ = [
     "CONFIG_DIR",
     "CONFIG_ENV",
@@ -187,8 +189,7 @@ def read_paths_fast(path: str) -> tuple[str, str, str]:
         agent.errors.ConfigError: from the full loader, when the quick read found a problem.
     """
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_regular_file(path)
         if data.startswith(b"\xef\xbb\xbf") or b"\0" in data:
             raise ValueError("let the full loader word the error (decode_config)")
         doc = tomllib.loads(data.decode("utf-8"))  # UnicodeDecodeError is a ValueError: same fallback

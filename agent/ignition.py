@@ -31,6 +31,7 @@ from .errors import ConfigError, UsageError
 from .redact import redact_url
 
 if TYPE_CHECKING:
+    from .config import AgentConfig
     from .session import Session
 
 __all__ = ["CONFIG_DIR", "SPEC_VERSION", "IgnitionPaths", "all_paths", "render_ignition"]
@@ -124,6 +125,30 @@ def _digest(value: str, option: str) -> str:
     return digest
 
 
+def _config_as_loaded(path: str, cfg: AgentConfig) -> bytes:
+    """The configuration file's bytes, read once more to embed them exactly (comments, key order), and
+    proved to be the configuration the checks above judged: parsed again, it must equal ``cfg``.
+
+    Raises:
+        ConfigError: it cannot be read, is no longer a regular file, or changed since it was loaded.
+    """
+    import tomllib
+
+    from ._regular import read_regular_file
+    from .config import parse_config
+    from .config_fast import decode_config
+
+    try:
+        data = read_regular_file(path)
+        again = parse_config(tomllib.loads(decode_config(path, data)), path)
+    except (OSError, tomllib.TOMLDecodeError, ConfigError) as exc:
+        raise ConfigError(f"{path}: cannot read the configuration again to embed it: "
+                          f"{getattr(exc, 'strerror', None) or exc}") from None
+    if again != cfg:
+        raise ConfigError(f"{path}: changed while upgrade-agent ignition ran; run it again")
+    return data
+
+
 def _file(path: str, mode: int, source: str, sha256: str | None = None) -> dict[str, Any]:
     contents: dict[str, Any] = {"source": source}
     if sha256 is not None:
@@ -182,8 +207,7 @@ def render_ignition(
         raise ConfigError(f"host.unit_dir: {host.unit_dir}: Ignition writes units only to {UNIT_DIR}")
     name = cfg.agent.name
     paths = IgnitionPaths(host.root, name)
-    with open(session.config_path, "rb") as f:
-        config_bytes = f.read()
+    config_bytes = _config_as_loaded(session.config_path, cfg)
     files = [
         _file(paths.config, _FILE_MODE, "data:;base64," + base64.b64encode(config_bytes).decode("ascii")),
         _file(paths.runtime_archive, _ARCHIVE_MODE, runtime, runtime_digest),

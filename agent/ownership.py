@@ -36,6 +36,8 @@ import stat
 
 from journal import JournalOwnerError, JournalRefusedError, safefs
 
+from ._regular import read_regular_file
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from .config import AgentConfig
@@ -269,34 +271,12 @@ STATE_FILE_MODE = 0o600
 
 
 def read_regular(path: str, *, follow: bool, limit: int | None = None) -> bytes | None:
-    """The bytes of ``path`` (at most ``limit``), or None when it is absent, unreadable or not a regular file.
-
-    Never reads a FIFO, device or socket, and never blocks on one: with ``follow`` the target is ``stat``ed
-    first (so no device's driver sees an open: opening ``/dev/watchdog`` arms it), the open is
-    ``O_NONBLOCK``, and ``fstat`` is checked again before the read; without ``follow`` a link is not opened
-    at all (``O_NOFOLLOW``).
-    """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    """The bytes of ``path`` (at most ``limit``), or None when it is absent, unreadable or not a regular file
+    (:func:`agent._regular.read_regular_file`: never a FIFO, device or socket, never blocking)."""
     try:
-        if follow:
-            if not stat.S_ISREG(os.stat(path).st_mode):
-                return None
-        else:
-            flags |= os.O_NOFOLLOW
-        fd = os.open(path, flags)
+        return read_regular_file(path, follow=follow, limit=limit)
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        if limit is not None:
-            return os.read(fd, limit)
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def write_checked_file(dir_fd: int, path: str, data: bytes) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -205,6 +206,29 @@ def test_invalid_toml_and_missing_file_name_the_file(tmp_path: Path) -> None:
         load_config(str(tmp_path / "missing.toml"))
 
 
+@pytest.mark.parametrize("kind", ["fifo", "char device", "directory", "link to a fifo"])
+def test_a_config_path_that_is_not_a_regular_file_is_refused_unopened(tmp_path: Path, kind: str) -> None:
+    """A FIFO would block the read forever (nobody writes it), a device's driver would see an open: both are
+    refused before any open, by the full loader, the quick reader and the CLI, with one line (exit 2)."""
+    fifo = tmp_path / "cfg.fifo"
+    os.mkfifo(fifo)
+    path = {"fifo": str(fifo), "char device": "/dev/null", "directory": str(tmp_path),
+            "link to a fifo": str(tmp_path / "link.toml")}[kind]
+    if kind == "link to a fifo":
+        os.symlink(fifo, path)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (f"{path}: cannot read configuration: not a regular file "
+                               "(a FIFO, device, socket or directory)")
+    with pytest.raises(ConfigError, match="not a regular file"):
+        read_paths_fast(path)
+    for cli, args in (("upgrade-agent", ["status"]), ("recover-agent-upgrade", ["--trigger", "manual"])):
+        done = subprocess.run([str(Path(sys.executable).parent / cli), "--config", path, *args],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, (cli, done.stderr)
+        assert done.stderr.strip().splitlines() == [f"upgrade-agent: {info.value}"], done.stderr
+
+
 @pytest.mark.parametrize(("machine", "arch"), [("x86_64", "amd64"), ("aarch64", "arm64")])
 def test_arch_substitution(machine: str, arch: str) -> None:
     cfg = parse_config({"agent": {"name": "n1"}}, "/c.toml", machine=machine)
@@ -369,3 +393,20 @@ def test_fast_precheck_accepts_only_what_the_full_loader_accepts(
         for section, table in doc.items()
     )
     load_config(write(tmp_path, body))  # must not raise: fast accepted it
+
+
+def test_ignition_embeds_only_the_configuration_it_checked(tmp_path: Path) -> None:
+    """``upgrade-agent ignition`` reads the file again to embed its exact bytes: a file changed since it
+    was loaded and checked, or replaced by a FIFO, is refused instead of embedded."""
+    from agent.ignition import _config_as_loaded
+
+    path = write(tmp_path, '[agent]\nname = "n1"  # kept as written\n')
+    cfg = load_config(path)
+    assert _config_as_loaded(path, cfg) == Path(path).read_bytes()
+    Path(path).write_text('[agent]\nname = "n2"\n')
+    with pytest.raises(ConfigError, match=rf"^{path}: changed while upgrade-agent ignition ran"):
+        _config_as_loaded(path, cfg)
+    os.unlink(path)
+    os.mkfifo(path)
+    with pytest.raises(ConfigError, match="cannot read the configuration again to embed it: not a regular"):
+        _config_as_loaded(path, cfg)

@@ -1,0 +1,49 @@
+"""Read a regular file and nothing else: never a FIFO, device, socket or directory (standard library only,
+so the quick configuration reader of the boot-time recovery can use it)."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+__all__ = ["NotARegularFileError", "read_regular_file"]
+
+
+class NotARegularFileError(OSError):
+    """The path names a FIFO, device, socket or directory; it was not opened for reading."""
+
+
+def read_regular_file(path: str, *, follow: bool = True, limit: int | None = None) -> bytes:
+    """The bytes of the regular file ``path`` (at most ``limit`` bytes when given).
+
+    Never reads a FIFO, device or socket, and never blocks on one: with ``follow`` the link's target is
+    ``stat``ed before the open (so no FIFO blocks it and no device's driver sees an open: opening
+    ``/dev/watchdog`` arms it); without ``follow`` a link is not opened at all (``O_NOFOLLOW``: ``ELOOP``).
+    The open is ``O_NONBLOCK`` and ``fstat`` checks the type again before the read (the path may have been
+    replaced in between).
+
+    Raises:
+        FileNotFoundError: it does not exist.
+        NotARegularFileError: it is not a regular file (``strerror`` says so).
+        OSError: any other failure to open or read it.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    if follow:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise _not_regular(path)
+    else:
+        flags |= os.O_NOFOLLOW
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _not_regular(path)
+        if limit is not None:
+            return os.read(fd, limit)
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read()
+    finally:
+        os.close(fd)
+
+
+def _not_regular(path: str) -> NotARegularFileError:
+    return NotARegularFileError(0, "not a regular file (a FIFO, device, socket or directory)", path)
