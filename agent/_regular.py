@@ -6,15 +6,26 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["NotARegularFileError", "read_regular_file"]
+__all__ = ["NotARegularFileError", "UntrustedFileError", "read_regular_file"]
 
 
 class NotARegularFileError(OSError):
     """The path names a FIFO, device, socket or directory; it was not opened for reading."""
 
 
-def read_regular_file(path: str, *, follow: bool = True, limit: int | None = None) -> bytes:
+class UntrustedFileError(OSError):
+    """The file is owned by another user than root or the effective user, or group- or world-writable."""
+
+
+def read_regular_file(
+    path: str, *, follow: bool = True, limit: int | None = None, trusted: bool = False
+) -> bytes:
     """The bytes of the regular file ``path`` (at most ``limit`` bytes when given).
+
+    With ``trusted``, the opened file must also be owned by root or the effective user and not be group- or
+    world-writable (checked on the open descriptor, so a file swapped in after the check is not read): what
+    a root-run tool takes commands and paths from must not be writable by anyone else (the rule of sshd's
+    ``StrictModes`` and sudo's sudoers check).
 
     Never reads a FIFO, device or socket, and never blocks on one: with ``follow`` the link's target is
     ``stat``ed before the open (so no FIFO blocks it and no device's driver sees an open: opening
@@ -25,6 +36,7 @@ def read_regular_file(path: str, *, follow: bool = True, limit: int | None = Non
     Raises:
         FileNotFoundError: it does not exist.
         NotARegularFileError: it is not a regular file (``strerror`` says so).
+        UntrustedFileError: ``trusted`` and its owner or mode fail the rule above (``strerror`` says so).
         OSError: any other failure to open or read it.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -35,8 +47,13 @@ def read_regular_file(path: str, *, follow: bool = True, limit: int | None = Non
         flags |= os.O_NOFOLLOW
     fd = os.open(path, flags)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             raise _not_regular(path)
+        if trusted and (st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022):
+            raise UntrustedFileError(
+                0, f"owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}: it must be owned by "
+                   "root (or the user running this) and not writable by group or others", path)
         if limit is not None:
             return os.read(fd, limit)
         with os.fdopen(os.dup(fd), "rb") as f:

@@ -568,15 +568,16 @@ def load_config(path: str, machine: str | None = None) -> AgentConfig:
         machine: override of ``platform.machine()`` for ``{arch}`` (tests).
 
     Raises:
-        ConfigError: the file cannot be read or is not a regular file (a FIFO or device is never opened
-            for reading: :func:`~agent._regular.read_regular_file`), is not valid TOML, or has an unknown
-            key or a bad value; the message names the file and the dotted key (exit 2).
+        ConfigError: the file cannot be read, is not a regular file (a FIFO or device is never opened
+            for reading), is owned by another user than root or the effective user or is group- or
+            world-writable (:func:`~agent._regular.read_regular_file` with ``trusted``), is not valid TOML,
+            or has an unknown key or a bad value; the message names the file and the dotted key (exit 2).
     """
     from ._regular import read_regular_file
     from .config_fast import decode_config
 
     try:
-        doc = tomllib.loads(decode_config(path, read_regular_file(path)))
+        doc = tomllib.loads(decode_config(path, read_regular_file(path, trusted=True)))
     except FileNotFoundError:
         raise ConfigError(f"{path}: configuration file not found") from None
     except OSError as e:

@@ -139,11 +139,13 @@ def _config_as_loaded(path: str, cfg: AgentConfig) -> bytes:
     from .config_fast import decode_config
 
     try:
-        data = read_regular_file(path)
+        data = read_regular_file(path, trusted=True)
         again = parse_config(tomllib.loads(decode_config(path, data)), path)
-    except (OSError, tomllib.TOMLDecodeError, ConfigError) as exc:
+    except OSError as exc:
         raise ConfigError(f"{path}: cannot read the configuration again to embed it: "
-                          f"{getattr(exc, 'strerror', None) or exc}") from None
+                          f"{exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError:
+        raise ConfigError(f"{path}: changed while upgrade-agent ignition ran; run it again") from None
     if again != cfg:
         raise ConfigError(f"{path}: changed while upgrade-agent ignition ran; run it again")
     return data

@@ -395,6 +395,30 @@ def test_fast_precheck_accepts_only_what_the_full_loader_accepts(
     load_config(write(tmp_path, body))  # must not raise: fast accepted it
 
 
+@pytest.mark.parametrize(("mode", "owner"), [(0o664, 0), (0o646, 0), (0o644, 65534)])
+def test_a_config_others_can_write_is_refused(tmp_path: Path, mode: int, owner: int) -> None:
+    """A root-run tool takes ExecStart arguments and paths from it: a file another user owns or may write
+    would let that user run commands as root. Refused by the full loader, the quick reader and the CLI."""
+    if os.geteuid() != 0:
+        pytest.skip("the owner rule is root's (as non-root the file would be this user's)")
+    path = write(tmp_path, '[agent]\nname = "n1"\n')
+    os.chmod(path, mode)
+    os.chown(path, owner, -1)
+    want = (f"{path}: cannot read configuration: owned by uid {owner} with mode {mode:04o}: it must be "
+            "owned by root (or the user running this) and not writable by group or others")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == want
+    with pytest.raises(ConfigError, match="not writable by group or others"):
+        read_paths_fast(path)
+    done = subprocess.run([str(Path(sys.executable).parent / "recover-agent-upgrade"), "--config", path,
+                           "--trigger", "manual"], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr.strip().splitlines()) == (2, [f"upgrade-agent: {want}"])
+    os.chmod(path, 0o644)
+    os.chown(path, 0, -1)
+    assert load_config(path).agent.name == "n1"  # the same file, once only its owner may write it
+
+
 def test_ignition_embeds_only_the_configuration_it_checked(tmp_path: Path) -> None:
     """``upgrade-agent ignition`` reads the file again to embed its exact bytes: a file changed since it
     was loaded and checked, or replaced by a FIFO, is refused instead of embedded."""
