@@ -160,8 +160,9 @@ class HealthJudge:
         if snap.active_state in ("failed", "inactive"):
             if self._restart_not_begun(snap):
                 # The restart runs from a --no-block transient unit: until its job starts, a unit that was
-                # not running (an install) still shows inactive/dead from before our request. Seen on a
-                # loaded host in tests/systemd/test_crash_real.py; failing here spent a whole attempt.
+                # not running (an install) still shows inactive/dead from before our request. The
+                # orchestrator now samples only once that job is over (ServiceManager.restart_done); this
+                # stays for a judge fed without that wait (an embedder's own loop).
                 return self._timeout(now, "restart not begun yet")
             return Failed(f"unit {snap.active_state} ({snap.sub_state}, result {snap.result})")
         why = self._identity(snap)
