@@ -78,7 +78,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    if name.startswith("__"):  # dunder probes (e.g. copy, pickle, importlib) never load the package
+    # A name starting with "_" never loads the API: dunder probes (copy, pickle, importlib), and
+    # ``from . import _events`` asking for a private submodule not imported yet, which must then fall back
+    # to the import system (loading ``_api`` there imported ``_fold`` inside its own import: ImportError).
+    if name.startswith("_"):
         raise AttributeError(f"module 'upgrade_core' has no attribute {name!r}")
     import importlib
 
