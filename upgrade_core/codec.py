@@ -16,6 +16,7 @@ ones this codec has always written.
 from __future__ import annotations
 
 import json
+import operator
 import types
 import typing
 from collections.abc import Callable
@@ -124,12 +125,14 @@ def _fast_structurer(cls: type) -> Callable[[dict[str, Any]], Any] | None:
         elif kind not in _SCALARS:
             return None
 
+    build = _constructor(cls)
+
     if not (literals or floats or tuples or nested):
 
         def plain(data: dict[str, Any]) -> Any:
             if not names.issuperset(data):
                 raise _Unfit(f"unknown fields {sorted(set(data) - names)}")
-            return cls(**data)
+            return build(data)
 
         return plain
 
@@ -152,9 +155,56 @@ def _fast_structurer(cls: type) -> Callable[[dict[str, Any]], Any] | None:
                 data[name] = sub(value)
             elif value is not None:
                 raise _Unfit(f"{name} is not an object")
-        return cls(**data)
+        return build(data)
 
     return structure
+
+
+def _constructor(cls: type) -> Callable[[dict[str, Any]], Any]:
+    """``cls(**data)`` for a field dict holding no unknown key (the caller checked), passing the values
+    positionally when the dict holds every field of ``cls`` or exactly its required ones.
+
+    Why: the keys of a parsed JSON object are not interned, so a keyword call matches each of them against
+    the parameter names by comparing strings (about 0.2 us per event; issue 16). Positionally the call is
+    the same one: every field is an ``__init__`` parameter of its own name, in field order (checked here,
+    else the keyword call is always used). Any other dict (some defaulted fields left out) takes the
+    keyword call, which also raises the errors it always raised (a required field missing).
+    """
+    fields = attrs.fields(cls)
+    if any(not a.init or a.kw_only or a.alias != a.name for a in fields):
+        return lambda data: cls(**data)
+    n_all = len(fields)
+    required = [a.name for a in fields if a.default is attrs.NOTHING]
+    n_required = len(required)
+    if [a.name for a in fields[:n_required]] != required:
+        return lambda data: cls(**data)
+    take_all = _take(tuple(a.name for a in fields))
+    take_required = _take(tuple(required))
+
+    def build(data: dict[str, Any]) -> Any:
+        n = len(data)
+        if n == n_all:  # no unknown key and as many keys as fields: every field is there
+            return cls(*take_all(data))
+        if n == n_required:
+            try:
+                args = take_required(data)
+            except KeyError:  # an optional field in a required one's place: the call names what is missing
+                return cls(**data)
+            return cls(*args)
+        return cls(**data)
+
+    return build
+
+
+def _take(names: tuple[str, ...]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """The values of ``names`` in a dict, as a tuple (``operator.itemgetter``, which gives a bare value for a
+    single name); raises KeyError for a missing one."""
+    if not names:
+        return lambda data: ()
+    if len(names) == 1:
+        (name,) = names
+        return lambda data: (data[name],)
+    return operator.itemgetter(*names)
 
 
 _FAST: dict[str, Callable[[dict[str, Any]], Any]] = {}
