@@ -24,6 +24,11 @@ from ._state import TERMINAL_STATES, EpisodeContext, EpisodeState, next_state
 from .errors import HistoryError
 
 _S = EpisodeState
+# The states the per-record path compares with, read once: ``EpisodeState.X`` goes through the enum
+# metaclass's Python-level ``__getattr__`` hook on every read (about 70 ns; issue 16, 100k-record replays).
+_NEW: Final = _S.NEW
+_OPENED: Final = _S.OPENED
+_CLOSED: Final = _S.CLOSED
 
 
 @attrs.frozen
@@ -349,7 +354,7 @@ class Folder:
         ep = self._eps.get(episode_id)
         if ep is None:
             ctx = self.context_of(episode_id)
-            next_state(_S.NEW, ctx, event, seq)  # IllegalTransitionError: unknown episode, reopened, ...
+            next_state(_NEW, ctx, event, seq)  # IllegalTransitionError: unknown episode, reopened, ...
             assert type(event) is ev.EpisodeOpened
             ep = self._opened(episode_id, event, seq, record.wall_time)
             self._eps[episode_id] = ep
@@ -362,7 +367,7 @@ class Folder:
             handler(self, ep, event, seq)
         ep.state = new_state
         ep.fields["last_seq"] = seq
-        if new_state is _S.CLOSED:
+        if new_state is _CLOSED:
             ep.fields["closed_at"] = record.wall_time
             self._open = None
         self._last_seq = seq
@@ -433,13 +438,15 @@ class Folder:
     # -- handlers ----------------------------------------------------------------------------------------
     def _opened(self, episode_id: str, e: ev.EpisodeOpened, seq: int, wall: float) -> _Ep:
         ctx = EpisodeContext(episode_id, kind=e.kind)
-        return _Ep(episode_id, _S.OPENED, {
+        fields = _VIEW_FIELDS.copy()
+        fields.update({
             "kind": e.kind, "source": e.source, "expected_sha256": e.expected_sha256,
             "expected_version": e.expected_version, "from_slot": e.from_slot, "from_version": e.from_version,
             "max_health_attempts": e.max_health_attempts, "stability_s": e.stability_s,
             "health_timeout_s": e.health_timeout_s, "opened_seq": seq, "last_seq": seq, "opened_at": wall,
             "boot_id": e.boot_id,
-        }, ctx)
+        })
+        return _Ep(episode_id, _OPENED, fields, ctx)
 
     def _snapshot(self, e: ev.HistorySnapshot) -> None:
         for summary in e.episodes:
@@ -637,19 +644,29 @@ _HANDLERS: Final[dict[type[ev.Event], Callable[[Folder, _Ep, Any, int], None]]] 
 
 
 def _refresh(ep: _Ep) -> None:
-    """Rebuild the episode's :class:`EpisodeContext` after a fact the rules need changed (positional: hot)."""
+    """Rebuild the episode's :class:`EpisodeContext` after a fact the rules need changed (positional: hot;
+    ``open_episode`` and ``closed_before`` keep their defaults, None and False)."""
     f = ep.fields
-    published = f.get("published")
+    published = f["published"]
     ep.ctx = EpisodeContext(
-        ep.episode_id, f["kind"], f.get("candidate_slot"), f.get("candidate_sha256"),
-        f.get("installed", False), f.get("attempts_started", 0), f.get("rollback_attempts_started", 0),
-        published.result if published is not None else None,
-        verified_version=f.get("candidate_version"), release_trusted=f.get("release") is not None,
+        ep.episode_id, f["kind"], f["candidate_slot"], f["candidate_sha256"], f["installed"],
+        f["attempts_started"], f["rollback_attempts_started"],
+        published.result if published is not None else None, None, False, f["candidate_version"],
+        f["release"] is not None,
     )
 
 
+_VIEW_FIELDS: Final[dict[str, Any]] = {
+    a.name: a.default for a in attrs.fields(EpisodeView) if a.name not in ("episode_id", "state")
+}
+"""Every :class:`EpisodeView` field after ``episode_id`` and ``state``, in field order, with its default (the
+ones without a default are set by ``Folder._opened``): an episode's ``fields`` starts as a copy, so its
+values stay in field order and :func:`_freeze` passes them positionally (a keyword call matches ~40 names
+against ~55 parameters one by one; issue 16)."""
+
+
 def _freeze(episode_id: str, ep: _Ep) -> EpisodeView:
-    return EpisodeView(episode_id=episode_id, state=ep.state, **ep.fields)
+    return EpisodeView(episode_id, ep.state, *ep.fields.values())
 
 
 def fold(records: Iterable[ev.Recorded]) -> JournalView:
