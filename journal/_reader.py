@@ -480,6 +480,7 @@ def _scan(directory: str, dir_fd: int, decode: Callable[[bytes], Any] | None = N
         seg.chain = chain
         episodes = seg.episodes
         append = records.append
+        prev_len = -1  # this segment's first event record decodes its episode id and adds it to episodes
         for offset, seq, start, stop in frames:
             # Fast path for the common case (an event record); snapshots and errors take decode_envelope.
             pos = start + env_size
@@ -489,19 +490,22 @@ def _scan(directory: str, dir_fd: int, decode: Callable[[bytes], Any] | None = N
                     covers = None
                     event_start = pos + eid_len
                     # An episode's records mostly follow each other: compare its id in place with the
-                    # previous record's and share the string (no slice, no decoding, one copy in memory).
-                    if eid_len == len(prev_eid) and data.startswith(prev_eid, pos):
+                    # previous record's and share the string (no slice, no decoding, one copy in memory);
+                    # that id is in episodes already (prev_len is reset for each segment).
+                    if eid_len == prev_len and data.startswith(prev_eid, pos):
                         episode_id = prev_id
                     else:
                         prev_eid = data[pos:event_start]
                         episode_id = prev_id = prev_eid.decode()
+                        prev_len = eid_len
+                        episodes.add(episode_id)
                 else:
                     wall_time, episode_id, covers, event_start = decode_envelope(data, start, stop)
                     if covers is not None and covers > result.covers_through:
                         result.covers_through = covers
+                    episodes.add(episode_id)
             except ValueError as exc:  # UnicodeDecodeError included
                 raise JournalDecodeError(path, offset, str(exc)) from None
-            episodes.add(episode_id)
             if decode is None:
                 append((seq, episode_id, wall_time, covers, data[event_start:stop], path, offset))
                 continue
