@@ -4,9 +4,13 @@ same refusals, same value types; the JSON the fast parser refuses goes to the st
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+import attrs
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from upgrade_core import EVENT_CODEC, EventDecodeError, UpgradeResult, codec
 from upgrade_core import _events as ev
@@ -83,3 +87,46 @@ def test_encoding_keeps_the_standard_serialisers_bytes() -> None:
     for event in EVENTS:
         expected = json.dumps(codec.to_dict(event), separators=(",", ":"), ensure_ascii=False).encode()
         assert EVENT_CODEC.encode(event) == expected
+
+
+_SCALAR = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 2**65), st.floats(allow_nan=False), st.text(max_size=3),
+    st.sampled_from(["blue", "green", "candidate", "last_good", "environment", "verification"]),
+)
+
+
+@st.composite
+def _field_dicts(draw: st.DrawFn) -> tuple[type, dict[str, Any]]:
+    """An event class and a dict of some of its field names (every field, exactly the required ones, as
+    many keys as required fields with an optional one in a required one's place, or any subset) to values
+    of any JSON type."""
+    cls = draw(st.sampled_from(sorted(codec._BY_TAG.values(), key=lambda c: c.TAG)))
+    names = [a.name for a in attrs.fields(cls)]
+    required = [a.name for a in attrs.fields(cls) if a.default is attrs.NOTHING]
+    optional = [n for n in names if n not in required]
+    keys = draw(st.one_of(
+        st.just(names), st.just(required), st.lists(st.sampled_from(names), unique=True),
+        st.permutations(required).map(lambda r: r[1:] + optional[:1]),
+    ))
+    return cls, {key: draw(st.one_of(_SCALAR, st.lists(_SCALAR, max_size=3))) for key in keys}
+
+
+def _outcome(make: Callable[[], Any]) -> tuple[Any, ...]:
+    try:
+        event = make()
+    except Exception as exc:  # the comparison is of what each call raises
+        return ("refused", type(exc).__name__, str(exc))
+    return ("made", event, tuple(type(getattr(event, a.name)) for a in attrs.fields(type(event))))
+
+
+@settings(max_examples=400, deadline=None)
+@given(case=_field_dicts())
+def test_positional_construction_is_the_keyword_call(case: tuple[type, dict[str, Any]]) -> None:
+    """The structurers' positional call (issue 16) makes what ``cls(**data)`` makes, and raises what it
+    raises, for any dict of known field names: values in the right slots whatever the dict's key order."""
+    cls, data = case
+    n_all, take_all, build = codec._constructor(cls)
+    expected = _outcome(lambda: cls(**data))
+    assert _outcome(lambda: build(dict(data))) == expected
+    if len(data) == n_all:
+        assert _outcome(lambda: cls(*take_all(data))) == expected

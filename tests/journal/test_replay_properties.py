@@ -15,6 +15,7 @@ padding):
 from __future__ import annotations
 
 import os
+import struct
 import tempfile
 from pathlib import Path
 
@@ -22,8 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from journal import JournalCorruptError, TornTail, replay
-from journal._framing import SEGMENT_HEADER_SIZE
+from journal import JournalCorruptError, TornTail, _reader, replay
+from journal._framing import SEGMENT_HEADER_SIZE, encode_envelope, encode_frame, encode_segment_header
+from journal._reader import segment_name
 
 from ._support import CODEC, Closed, Noted, Opened, build_journal, frame_bounds, only_segment, visible
 
@@ -148,3 +150,44 @@ def test_zero_filled_tail_is_torn_not_corrupt(tmp_path: Path, items_: list, word
         result = replay(d, CODEC)
         assert visible(result.records) == visible(records)
         assert result.torn_tail == TornTail(seg, size)
+
+
+# Episode ids that share a prefix, have equal lengths, are empty or non-ASCII, or are the snapshot's "-".
+_IDS = st.sampled_from(["", "a", "b", "ab", "ac", "abc", "abd", "op1", "op10", "op2", "-", "é", "e"])
+_SEGMENTS = st.lists(  # per segment, at least one (is a snapshot record, episode id)
+    st.lists(st.tuples(st.integers(0, 3).map(lambda n: n == 0), _IDS), min_size=1, max_size=5),
+    min_size=1, max_size=4,
+)
+
+
+def _write_segments(directory: str, segments: list[list[tuple[bool, str]]]) -> None:
+    """Sealed-format-free segments written frame by frame (the writer cannot make empty ids or snapshots
+    in the middle of a segment, and these must still be read right)."""
+    seq = 1
+    for recs in segments:
+        header = encode_segment_header(seq)
+        chain = struct.unpack_from("<I", header, SEGMENT_HEADER_SIZE - 4)[0]
+        parts = [header]
+        for snapshot, episode_id in recs:
+            envelope = encode_envelope(episode_id.encode(), 1.5, b"E%d" % seq, seq - 1 if snapshot else None)
+            frame, chain = encode_frame(seq, envelope, chain)
+            parts.append(frame)
+            seq += 1
+        _write(os.path.join(directory, segment_name(seq - len(recs), False)), b"".join(parts))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=_CHECKS)
+@given(segments=_SEGMENTS)
+def test_each_segments_episode_set_is_the_ids_written_into_it(tmp_path: Path, segments: list) -> None:
+    """A segment's episode set (what compaction and sealing decide on) is exactly the ids of its records,
+    whether the scan decodes them or not: the scan adds an id only when it decodes one that differs from the
+    record before, so a segment starting with a snapshot, or with the previous segment's last id, is the
+    case to get right."""
+    with tempfile.TemporaryDirectory(dir=tmp_path) as d:
+        _write_segments(d, segments)
+        written = [{e for _, e in recs} for recs in segments]
+        for decode in (None, bytes):
+            scan = _reader._scan_path(d, decode)
+            assert [g.episodes for g in scan.segments] == written
+            records = scan.decoded if decode is not None else scan.records
+            assert len(records) == sum(map(len, segments))
