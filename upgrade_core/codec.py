@@ -176,16 +176,22 @@ def _constructor(
 
     Why: the keys of a parsed JSON object are not interned, so a keyword call matches each of them against
     the parameter names by comparing strings (about 0.2 us per event; issue 16). Positionally the call is
-    the same one: every field is an ``__init__`` parameter of its own name, in field order (checked here,
-    else the keyword call is always used). Any other dict (some defaulted fields left out) takes the
-    keyword call, which also raises the errors it always raised (a required field missing).
+    the same one: every field is an ``__init__`` parameter of its own name, in field order (checked here on
+    the class's actual ``__init__``, else the keyword call is always used). Any other dict (some defaulted
+    fields left out) takes the keyword call, which also raises the errors it always raised (a required field
+    missing).
     """
     fields = attrs.fields(cls)
     required = [a.name for a in fields if a.default is attrs.NOTHING]
     n_required = len(required)
-    if any(not a.init or a.kw_only or a.alias != a.name for a in fields) or [
-        a.name for a in fields[:n_required]
-    ] != required:
+    # The positional parameters of the __init__ the class really has (attrs' own, or one written by hand).
+    code = getattr(getattr(cls, "__init__", None), "__code__", None)
+    params = code.co_varnames[1 : code.co_argcount] if code is not None else None
+    if (
+        any(not a.init or a.kw_only or a.alias != a.name for a in fields)
+        or [a.name for a in fields[:n_required]] != required
+        or params != tuple(a.name for a in fields)
+    ):
         return -1, _take(()), lambda data: cls(**data)  # -1: never a dict's length
     n_all = len(fields)
     take_all = _take(tuple(a.name for a in fields))

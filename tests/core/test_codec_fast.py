@@ -130,3 +130,19 @@ def test_positional_construction_is_the_keyword_call(case: tuple[type, dict[str,
     assert _outcome(lambda: build(dict(data))) == expected
     if len(data) == n_all:
         assert _outcome(lambda: cls(*take_all(data))) == expected
+
+
+def test_a_class_whose_init_takes_its_fields_in_another_order_is_built_by_keyword() -> None:
+    @attrs.frozen(init=False)
+    class Swapped:
+        a: int
+        b: str
+
+        def __init__(self, b: str, a: int) -> None:
+            self.__attrs_init__(a, b)
+
+    n_all, _take_all, build = codec._constructor(Swapped)
+    assert n_all == -1
+    assert build({"a": 1, "b": "x"}) == Swapped(b="x", a=1)
+    n_all, _take_all, _build = codec._constructor(ev.Aborted)
+    assert n_all == len(attrs.fields(ev.Aborted))
