@@ -140,6 +140,106 @@ async def test_a_new_operation_is_seen_after_it_is_renamed_in(tmp_path: Path) ->
     assert [o.operation for o in await source.snapshot()] == ["later"]
 
 
+async def test_a_spool_directory_swapped_for_another_is_read_at_once(tmp_path: Path) -> None:
+    d = spool(tmp_path)
+    put(d, "old.json", json.dumps(SPEC))
+    source = SpoolSource(str(d), 0.05)
+    assert [o.operation for o in await source.snapshot()] == ["old"]
+    os.rename(d, tmp_path / "spool.old")
+    fresh = spool(tmp_path)
+    put(fresh, "new.json", json.dumps(SPEC))
+    old = os.stat(tmp_path / "spool.old")
+    os.utime(fresh, ns=(old.st_atime_ns, old.st_mtime_ns))  # the same mtime: only the inode tells them apart
+    assert [o.operation for o in await source.snapshot()] == ["new"]
+
+
+async def test_a_spool_directory_made_writable_by_others_is_refused_at_the_next_poll(tmp_path: Path) -> None:
+    d = spool(tmp_path)
+    put(d, "op1.json", json.dumps(SPEC))
+    source = SpoolSource(str(d), 0.05)
+    assert [o.operation for o in await source.snapshot()] == ["op1"]
+    d.chmod(0o777)  # changes the directory's ctime, not its mtime
+    with pytest.raises(SourceError, match="writable"):
+        await source.snapshot()
+
+
+async def test_an_idle_poll_opens_nothing_until_the_directory_changes_or_the_rescan_is_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import agent.operations.spool as spool_module
+
+    opened: list[str] = []
+    real_open = spool_module.open_state_dir
+
+    def counting_open(state_dir: str, *, create: bool) -> int | None:
+        opened.append(state_dir)
+        return real_open(state_dir, create=create)
+
+    monkeypatch.setattr(spool_module, "open_state_dir", counting_open)
+    d = spool(tmp_path)
+    put(d, "op1.json", json.dumps(SPEC))
+    source = SpoolSource(str(d), 0.05)
+    first = await source.snapshot()
+    for _ in range(3):
+        assert await source.snapshot() == first
+    assert len(opened) == 1
+    put(d, "op2.json", json.dumps(SPEC))
+    assert [o.operation for o in await source.snapshot()] == ["op1", "op2"]
+    assert len(opened) == 2
+    monkeypatch.setattr(spool_module, "RESCAN_S", 0.0)  # an edit in place shows only at the periodic rescan
+    await source.snapshot()
+    assert len(opened) == 3
+
+
+def _watching() -> bool:
+    """True while some thread of this process is inside the spool's idle watch."""
+    import sys
+
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if frame.f_code.co_name == "_watch":
+                return True
+            frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+async def test_the_idle_wait_returns_when_an_operation_is_renamed_in_not_before(tmp_path: Path) -> None:
+    d = spool(tmp_path)
+    source = SpoolSource(str(d), 0.05)
+    await source.snapshot()
+    renamed_at: list[float] = []
+
+    async def rename_in_later() -> None:
+        await anyio.sleep(0.5)
+        put(d, "op1.json", json.dumps(SPEC))
+        renamed_at.append(anyio.current_time())
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rename_in_later)
+        with anyio.fail_after(5):  # one poll_s (0.05 s) after the rename, not the 60 s timeout
+            await source.wait_for_change(60.0)
+        returned_at = anyio.current_time()
+    assert renamed_at and returned_at >= renamed_at[0]
+    assert [o.operation for o in await source.snapshot()] == ["op1"]
+
+
+async def test_the_idle_wait_ends_at_its_timeout_and_at_once_when_cancelled(tmp_path: Path) -> None:
+    d = spool(tmp_path)
+    source = SpoolSource(str(d), 0.05)
+    await source.snapshot()
+    started = anyio.current_time()
+    with anyio.fail_after(5):
+        await source.wait_for_change(0.3)  # nothing changed: returns after 0.3 s, not after one poll
+    assert anyio.current_time() - started >= 0.3
+    slow = SpoolSource(str(d), 30.0)
+    await slow.snapshot()
+    with anyio.fail_after(5):
+        with anyio.move_on_after(0.2):
+            await slow.wait_for_change(60.0)  # a 30 s poll, cancelled after 0.2 s
+        while _watching():  # the thread sees its stop flag and ends
+            await anyio.sleep(0.01)
+
+
 @pytest.mark.parametrize(
     ("change", "fragment"),
     [
