@@ -10,8 +10,8 @@ resident memory (``VmRSS`` at the end, ``VmHWM`` as the peak; ``Pss`` of ``smaps
 divides the shared libraries among the processes that map them). Targets: <= 40 MiB RSS and <= 2 CPU
 seconds per hour; the row's value is the CPU rate, its baseline that budget (target ratio 1), and
 ``rss_mib`` / ``rss_met`` carry the memory side. ``sleeper_cpu_s_per_h`` is a bare Python loop of
-``time.sleep(2)`` measured in the same window, for context: on this VM a wake-up alone costs ~0.2 to 0.6 ms
-of CPU (0.36 to 1.07 s/h at one wake every 2 s), and it varies with what the host does.
+``time.sleep(2)`` measured in the same window, for context: on the benchmark VM a wake-up alone cost 0.2 to
+1.1 ms of CPU (0.36 to 2.03 s/h at one wake every 2 s) within one day, with what its host was doing.
 
 - ``operator.idle.spool``: the spool source, polling every ``[operations] poll_s`` (2 s, the default).
 - ``operator.idle.kubernetes``: the Kubernetes source watching the Kubernetes-aware mock API server of the

@@ -181,9 +181,9 @@ class SpoolSource:
 
         The spool is polled every ``poll_s`` seconds (polling works on every file system), from one worker
         thread that returns to the event loop only when there is something to read: an idle poll is one
-        ``lstat`` woken from a timed wait (~0.1 ms of CPU), where waking the event loop, a task and a thread
-        hop every ``poll_s`` cost 1.2 to 1.9 ms each on a cold cache (issue 13's idle budget of 2 CPU seconds
-        an hour is 1.1 ms per 2 s poll).
+        ``lstat`` woken from a timed wait. Waking the event loop, a task and a thread hop for every poll cost
+        0.4 to 0.8 ms of CPU each on a cold cache, and issue 13's idle budget of 2 CPU seconds an hour is
+        1.1 ms per 2 s poll; side by side this wait costs 39 to 53% of that loop (BENCHMARKS.md).
 
         Cancellation: returns at once; the thread sees its stop flag and ends within microseconds.
         """
