@@ -46,6 +46,12 @@ RESCAN_S = 60.0
 directory's mtime does not show)."""
 
 
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """``(st_dev, st_ino, st_mtime_ns, st_ctime_ns)`` of the spool directory: another directory, or a rename,
+    chmod or chown in or of it, gives another value."""
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
 def encode_status(status: OperationStatus, generation: int = 1) -> bytes:
     """The bytes of ``<id>.status.json``: :func:`.model.spool_status` as indented JSON, one trailing
     newline (deterministic: the same status gives the same bytes)."""
@@ -65,7 +71,7 @@ class SpoolSource:
         self.poll_s = poll_s
         self.label = f"spool {spool_dir}"
         self._ignored: set[str] = set()
-        self._seen: tuple[int, int, int, int] | None = None  # (st_dev, st_ino, st_mtime_ns, st_ctime_ns)
+        self._seen: tuple[int, int, int, int] | None = None  # _identity() of the directory last read
         self._cached: list[Operation] = []
         self._scanned_at = 0.0
 
@@ -111,7 +117,7 @@ class SpoolSource:
             st = os.lstat(self.spool_dir)
         except OSError:
             return False  # gone or unreadable: the checked open says why
-        return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns) == self._seen
+        return _identity(st) == self._seen
 
     def _scan(self) -> list[Operation]:
         now = time.monotonic()
@@ -120,7 +126,7 @@ class SpoolSource:
         dir_fd = self._open()
         try:
             st = os.fstat(dir_fd)
-            seen = (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+            seen = _identity(st)
             names = os.listdir(dir_fd)
             ops = []
             for name in sorted(names):
