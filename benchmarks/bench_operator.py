@@ -56,9 +56,9 @@ def _cpu_clock(pid: int) -> int:
     ``clock_getcpuclockid(3)``; Python's ``time`` offers only the per-thread one.
 
     Raises:
-        OSError: the call failed (errno as it returned it).
+        OSError: the call failed (it returns the error number; it does not set errno).
     """
-    libc = ctypes.CDLL(None, use_errno=True)
+    libc = ctypes.CDLL(None)
     clock = ctypes.c_int()
     err = libc.clock_getcpuclockid(ctypes.c_int(pid), ctypes.byref(clock))
     if err:
@@ -111,10 +111,12 @@ def measure(config: Path, name: str, source: str, **extras: Any) -> dict[str, An
     with log.open("wb") as err:
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env,
                                 cwd=str(_harness.REPO_ROOT))
-    # The VM's own cost of waking a sleeping Python process, in the same window: a bare loop of
-    # ``time.sleep(SLEEPER_S)`` (context for the row, not part of its verdict).
-    sleeper = subprocess.Popen([sys.executable, "-c", f"import time\nwhile True: time.sleep({SLEEPER_S})"])
+    sleeper: subprocess.Popen[bytes] | None = None
     try:
+        # The VM's own cost of waking a sleeping Python process, in the same window: a bare loop of
+        # ``time.sleep(SLEEPER_S)`` (context for the row, not part of its verdict).
+        sleep_loop = f"import time\nwhile True: time.sleep({SLEEPER_S})"
+        sleeper = subprocess.Popen([sys.executable, "-c", sleep_loop])
         time.sleep(SETTLE_S)
         if proc.poll() is not None:
             raise RuntimeError(f"operator exited {proc.returncode}: {log.read_text().strip()[-400:]}")
@@ -129,8 +131,9 @@ def measure(config: Path, name: str, source: str, **extras: Any) -> dict[str, An
         rss, hwm = _mem_mib(proc.pid)
         pss = _pss_mib(proc.pid)
     finally:
-        sleeper.kill()
-        sleeper.wait(timeout=5)
+        if sleeper is not None:
+            sleeper.kill()
+            sleeper.wait(timeout=5)
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=20)
