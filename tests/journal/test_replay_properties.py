@@ -15,7 +15,6 @@ padding):
 from __future__ import annotations
 
 import os
-import struct
 import tempfile
 from pathlib import Path
 
@@ -24,7 +23,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from journal import JournalCorruptError, TornTail, _reader, replay
-from journal._framing import SEGMENT_HEADER_SIZE, encode_envelope, encode_frame, encode_segment_header
+from journal._framing import (
+    SEGMENT_HEADER_SIZE,
+    SegmentHeader,
+    decode_segment_header,
+    encode_envelope,
+    encode_frame,
+    encode_segment_header,
+)
 from journal._reader import segment_name
 
 from ._support import CODEC, Closed, Noted, Opened, build_journal, frame_bounds, only_segment, visible
@@ -161,12 +167,14 @@ _SEGMENTS = st.lists(  # per segment, at least one (is a snapshot record, episod
 
 
 def _write_segments(directory: str, segments: list[list[tuple[bool, str]]]) -> None:
-    """Sealed-format-free segments written frame by frame (the writer cannot make empty ids or snapshots
-    in the middle of a segment, and these must still be read right)."""
+    """Segments written frame by frame: the writer never puts an empty episode id or a snapshot in the middle
+    of a segment, and the scan must still read those right."""
     seq = 1
     for recs in segments:
         header = encode_segment_header(seq)
-        chain = struct.unpack_from("<I", header, SEGMENT_HEADER_SIZE - 4)[0]
+        decoded = decode_segment_header(header)
+        assert isinstance(decoded, SegmentHeader)
+        chain = decoded.crc  # the seed of the segment's frame chain
         parts = [header]
         for snapshot, episode_id in recs:
             envelope = encode_envelope(episode_id.encode(), 1.5, b"E%d" % seq, seq - 1 if snapshot else None)
