@@ -301,7 +301,7 @@ class _Ep:
         self.episode_id = episode_id
         self.state = state
         self.fields = fields
-        self.ctx = ctx  # the facts next_state needs; replaced (attrs.evolve) when one of them changes
+        self.ctx = ctx  # the facts next_state needs; rebuilt by _refresh when one of them changes
 
 
 class Folder:
