@@ -851,11 +851,53 @@ if __name__ == "__main__":
 
 
 # -- agents managed inside a private systemd (make demo, the benchmarks, the real-systemd tests) ---------
+_PORT_RANGE_FILE: Final = "/proc/sys/net/ipv4/ip_local_port_range"
+_PORTS_LOCK = threading.Lock()
+_PORTS_GIVEN: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's ephemeral port range, ``(low, high)`` inclusive (ip-sysctl: ``ip_local_port_range``);
+    Linux's default ``(32768, 60999)`` when it cannot be read."""
+    try:
+        low, high = (int(part) for part in Path(_PORT_RANGE_FILE).read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
 def free_port() -> int:
-    """A TCP port that was free on 127.0.0.1 a moment ago (bind port 0, read it back)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port for a sample agent to serve on 127.0.0.1: free when checked, never handed out twice by
+    this process, and outside the kernel's ephemeral range.
+
+    The agent restarts its daemon many times on one port, so the port is unbound for moments between
+    runs. A port from the ephemeral range (what ``bind(port 0)`` returns) can be taken in such a moment as
+    the local end of any outbound loopback connection, or handed to another caller's ``bind(0)``; the
+    daemon then fails to start with EADDRINUSE and its health check fails for a reason that has nothing to
+    do with the upgrade (seen once in CI: a healthy 1.0.5 failed both attempts of its install). The kernel
+    never picks a port outside ``ip_local_port_range`` on its own, and this process hands each one out
+    once, from a random start so that two processes seldom try the same ports.
+
+    Raises:
+        SandboxError: no port in 10000-65535 outside the ephemeral range is free.
+    """
+    low, high = _ephemeral_range()
+    pool = [port for port in range(10000, 65536) if not low <= port <= high]
+    start = secrets.randbelow(len(pool)) if pool else 0
+    with _PORTS_LOCK:
+        for i in range(len(pool)):
+            port = pool[(start + i) % len(pool)]
+            if port in _PORTS_GIVEN:
+                continue
+            with socket.socket() as probe:  # no SO_REUSEADDR: a port still in TIME_WAIT is passed over too
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            _PORTS_GIVEN.add(port)
+            return port
+    raise SandboxError(f"no free TCP port on 127.0.0.1 in 10000-65535 outside the ephemeral range "
+                       f"{low}-{high}")
 
 
 def agent_config_toml(

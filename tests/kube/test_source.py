@@ -12,6 +12,7 @@ import pytest
 
 from agent.config import OperationsSection
 from agent.errors import ConfigError
+from agent.harness.sandbox import free_port
 from agent.operations import kubernetes as kmod
 from agent.operations.kubernetes import KubernetesSource
 from agent.operations.model import SourceError, k8s_status
@@ -269,8 +270,8 @@ async def test_namespace_defaults_to_the_service_account_file(tmp_path: Path, mo
 
 
 async def test_unreachable_server_is_a_one_line_source_error(tmp_path: Path) -> None:
-    with _free_port() as port:
-        path = kubeconfig_for(f"http://user:pw@127.0.0.1:{port}", str(tmp_path / "kc"), token="s3cret-token")
+    port = free_port()  # nothing listens on it
+    path = kubeconfig_for(f"http://user:pw@127.0.0.1:{port}", str(tmp_path / "kc"), token="s3cret-token")
     section = OperationsSection(source="kubernetes", kubeconfig=path, node_name="n")
     src = await KubernetesSource.create(section)
     try:
@@ -282,16 +283,3 @@ async def test_unreachable_server_is_a_one_line_source_error(tmp_path: Path) -> 
     finally:
         await src.aclose()
 
-
-class _free_port:
-    """A TCP port nothing listens on (bound, then closed, on exit)."""
-
-    def __enter__(self) -> int:
-        import socket
-
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        return int(self.sock.getsockname()[1])
-
-    def __exit__(self, *exc: object) -> None:
-        self.sock.close()

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import http.server
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ import pytest
 
 from agent.clock import SystemClock
 from agent.errors import ConfigError
+from agent.harness.sandbox import free_port
 from agent.probes import CommandProbe, HttpProbe, NullProbe, make_probe
 from tests._proc import wait_dead
 from upgrade_core.ports import ProbeUnreachable
@@ -48,12 +48,6 @@ def server() -> Iterator[str]:
         httpd.server_close()
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_http_2xx_is_healthy(server: str) -> None:
     assert await HttpProbe(f"{server}/ok").check() is None
     assert await HttpProbe(f"{server}/nocontent").check() is None
@@ -70,7 +64,7 @@ async def test_http_redirect_is_not_followed(server: str) -> None:
 
 
 async def test_http_closed_port_is_a_reason() -> None:
-    url = f"http://127.0.0.1:{_closed_port()}/healthz"
+    url = f"http://127.0.0.1:{free_port()}/healthz"
     reason = await HttpProbe(url, timeout_s=1.0).check()
     assert reason is not None and reason.startswith(f"http probe {url}: ConnectError")
     assert "\n" not in reason
@@ -83,7 +77,7 @@ async def test_an_answer_is_never_unreachable(server: str) -> None:
 
 
 async def test_https_probe_reaches_the_connect_stage_with_its_tls_context() -> None:
-    url = f"https://127.0.0.1:{_closed_port()}/healthz"
+    url = f"https://127.0.0.1:{free_port()}/healthz"
     reason = await HttpProbe(url, timeout_s=1.0).check()
     assert reason is not None and reason.startswith(f"http probe {url}: ConnectError")
 
@@ -92,7 +86,7 @@ async def test_http_reasons_never_carry_secrets(server: str) -> None:
     port = server.rsplit(":", 1)[1]
     reason = await HttpProbe(f"http://user:SECRET@127.0.0.1:{port}/fail?sig=TOKEN#FRAG").check()
     assert reason == f"http probe http://127.0.0.1:{port}/fail answered 500 Internal Server Error"
-    closed = f"http://user:SECRET@127.0.0.1:{_closed_port()}/x?sig=TOKEN"
+    closed = f"http://user:SECRET@127.0.0.1:{free_port()}/x?sig=TOKEN"
     reason = await HttpProbe(closed, timeout_s=1.0).check()
     assert reason is not None
     assert "SECRET" not in reason and "TOKEN" not in reason and "user" not in reason
