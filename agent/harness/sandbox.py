@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
 import json
 import os
 import pty
@@ -866,6 +867,14 @@ def _ephemeral_range() -> tuple[int, int]:
     return low, high
 
 
+@functools.cache
+def _port_pool() -> tuple[int, ...]:
+    """The ports :func:`free_port` chooses from, in order: 10000-65535 without the ephemeral range (read
+    once per process)."""
+    low, high = _ephemeral_range()
+    return tuple(port for port in range(10000, 65536) if not low <= port <= high)
+
+
 def free_port() -> int:
     """A TCP port for a sample agent to serve on 127.0.0.1: free when checked, never handed out twice by
     this process, and outside the kernel's ephemeral range.
@@ -881,8 +890,7 @@ def free_port() -> int:
     Raises:
         SandboxError: no port in 10000-65535 outside the ephemeral range is free.
     """
-    low, high = _ephemeral_range()
-    pool = [port for port in range(10000, 65536) if not low <= port <= high]
+    pool = _port_pool()
     start = secrets.randbelow(len(pool)) if pool else 0
     with _PORTS_LOCK:
         for i in range(len(pool)):
@@ -896,6 +904,7 @@ def free_port() -> int:
                     continue
             _PORTS_GIVEN.add(port)
             return port
+    low, high = _ephemeral_range()
     raise SandboxError(f"no free TCP port on 127.0.0.1 in 10000-65535 outside the ephemeral range "
                        f"{low}-{high}")
 

@@ -8,7 +8,6 @@ that the ports come from outside the ephemeral range, are distinct across thread
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import socket
 from pathlib import Path
 
@@ -42,10 +41,8 @@ def test_ports_are_distinct_free_and_never_ephemeral() -> None:
 
 
 def test_a_port_in_use_is_passed_over(monkeypatch: pytest.MonkeyPatch) -> None:
-    low, high = _ephemeral()
-    pool = [port for port in range(10000, 65536) if not low <= port <= high]
-    with contextlib.ExitStack() as stack:
-        other = stack.enter_context(socket.socket())
+    pool = sandbox._port_pool()
+    with socket.socket() as other:
         for taken in (port for port in pool if port not in sandbox._PORTS_GIVEN):
             try:
                 other.bind(("127.0.0.1", taken))
