@@ -184,14 +184,13 @@ def _constructor(
     fields = attrs.fields(cls)
     required = [a.name for a in fields if a.default is attrs.NOTHING]
     n_required = len(required)
-    # The positional parameters of the __init__ the class really has (attrs' own, or one written by hand).
+    # The positional parameters of the __init__ the class really has (attrs' own, or one written by hand):
+    # a field left out of it (init=False), keyword-only or renamed (an alias) makes them differ. When they
+    # match, the required fields come first: attrs refuses a mandatory positional field after a defaulted
+    # one, even with a hand-written __init__.
     code = getattr(getattr(cls, "__init__", None), "__code__", None)
     params = code.co_varnames[1 : code.co_argcount] if code is not None else None
-    if (
-        any(not a.init or a.kw_only or a.alias != a.name for a in fields)
-        or [a.name for a in fields[:n_required]] != required
-        or params != tuple(a.name for a in fields)
-    ):
+    if params != tuple(a.name for a in fields):
         return -1, _take(()), lambda data: cls(**data)  # -1: never a dict's length
     n_all = len(fields)
     take_all = _take(tuple(a.name for a in fields))

@@ -146,3 +146,46 @@ def test_a_class_whose_init_takes_its_fields_in_another_order_is_built_by_keywor
     assert build({"a": 1, "b": "x"}) == Swapped(b="x", a=1)
     n_all, _take_all, _build = codec._constructor(ev.Aborted)
     assert n_all == len(attrs.fields(ev.Aborted))
+
+
+@attrs.frozen
+class _KwOnly:
+    a: int
+    b: str = attrs.field(kw_only=True)
+
+
+@attrs.frozen
+class _NotInInit:
+    a: int
+    b: str = attrs.field(init=False, default="fixed")
+
+
+@attrs.frozen
+class _Aliased:
+    a: int
+    _b: str
+
+
+@pytest.mark.parametrize(
+    ("cls", "data"),
+    [(_KwOnly, {"a": 1, "b": "x"}), (_NotInInit, {"a": 1}), (_Aliased, {"a": 1, "b": "x"})],
+    ids=["kw_only", "init=False", "alias"],
+)
+def test_a_class_the_positional_call_cannot_serve_is_built_by_keyword(
+    cls: type, data: dict[str, Any]
+) -> None:
+    n_all, _take_all, build = codec._constructor(cls)
+    assert n_all == -1
+    assert build(dict(data)) == cls(**data)
+
+
+def test_attrs_refuses_a_required_field_after_a_defaulted_one() -> None:
+    """What ``_constructor`` relies on for its required-fields-only call: the required fields come first."""
+    with pytest.raises(ValueError, match="No mandatory attributes allowed after"):
+        @attrs.frozen(init=False)
+        class _OptionalFirst:
+            a: int = 0
+            b: str
+
+            def __init__(self, a: int, b: str) -> None:
+                self.__attrs_init__(a, b)
