@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+import agent.operations.spool as spool_module
 from agent.operations.model import (
     Operation,
     OperationRefused,
@@ -166,8 +168,6 @@ async def test_a_spool_directory_made_writable_by_others_is_refused_at_the_next_
 async def test_an_idle_poll_opens_nothing_until_the_directory_changes_or_the_rescan_is_due(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import agent.operations.spool as spool_module
-
     opened: list[str] = []
     real_open = spool_module.open_state_dir
 
@@ -193,8 +193,6 @@ async def test_an_idle_poll_opens_nothing_until_the_directory_changes_or_the_res
 
 def _watching() -> bool:
     """True while some thread of this process is inside the spool's idle watch."""
-    import sys
-
     for frame in sys._current_frames().values():
         while frame is not None:
             if frame.f_code.co_name == "_watch":
