@@ -111,6 +111,19 @@ class Operator:
         """True once :meth:`request_stop` was called."""
         return self._stopping
 
+    def _scope(self) -> anyio.CancelScope:
+        """A cancel scope for the next wait or operation, already cancelled when a stop was requested before
+        it is entered. :meth:`request_stop` cancels only the scope in place when it is called; a stop that
+        lands while the source is being read or a status published (no scope in place) must still end the
+        next wait at once, not after it: the spool's idle wait lasts until the directory changes or its 60 s
+        rescan is due, a Kubernetes watch until an event or ``IDLE_WAIT_S`` (300 s), and systemd's stop
+        timeout is 90 s by default (systemd.service(5), ``TimeoutStopSec=``). Found by a CI run of
+        ``tests/cli/test_operator_cli.py``, whose SIGTERM lands as the first look creates the spool."""
+        scope = anyio.CancelScope()
+        if self._stopping:
+            scope.cancel()
+        return scope
+
     def request_stop(self, why: str) -> None:
         """Stop after the current step (see the module docstring); idempotent. ``why`` is logged."""
         self._stopping = True
@@ -180,13 +193,13 @@ class Operator:
     async def _pause(self) -> None:
         failures = max(self._errors, self._stalled, 1)
         wait = BACKOFF_S[min(failures, len(BACKOFF_S)) - 1]
-        with anyio.CancelScope() as scope:
+        with self._scope() as scope:
             self._idle_scope = scope
             await anyio.sleep(wait)
         self._idle_scope = None
 
     async def _idle(self) -> None:
-        with anyio.CancelScope() as scope:
+        with self._scope() as scope:
             self._idle_scope = scope
             try:
                 await self.source.wait_for_change(IDLE_WAIT_S)
@@ -279,7 +292,7 @@ class Operator:
             return "skipped"  # never run what could not be reported as started
         log(f"operator: {op.name}: upgrade {op.operation} from {request.source_redacted}")
         try:
-            with anyio.CancelScope() as scope:
+            with self._scope() as scope:  # a stop during the InProgress publication aborts it at once
                 self._op_scope = scope
                 await self.session.upgrade(request)
         except LockBusyError as exc:

@@ -3,6 +3,10 @@ and during an operation's download (SPEC 4.3 step 10 applied to the operator), a
 
 The operation's download is held by a loopback server that sends the headers and a first chunk, then
 stalls, so the signal provably lands before any switch.
+
+The last tests run the operator in process (the real session, spool and journal) to place a stop exactly
+where a signal can land between two of its scopes: while the spool is being read, and while the InProgress
+status is being written.
 """
 
 from __future__ import annotations
@@ -12,12 +16,15 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import anyio
 import pytest
 
+from agent.operations.model import Operation, SourceError
 from tests.agent_fetch import _servers as servers
+from upgrade_core import OperationStatus
 
 from ._rig import PYTHON, REPO, Rig, cli_env
 
@@ -170,3 +177,94 @@ def test_once_with_a_spool_that_is_not_ours_is_exit_3_in_one_line(installed_rig:
     assert out.code == 3, out
     assert out.stderr.count("\n") == 2, out.stderr  # the operator's start line, then the error
     assert "writable by group or others" in out.stderr and "Traceback" not in out.stderr
+
+
+# -- a stop that lands while the source is being read (in process, the real session and spool) ------------
+async def _operator_stopped_during_its_look(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, *, failing: bool
+) -> None:
+    """Run the operator on ``rig``'s spool; its first look at the spool asks it to stop (as the CLI's
+    SIGTERM handler does) while the look is still running, then returns (or, ``failing``, raises
+    SourceError). The loop must end at once: neither the idle wait nor the back-off may start."""
+    from agent.operations import operator as operator_module
+    from agent.session import Session
+
+    monkeypatch.setattr(operator_module, "BACKOFF_S", (3600.0,))  # a back-off that began outlasts the test
+    session = Session.load(str(rig.config))
+    source = await operator_module.open_source(session)
+    operator = operator_module.Operator(session, source)
+    real_snapshot = source.snapshot
+
+    async def look_then_stop() -> Sequence[Operation]:
+        ops = await real_snapshot()
+        operator.request_stop("SIGTERM")  # no idle scope is in place yet: nothing to cancel
+        if failing:
+            raise SourceError(f"{source.label}: unreadable")
+        return ops
+
+    monkeypatch.setattr(source, "snapshot", look_then_stop)
+    try:
+        with anyio.fail_after(20):  # the spool's idle wait is 60 s (its rescan), the back-off 3600 s
+            await operator.run()
+    finally:
+        await source.aclose()
+    assert operator.stopping
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_stop_during_the_look_at_the_spool_ends_the_loop_before_the_idle_wait(
+    installed_rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_spool(installed_rig)
+    await _operator_stopped_during_its_look(installed_rig, monkeypatch, failing=False)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_stop_during_a_failed_look_at_the_spool_ends_the_loop_before_the_back_off(
+    installed_rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_spool(installed_rig)
+    await _operator_stopped_during_its_look(installed_rig, monkeypatch, failing=True)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_stop_while_in_progress_is_published_aborts_the_operation_before_its_download(
+    installed_rig: Rig, stalling: servers.LoopbackServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop lands while the InProgress status is being written (no operation scope in place yet): the
+    operation is aborted at once, as a stop during its download is, instead of running to its end."""
+    from agent.operations import operator as operator_module
+    from agent.session import Session
+
+    rig = installed_rig
+    spool = with_spool(rig)
+    before = rig.host_facts()
+    put(spool, "op-stall", {"agent": rig.name, "nodeName": "n1",
+                            "archive": {"url": stalling.url("/a.tar.gz"), "sha256": SHA}})
+    session = Session.load(str(rig.config))
+    source = await operator_module.open_source(session)
+    operator = operator_module.Operator(session, source)
+    real_publish = source.publish
+
+    async def publish_then_stop(op: Operation, status: OperationStatus) -> bool:
+        wrote = await real_publish(op, status)
+        if status.phase == "InProgress":
+            operator.request_stop("SIGTERM")
+        return wrote
+
+    monkeypatch.setattr(source, "publish", publish_then_stop)
+    try:
+        with anyio.fail_after(20):  # the stalling server never finishes a download that began
+            await operator.run()
+    finally:
+        await source.aclose()
+    status = json.loads((spool / "op-stall.status.json").read_text())
+    assert (status["phase"], status["result"], status["message"]) == (
+        "Failed", "aborted", "interrupted before the switch"), status
+    assert stalling.requests == []
+    assert rig.host_facts() == before
+    assert rig.staging_leftovers() == []
+    assert rig.cli("recover").payload()["result"] == "noop"
