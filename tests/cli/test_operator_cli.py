@@ -22,7 +22,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from agent.operations import operator as operator_module
 from agent.operations.model import Operation, SourceError
+from agent.session import Session
 from tests.agent_fetch import _servers as servers
 from upgrade_core import OperationStatus
 
@@ -179,16 +181,18 @@ def test_once_with_a_spool_that_is_not_ours_is_exit_3_in_one_line(installed_rig:
     assert "writable by group or others" in out.stderr and "Traceback" not in out.stderr
 
 
-# -- a stop that lands while the source is being read (in process, the real session and spool) ------------
-async def _operator_stopped_during_its_look(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch, *, failing: bool
+# -- a stop landing between two of the operator's scopes (in process: the real session, spool and journal) --
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.parametrize("failing", [False, True], ids=["before-the-idle-wait", "before-the-back-off"])
+async def test_a_stop_during_the_look_at_the_spool_ends_the_loop(
+    installed_rig: Rig, monkeypatch: pytest.MonkeyPatch, failing: bool
 ) -> None:
-    """Run the operator on ``rig``'s spool; its first look at the spool asks it to stop (as the CLI's
-    SIGTERM handler does) while the look is still running, then returns (or, ``failing``, raises
-    SourceError). The loop must end at once: neither the idle wait nor the back-off may start."""
-    from agent.operations import operator as operator_module
-    from agent.session import Session
-
+    """The operator's first look at the spool asks it to stop (as the CLI's SIGTERM handler does) while the
+    look is still running, then returns (or, ``failing``, raises SourceError). The loop must end at once:
+    neither the idle wait nor the back-off may start."""
+    rig = installed_rig
+    with_spool(rig)
     monkeypatch.setattr(operator_module, "BACKOFF_S", (3600.0,))  # a back-off that began outlasts the test
     session = Session.load(str(rig.config))
     source = await operator_module.open_source(session)
@@ -213,32 +217,11 @@ async def _operator_stopped_during_its_look(
 
 @pytest.mark.anyio
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_a_stop_during_the_look_at_the_spool_ends_the_loop_before_the_idle_wait(
-    installed_rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with_spool(installed_rig)
-    await _operator_stopped_during_its_look(installed_rig, monkeypatch, failing=False)
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_a_stop_during_a_failed_look_at_the_spool_ends_the_loop_before_the_back_off(
-    installed_rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    with_spool(installed_rig)
-    await _operator_stopped_during_its_look(installed_rig, monkeypatch, failing=True)
-
-
-@pytest.mark.anyio
-@pytest.mark.parametrize("anyio_backend", ["asyncio"])
 async def test_a_stop_while_in_progress_is_published_aborts_the_operation_before_its_download(
     installed_rig: Rig, stalling: servers.LoopbackServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The stop lands while the InProgress status is being written (no operation scope in place yet): the
     operation is aborted at once, as a stop during its download is, instead of running to its end."""
-    from agent.operations import operator as operator_module
-    from agent.session import Session
-
     rig = installed_rig
     spool = with_spool(rig)
     before = rig.host_facts()
