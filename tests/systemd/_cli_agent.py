@@ -8,6 +8,7 @@ worktree, and read-only views of what the host shows afterwards: the journal (re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -157,7 +158,15 @@ class CliAgent:
         return sha256_path(path) if path.exists() else None
 
     def records(self) -> list[Recorded]:
-        """Every durable record of the journal, in sequence order (a read-only replay)."""
+        """Every durable record of the journal, in sequence order (a read-only replay).
+
+        The test reads without the host lock, so a segment the running agent compacts away between the
+        replay's listing and its open is missing (FileNotFoundError, seen in CI while a self-upgrade ran);
+        the replay is then read again, at most 20 times."""
+        for _ in range(19):
+            with contextlib.suppress(FileNotFoundError):
+                return list(replay(str(self.base / "state" / "journal"), EVENT_CODEC).records)
+            time.sleep(0.05)
         return list(replay(str(self.base / "state" / "journal"), EVENT_CODEC).records)
 
     def episode(self, operation: str) -> list[Recorded]:
