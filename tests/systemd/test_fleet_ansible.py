@@ -10,7 +10,9 @@ checked against those facts, never instead of them.
 
 The scenarios share the fleet, in order: check mode (changes nothing), the good 2.0.0 rollout (a module
 fixture, so the later scenarios can rely on it whichever runs first), its re-run (``changed=0``), and a bad
-3.0.0 (the canary rolls back, the play halts, the other five hosts are untouched).
+3.0.0 (the canary rolls back, the play halts, the other five hosts are untouched), and 4.0.0 in waves of 1, 3
+and 2 with one host of the second wave handed a failing build (that wave halts the play; the third wave is
+never touched).
 """
 
 from __future__ import annotations
@@ -52,16 +54,24 @@ N_HOSTS = 6
 EXPECTED_WAVES = [["host0"], ["host1"], ["host2", "host3", "host4"], ["host5"]]
 GOOD_OP = "rollout-2.0.0"
 BAD_OP = "rollout-3.0.0"
+HALT_KEYS = ("halted", "halted_wave", "failed_hosts", "untouched_hosts", "waves")
 SPEC_KEYS = ("operation", "result", "from_version", "to_version", "slot", "reason")
 
 
 class FleetReleases:
     """The fleet under test and its three signed releases (1.0.0 installed, 2.0.0 good, 3.0.0 bad)."""
 
-    def __init__(self, fleet: Fleet, server: ReleaseServer, v1: Release, v2: Release, v3: Release) -> None:
+    def __init__(self, fleet: Fleet, server: ReleaseServer, secret_key: Path,
+                 v1: Release, v2: Release, v3: Release) -> None:
         self.fleet = fleet
         self.server = server
+        self.secret_key = secret_key
         self.v1, self.v2, self.v3 = v1, v2, v3
+
+    def sign(self, rel: Release) -> None:
+        """Sign ``rel`` with the publisher key every host trusts (security version 1)."""
+        name = self.fleet.hosts["host0"].name
+        sign(self.secret_key, rel.path, f"name={name} version={rel.version} security_version=1")
 
     def vars(self, rel: Release, operation: str) -> dict[str, Any]:
         """The rollout's extra vars for ``rel``."""
@@ -108,13 +118,14 @@ def fleet(
         assert len({env.port for env in hosts.values()}) == N_HOSTS
         first = hosts["host0"]
         releases = [first.release("1.0.0"), first.release("2.0.0"), first.release("3.0.0", "exit-after:0.3")]
+        fleet = FleetReleases(Fleet.create(hosts, ansible_home), release_server, sec, *releases)
         for rel in releases:
-            sign(sec, rel.path, f"name={name} version={rel.version} security_version=1")
+            fleet.sign(rel)
         with ThreadPoolExecutor(N_HOSTS) as pool:
             list(pool.map(lambda env: env.install(releases[0]), hosts.values()))
         for env in hosts.values():
             env.assert_running("blue", releases[0])
-        yield FleetReleases(Fleet.create(hosts, ansible_home), release_server, *releases)
+        yield fleet
     finally:
         problems = []
         for sd in sandboxes:
@@ -231,8 +242,9 @@ def test_good_signed_release_rolls_out_to_every_host_in_waves(
     for earlier, later in itertools.pairwise(EXPECTED_WAVES):
         assert max(started[h] for h in earlier) < min(started[h] for h in later), started
     assert play.summary is not None
-    assert play.summary["waves"] == EXPECTED_WAVES
-    assert play.summary["halted"] is False
+    assert {k: play.summary[k] for k in HALT_KEYS} == {
+        "halted": False, "halted_wave": None, "failed_hosts": [], "untouched_hosts": [],
+        "waves": EXPECTED_WAVES}
     for entry in play.summary_by_host().values():
         assert (entry["from"], entry["to"], entry["result"], entry["reason"], entry["changed"]) == (
             "1.0.0", "2.0.0", "committed", None, True), entry
@@ -283,8 +295,10 @@ def test_bad_release_canary_rolls_back_and_the_rollout_halts(
     assert fleet.server.requests.count(f"/{bad_path}") == 1  # only the canary fetched the bad archive
     assert play.recap["host0"]["failed"] == 1, play.recap
     assert set(play.recap) == {"host0"} | ({"localhost"} & set(play.recap)), play.recap
-    assert play.summary is not None and play.summary["halted"] is True
-    assert play.summary["waves"] == [["host0"]]
+    assert play.summary is not None
+    assert {k: play.summary[k] for k in HALT_KEYS} == {
+        "halted": True, "halted_wave": 1, "failed_hosts": ["host0"],
+        "untouched_hosts": [name for name in hosts if name != "host0"], "waves": [["host0"]]}
     entries = play.summary_by_host()
     assert (entries["host0"]["result"], entries["host0"]["reason"]) == (
         "rolled_back", canary_result["reason"])
@@ -294,3 +308,63 @@ def test_bad_release_canary_rolls_back_and_the_rollout_halts(
             assert entries[name]["result"] == "not_run", entries[name]
     assert canary_result["reason"] in play.stdout
 
+
+
+def test_a_failed_host_in_a_multi_host_wave_halts_the_rollout(
+    fleet: FleetReleases, good_rollout: tuple[Play, dict[str, dict[str, Any]]]
+) -> None:
+    # Waves of 1, 3 and 2 hosts; host2 (the middle of the second wave) is handed a build of 4.0.0 that exits
+    # 0.3 s after it starts, every other host the good 4.0.0. Ansible's own max_fail_percentage does not
+    # count a failure inside a block that has an `always` section: the playbook must halt by itself.
+    hosts = fleet.fleet.hosts
+    first = hosts["host0"]
+    good = first.release("4.0.0")
+    bad = first.release("4.0.0", "exit-after:0.3")
+    for rel in (good, bad):
+        fleet.sign(rel)
+    before = {name: snapshot(env) for name, env in hosts.items()}
+    inventory = fleet.fleet.home / "mixed-wave-inventory.json"
+    per_host = {name: host_vars(env) for name, env in hosts.items()}
+    per_host["host2"] |= {"rollout_archive": bad.url, "rollout_sha256": bad.sha256}
+    inventory.write_text(json.dumps({"all": {
+        "vars": {"rollout_archive": good.url, "rollout_sha256": good.sha256},
+        "hosts": per_host}}))
+    operation = "rollout-4.0.0"
+    fetched = len(fleet.server.requests)
+    play = fleet.fleet.playbook(
+        {"rollout_serial": [1, 3, 2], "rollout_expect_version": "4.0.0", "rollout_operation": operation},
+        inventory=inventory)
+    assert play.code != 0, play.stdout[-4000:]
+
+    # The first wave and the two good hosts of the second committed 4.0.0 (blue: they ran 2.0.0 in green).
+    for name in ("host0", "host1", "host3"):
+        env = hosts[name]
+        env.assert_running("blue", good)
+        assert (env.result_file(operation) or {}).get("result") == "committed", name
+    # host2 tried its build, saw it die, and is back on 2.0.0 in green.
+    failed = hosts["host2"]
+    failed_result = failed.result_file(operation)
+    assert failed_result is not None and failed_result["result"] == "rolled_back", failed_result
+    failed.assert_running("green", fleet.v2)
+    # The third wave was never touched: same links and slots, same process, no result, nothing fetched.
+    for name in ("host4", "host5"):
+        env = hosts[name]
+        now = snapshot(env)
+        assert now["root"] == before[name]["root"], name
+        assert (now["pid"], now["started"]) == (before[name]["pid"], before[name]["started"]), name
+        assert env.result_file(operation) is None, name
+    good_path, bad_path = (f"/{rel.url.split('/', 3)[3]}" for rel in (good, bad))
+    assert sorted(fleet.server.requests[fetched:]).count(good_path) == 3, fleet.server.requests[fetched:]
+    assert fleet.server.requests[fetched:].count(bad_path) == 1
+    assert set(play.recap) - {"localhost"} == {"host0", "host1", "host2", "host3"}, play.recap
+    assert play.recap["host2"]["failed"] == 1, play.recap
+
+    assert play.summary is not None
+    assert {k: play.summary[k] for k in HALT_KEYS} == {
+        "halted": True, "halted_wave": 2, "failed_hosts": ["host2"], "untouched_hosts": ["host4", "host5"],
+        "waves": [["host0"], ["host1", "host2", "host3"]]}
+    entries = play.summary_by_host()
+    assert {name: entries[name]["result"] for name in hosts} == {
+        "host0": "committed", "host1": "committed", "host2": "rolled_back", "host3": "committed",
+        "host4": "not_run", "host5": "not_run"}
+    assert entries["host2"]["reason"] == failed_result["reason"]
