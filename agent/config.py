@@ -30,7 +30,7 @@ from cattrs.errors import (
     IterableValidationNote,
 )
 
-from .config_fast import (
+from agent.config_fast import (
     DEFAULT_LOCK_PATH,
     DEFAULT_STATE_DIR,
     DNS_SUBDOMAIN_RE,
@@ -40,9 +40,9 @@ from .config_fast import (
     read_paths_fast,
     substitute,
 )
-from .errors import ConfigError
-from .pathrules import path_problem, spool_problem
-from .units import check_agent_unit
+from agent.errors import ConfigError
+from agent.pathrules import path_problem, spool_problem
+from agent.units import check_agent_unit
 
 __all__ = [
     "AgentConfig",
@@ -255,7 +255,7 @@ def _root_keys(_inst: object, a: attrs.Attribute[Any], v: tuple[str, ...]) -> No
         return  # no keys: nothing to parse, and cryptography stays unimported
     from upgrade_core.errors import SignatureError
 
-    from .minisign import parse_public_key
+    from agent.minisign import parse_public_key
 
     for i, key in enumerate(v):
         try:
@@ -573,8 +573,8 @@ def load_config(path: str, machine: str | None = None) -> AgentConfig:
             world-writable (:func:`~agent._regular.read_regular_file` with ``trusted``), is not valid TOML,
             or has an unknown key or a bad value; the message names the file and the dotted key (exit 2).
     """
-    from ._regular import read_regular_file
-    from .config_fast import decode_config
+    from agent._regular import read_regular_file
+    from agent.config_fast import decode_config
 
     try:
         doc = tomllib.loads(decode_config(path, read_regular_file(path, trusted=True)))

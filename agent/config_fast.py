@@ -14,7 +14,7 @@ import tomllib
 from collections.abc import Mapping
 from typing import Any
 
-from ._regular import read_regular_file
+from agent._regular import read_regular_file
 
 __all__ = [
     "CONFIG_DIR",
@@ -76,7 +76,7 @@ def substitute(value: str, name: str, arch: str | None, machine: str | None = No
 
 def _config_error(message: str) -> Exception:
     # Imported lazily: the fast path imports the standard library only until it knows there is work.
-    from .errors import ConfigError
+    from agent.errors import ConfigError
 
     return ConfigError(message)
 
@@ -349,7 +349,7 @@ def _fast_values(doc: dict[str, Any]) -> tuple[str, str, str]:
         if not os.path.isabs(value):
             raise ValueError(key)
         out.append(os.path.normpath(value))
-    from .pathrules import path_problem, spool_problem  # SPEC 10: never accept what the full loader refuses
+    from agent.pathrules import path_problem, spool_problem  # SPEC 10: never accept what the full loader refuses
 
     if path_problem(out[2], out[0], out[1]) is not None:
         raise ValueError("let the full loader name the key")

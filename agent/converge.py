@@ -67,7 +67,7 @@ def lock_holder(path: str, *, proc_locks: str = "/proc/locks") -> LockHolder:
     found = _from_proc_locks(path, proc_locks)
     if found is not None:
         return found
-    from .lock import probe_lock
+    from agent.lock import probe_lock
 
     if probe_lock(path) == "free":
         return LockHolder(False)

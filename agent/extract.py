@@ -89,8 +89,8 @@ from upgrade_core.errors import (
     UpgradeError,
 )
 
-from .errors import ConfigError
-from .fetch import ChunkSink, CodingSink
+from agent.errors import ConfigError
+from agent.fetch import ChunkSink, CodingSink
 
 __all__ = ["ExtractLimits", "ExtractResult", "MemberPolicy", "extract", "extract_sync", "member_parts"]
 

@@ -63,8 +63,8 @@ from upgrade_core.errors import (
     FetchTimeoutError,
 )
 
-from .errors import UsageError
-from .redact import redact_url
+from agent.errors import UsageError
+from agent.redact import redact_url
 
 __all__ = [
     "SUPPORTED_CODINGS",

@@ -29,9 +29,9 @@ from upgrade_core import Slot
 from upgrade_core.errors import HostError, LayoutConflictError, NoExecError, NoSpaceError
 from upgrade_core.ports import LinkState, StagedCandidate
 
-from . import durable
-from .config import AgentConfig
-from .layout import Layout
+from agent import durable
+from agent.config import AgentConfig
+from agent.layout import Layout
 
 __all__ = ["AgentHost", "ProtectedPathError", "SlotInUseError", "host_error"]
 

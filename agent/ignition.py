@@ -27,12 +27,12 @@ import posixpath
 import urllib.parse
 from typing import TYPE_CHECKING, Any, Final
 
-from .errors import ConfigError, UsageError
-from .redact import redact_url
+from agent.errors import ConfigError, UsageError
+from agent.redact import redact_url
 
 if TYPE_CHECKING:
-    from .config import AgentConfig
-    from .session import Session
+    from agent.config import AgentConfig
+    from agent.session import Session
 
 __all__ = ["CONFIG_DIR", "SPEC_VERSION", "IgnitionPaths", "all_paths", "render_ignition"]
 
@@ -90,7 +90,7 @@ def _remote(source: str, option: str, allow_http: Any) -> str:
     ``download.allow_http`` allows. Returns the source unchanged."""
     from upgrade_core.errors import FetchError
 
-    from .fetch import check_http_allowed, parse_source
+    from agent.fetch import check_http_allowed, parse_source
 
     shown = redact_url(source)
     try:
@@ -112,7 +112,7 @@ def _remote(source: str, option: str, allow_http: Any) -> str:
 
 
 def _digest(value: str, option: str) -> str:
-    from .fetch import parse_sha256
+    from agent.fetch import parse_sha256
 
     try:
         digest = parse_sha256(value)
@@ -134,9 +134,9 @@ def _config_as_loaded(path: str, cfg: AgentConfig) -> bytes:
     """
     import tomllib
 
-    from ._regular import read_regular_file
-    from .config import parse_config
-    from .config_fast import decode_config
+    from agent._regular import read_regular_file
+    from agent.config import parse_config
+    from agent.config_fast import decode_config
 
     try:
         data = read_regular_file(path, trusted=True)
@@ -181,7 +181,7 @@ def render_ignition(
         ConfigError: a configured path under ``/usr``, or ``host.unit_dir`` other than
             ``/etc/systemd/system`` (exit 2).
     """
-    from .units import bootstrap_unit_name, render_bootstrap_unit
+    from agent.units import bootstrap_unit_name, render_bootstrap_unit
 
     cfg = session.config
     if runtime is None:

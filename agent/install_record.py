@@ -47,8 +47,8 @@ from typing import Any, Final, Literal
 
 import attrs
 
-from . import durable
-from .layout import Layout
+from agent import durable
+from agent.layout import Layout
 
 __all__ = [
     "RECORD_NAME",
@@ -277,7 +277,7 @@ class Remover:
     def unit_is_ours(self, path: str) -> tuple[bool, str]:
         """(True, "") when ``path`` is a regular unit file whose first line is this agent's header; else
         (False, why). Never follows a symlink, never waits on a FIFO."""
-        from .units import unit_owner
+        from agent.units import unit_owner
 
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)

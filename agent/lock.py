@@ -17,7 +17,7 @@ from typing import Literal
 
 from journal import JournalRefusedError, safefs
 
-from .durable import make_dirs
+from agent.durable import make_dirs
 
 __all__ = ["HostLock", "probe_lock"]
 
@@ -45,7 +45,7 @@ def _open_lock_file(path: str) -> int:
     Raises:
         HostRefusedError: a path on the way or the file fails its check, or EACCES/EROFS (exit 4).
     """
-    from .ownership import check_ancestors
+    from agent.ownership import check_ancestors
 
     directory = os.path.dirname(path) or "."
     check_ancestors(path)

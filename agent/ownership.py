@@ -36,11 +36,11 @@ import stat
 
 from journal import JournalOwnerError, JournalRefusedError, safefs
 
-from ._regular import read_regular_file
+from agent._regular import read_regular_file
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from .config import AgentConfig
+    from agent.config import AgentConfig
 
 __all__ = [
     "check_ancestors",
@@ -124,7 +124,7 @@ def open_state_dir(state_dir: str, *, create: bool) -> int | None:
     parent = os.path.dirname(state_dir) or "/"
     try:
         if create and not os.path.isdir(parent):
-            from .durable import make_dirs
+            from agent.durable import make_dirs
 
             make_dirs(parent, 0o755)
             check_ancestors(state_dir)
@@ -161,7 +161,7 @@ def check_result(cfg: AgentConfig, operation: str) -> None:
     Raises:
         HostRefusedError: a symlink, FIFO, directory or hard link there, or a foreign one (exit 4).
     """
-    from .results import result_path
+    from agent.results import result_path
 
     try:
         path = result_path(cfg.host.state_dir, operation)
@@ -191,7 +191,7 @@ def journal_owner(cfg: AgentConfig) -> dict[str, str]:
 def owner_error(exc: JournalOwnerError, cfg: AgentConfig) -> Exception:
     """The :class:`~agent.errors.ConfigError` (exit 2) of a journal that belongs to another configuration,
     naming both (case C25)."""
-    from .errors import ConfigError
+    from agent.errors import ConfigError
 
     found, mine = exc.found, journal_owner(cfg)
     return ConfigError(
@@ -219,7 +219,7 @@ def check_owner(cfg: AgentConfig) -> None:
     except JournalRefusedError as exc:
         raise refused(exc) from None
     except Exception as exc:
-        from .wiring import journal_error
+        from agent.wiring import journal_error
 
         raise journal_error(exc, directory) from None
     if found is not None and found != journal_owner(cfg):

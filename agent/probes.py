@@ -15,9 +15,9 @@ import httpx
 
 from upgrade_core.ports import HealthProbe, ProbeUnreachable
 
-from ._bounded_run import BoundedRunTimeout, run_bounded
-from .errors import ConfigError
-from .redact import redact_url
+from agent._bounded_run import BoundedRunTimeout, run_bounded
+from agent.errors import ConfigError
+from agent.redact import redact_url
 
 __all__ = ["CommandProbe", "HttpProbe", "NullProbe", "make_probe"]
 

@@ -17,9 +17,9 @@ import attrs
 
 from upgrade_core.errors import HostError, LayoutConflictError
 
-from . import durable
-from .host import AgentHost, host_error
-from .layout import Layout
+from agent import durable
+from agent.host import AgentHost, host_error
+from agent.layout import Layout
 
 __all__ = ["Adoption", "Provisioner", "is_plain_executable"]
 

@@ -27,7 +27,7 @@ import attrs
 from upgrade_core import Slot
 from upgrade_core.errors import UpgradeError
 
-from . import durable
+from agent import durable
 
 __all__ = ["QUARANTINE_DIR", "HostRecord", "QuarantineRefusedError", "move_aside", "read_host", "utc_stamp"]
 

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING
 from upgrade_core import OPERATION_ID_RE, UpgradeRequest
 from upgrade_core.errors import FetchError
 
-from .errors import UsageError
-from .redact import redact_url
+from agent.errors import UsageError
+from agent.redact import redact_url
 
 if TYPE_CHECKING:
-    from .fetch import AllowHttp
+    from agent.fetch import AllowHttp
 
 __all__ = ["check_source", "make_request"]
 
@@ -45,7 +45,7 @@ def check_source(source: str, allow_http: AllowHttp, option: str = "--archive") 
     """
     shown = redact_url(source)
     # agent.fetch (httpx) loads only when a request is checked: an idle operator never pays for it
-    from .fetch import check_http_allowed, parse_source
+    from agent.fetch import check_http_allowed, parse_source
 
     target = parse_source(source)
     if target.local_path is None:
@@ -111,8 +111,8 @@ def make_request(
     source_redacted = check_source(archive, allow_http)
     if signature is not None:
         check_source(signature, allow_http, "--signature")
-    from .fetch import parse_sha256
-    from .verify import normalise_version
+    from agent.fetch import parse_sha256
+    from agent.verify import normalise_version
 
     digest = parse_sha256(sha256)
     op = operation_id(operation)

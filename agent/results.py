@@ -19,7 +19,7 @@ import anyio.to_thread
 from upgrade_core import OPERATION_ID_RE, SLOTS, ResultValue, Slot, UpgradeResult
 from upgrade_core.errors import HostError, HostRefusedError, NoSpaceError
 
-from .ownership import read_state_file, write_state_file
+from agent.ownership import read_state_file, write_state_file
 
 __all__ = ["FileResultSink", "read_result", "result_path"]
 

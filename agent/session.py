@@ -63,13 +63,13 @@ from upgrade_core.errors import (
     UpgradeError,
 )
 
-from .config import AgentConfig, discover_config_path, load_config
-from .errors import UsageError
-from .host import AgentHost
-from .logline import log
-from .reports import EpisodeInfo, KnownBad, Preflight, Quarantined, ServiceInfo, SlotInfo, Status
-from .request import make_request, operation_id
-from .session_setup import SetupMixin
+from agent.config import AgentConfig, discover_config_path, load_config
+from agent.errors import UsageError
+from agent.host import AgentHost
+from agent.logline import log
+from agent.reports import EpisodeInfo, KnownBad, Preflight, Quarantined, ServiceInfo, SlotInfo, Status
+from agent.request import make_request, operation_id
+from agent.session_setup import SetupMixin
 
 __all__ = [
     "BUSY_REASON", "EpisodeInfo", "KnownBad", "Preflight", "Quarantined", "ServiceInfo", "Session",
@@ -250,7 +250,7 @@ class Session(SetupMixin):
         """
         from upgrade_core import rollback_target
 
-        from .lock import probe_lock
+        from agent.lock import probe_lock
 
         self._require_installed()
         links = self.host.links()
@@ -308,7 +308,7 @@ class Session(SetupMixin):
             if trigger != "timer":
                 raise
         # The timer acts only when the host lock is free: a live upgrade (or recovery) owns its episode.
-        from .converge import lock_holder
+        from agent.converge import lock_holder
 
         pid = lock_holder(self.config.host.lock_path).pid
         return UpgradeResult(None, "noop", reason=BUSY_REASON + (f" (pid {pid})" if pid else ""))
@@ -369,8 +369,8 @@ class Session(SetupMixin):
         """
         from upgrade_core import JournalQuarantined, record_quarantine
 
-        from .quarantine import move_aside, read_host
-        from .wiring import journal_dir
+        from agent.quarantine import move_aside, read_host
+        from agent.wiring import journal_dir
 
         self._require_installed()
         directory = journal_dir(self.config)
@@ -379,7 +379,7 @@ class Session(SetupMixin):
         found: dict[str, Any] = {}
 
         async def prepare() -> None:
-            from .verify import VerifierImpl
+            from agent.verify import VerifierImpl
 
             cfg = self.config.verify
             verifier = VerifierImpl(
@@ -430,9 +430,9 @@ class Session(SetupMixin):
         under the lock before the journal is opened (``journal quarantine`` moves an untrusted journal
         aside there).
         """
-        from .lock import HostLock
-        from .ownership import check_result, check_state
-        from .wiring import wire
+        from agent.lock import HostLock
+        from agent.ownership import check_result, check_state
+        from agent.wiring import wire
 
         if self._running:
             raise RuntimeError("Session: one write at a time")
@@ -482,7 +482,7 @@ class Session(SetupMixin):
         episode to ``recover`` (exit 3), whatever its type; before it the orchestrator has aborted."""
         from journal import JournalError as StoreError
 
-        from ._groups import sole_error
+        from agent._groups import sole_error
 
         error = sole_error(exc)
         if isinstance(error, JournalError | StoreError) or not self.switch_started or self.handed_off:
@@ -526,8 +526,8 @@ class Session(SetupMixin):
         from journal import replay
         from upgrade_core import EVENT_CODEC
 
-        from .ownership import check_state
-        from .wiring import journal_dir, journal_error
+        from agent.ownership import check_state
+        from agent.wiring import journal_dir, journal_error
 
         check_state(self.config)  # SPEC 10: the same checks as a writer; creates nothing
         directory = journal_dir(self.config)
@@ -552,7 +552,7 @@ class Session(SetupMixin):
         """
         from upgrade_core import other_slot
 
-        from .lock import probe_lock
+        from agent.lock import probe_lock
 
         self._require_installed()
         links = self.host.links()
@@ -592,8 +592,8 @@ class Session(SetupMixin):
     ) -> tuple[EpisodeInfo | None, Any, str | None]:
         """The open episode with its upgrader's pid, the unit drift and the next step (issue 10 item 4);
         reads only (no lock taken, nothing created)."""
-        from .converge import lock_holder, next_step, unit_drift
-        from .units import recover_timer_name
+        from agent.converge import lock_holder, next_step, unit_drift
+        from agent.units import recover_timer_name
 
         holder = lock_holder(self.config.host.lock_path)
         ep = view.open_episode
@@ -617,7 +617,7 @@ class Session(SetupMixin):
             LayoutConflictError: a real file stands where a link must be (exit 2).
             JournalError, HistoryError: as :meth:`view`.
         """
-        from .wiring import service_manager
+        from agent.wiring import service_manager
 
         view = self.view()
         links = self.host.links()
@@ -681,7 +681,7 @@ def _untrusted(exc: UpgradeError) -> UpgradeError:
     """A journal that cannot be trusted (corrupt, undecodable, an illegal order) names the way out, SPEC 10
     ``journal quarantine``; a newer format or a failed append does not (another tool version or the disk
     is the fix)."""
-    from .quarantine import HINT
+    from agent.quarantine import HINT
 
     if isinstance(exc, JournalUnreadableError):
         return JournalUnreadableError(exc.path, exc.offset, f"{exc.reason}; {HINT}")

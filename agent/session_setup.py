@@ -28,11 +28,11 @@ from upgrade_core.errors import (
     UpgradeError,
 )
 
-from .config import AgentConfig
-from .errors import UsageError
-from .host import AgentHost
-from .install_record import RECORD_NAME, Cleanup, InstallRecord, Remover, missing_dirs
-from .logline import log
+from agent.config import AgentConfig
+from agent.errors import UsageError
+from agent.host import AgentHost
+from agent.install_record import RECORD_NAME, Cleanup, InstallRecord, Remover, missing_dirs
+from agent.logline import log
 
 TYPE_CHECKING = False
 
@@ -91,7 +91,7 @@ class SetupMixin:
             AlreadyInstalledError: installed with another binary; use upgrade (exit 2).
             LockBusyError: the host lock is held (exit 75).
         """
-        from .provision import Provisioner
+        from agent.provision import Provisioner
 
         provision = Provisioner(self.host)
         source_override: Any = None
@@ -203,7 +203,7 @@ class SetupMixin:
             ConfigError: a unit file another service or agent owns stands where one of ours goes (exit 2).
             ServiceError, HostError: a unit or the link could not be written or started.
         """
-        from .provision import Provisioner
+        from agent.provision import Provisioner
 
         record = self.install_record()
         self.repaired = []
@@ -246,7 +246,7 @@ class SetupMixin:
             bin_dir: the directory holding both on the host the units are for; None: where this process's
                 own ``recover-agent-upgrade`` is installed (see :meth:`units`).
         """
-        from .wiring import recover_executable
+        from agent.wiring import recover_executable
 
         recover = recover_executable() if bin_dir is None else os.path.join(bin_dir, "recover-agent-upgrade")
         if not self.config.operations.source:
@@ -267,7 +267,7 @@ class SetupMixin:
         Raises:
             ConfigError: a relative path or a bad name (see :func:`agent.units.render_units`).
         """
-        from .units import render_units
+        from agent.units import render_units
 
         cfg = self.config
         recover_exe, *upgrade_exe = self.unit_executables(bin_dir)
@@ -301,7 +301,7 @@ class SetupMixin:
             LockBusyError: the host lock is held (exit 75).
             HostRefusedError, HostError: the install record cannot be trusted; nothing was changed.
         """
-        from .lock import HostLock
+        from agent.lock import HostLock
 
         with HostLock(self.config.host.lock_path):
             record = self.install_record()
@@ -319,7 +319,7 @@ class SetupMixin:
         """
         from upgrade_core.errors import HostError, HostRefusedError
 
-        from .install_record import RecordError
+        from agent.install_record import RecordError
 
         cfg = self.config
         try:
@@ -343,7 +343,7 @@ class SetupMixin:
             ConfigError: one of :meth:`units` exists without this agent's header line: another service's
                 unit, or one another configuration's install wrote (exit 2, naming the key and the owner).
         """
-        from .errors import ConfigError
+        from agent.errors import ConfigError
 
         remover = self._remover()
         for name in self.units():
@@ -368,7 +368,7 @@ class SetupMixin:
             out.errors.append(f"{record.path}: cannot update the install record: {exc.strerror or exc}")
 
     def _service(self) -> Any:
-        from .wiring import service_manager
+        from agent.wiring import service_manager
 
         return service_manager(self.config, self.config_path)
 
@@ -385,7 +385,7 @@ class SetupMixin:
         Raises:
             ConfigError: a unit file this agent did not write stands in the way (nothing written).
         """
-        from .units import operator_unit_name, recover_boot_unit_name, recover_timer_name
+        from agent.units import operator_unit_name, recover_boot_unit_name, recover_timer_name
 
         name = self.config.agent.name
         self.refuse_foreign_units()
@@ -403,7 +403,7 @@ class SetupMixin:
 
     async def _start_operator(self, service: Any) -> None:
         """Start ``NAME-operator.service`` when ``[operations]`` is configured (issue 13)."""
-        from .units import operator_unit_name
+        from agent.units import operator_unit_name
 
         if operator_unit_name(self.config.agent.name) in self.units():
             await service.start(operator_unit_name(self.config.agent.name))
@@ -472,7 +472,7 @@ class SetupMixin:
 
 def _read_text(path: str) -> str | None:
     """A unit file's text, None when absent or not a regular file (never follows a link or opens a FIFO)."""
-    from .ownership import read_regular
+    from agent.ownership import read_regular
 
     data = read_regular(path, follow=False)
     return None if data is None else data.decode("utf-8", errors="replace")
@@ -492,7 +492,7 @@ class _PlainFileSource:
         """Copy ``source`` into ``staging_path`` durably; its digest is computed from the copy."""
         from upgrade_core.ports import StagedCandidate
 
-        from . import durable
+        from agent import durable
 
         def copy() -> tuple[str, int]:
             durable.copy_file_durable(source, staging_path, 0o755)

@@ -18,14 +18,14 @@ import attrs
 
 from upgrade_core.ports import StagedCandidate
 
-from .extract import ExtractLimits, MemberPolicy, extract, member_parts
-from .fetch import ChunkSink, CodingSink, FetchPolicy, ProgressCallback, fetch, parse_sha256
-from .redact import redact_url
+from agent.extract import ExtractLimits, MemberPolicy, extract, member_parts
+from agent.fetch import ChunkSink, CodingSink, FetchPolicy, ProgressCallback, fetch, parse_sha256
+from agent.redact import redact_url
 
 if TYPE_CHECKING:  # agent.trust loads the whole of upgrade_core and the minisign code: only with a [trust]
     from upgrade_core import Slot
 
-    from .trust import ReleaseTrust
+    from agent.trust import ReleaseTrust
 
 __all__ = ["ArchiveSourceImpl"]
 
@@ -118,7 +118,7 @@ class ArchiveSourceImpl:
         )
         release = None
         if signed is not None and hasher is not None:
-            from .trust import trusted_release
+            from agent.trust import trusted_release
 
             try:
                 release = trusted_release(signed[0], signed[1], hasher)

@@ -25,9 +25,9 @@ import anyio
 from upgrade_core.errors import ServiceError
 from upgrade_core.ports import ServiceManager, UnitSnapshot
 
-from . import durable
-from ._bounded_run import BoundedRunTimeout, Finished, run_bounded
-from .units import check_abs, check_unit
+from agent import durable
+from agent._bounded_run import BoundedRunTimeout, Finished, run_bounded
+from agent.units import check_abs, check_unit
 
 __all__ = ["SystemdServiceManager"]
 

@@ -32,8 +32,8 @@ import attrs
 from upgrade_core import ReleaseTrusted
 from upgrade_core.errors import FetchError, FetchHTTPError, HostError, KeyringError, SignatureError
 
-from .fetch import FetchPolicy, fetch
-from .minisign import (
+from agent.fetch import FetchPolicy, fetch
+from agent.minisign import (
     MAX_SIGNATURE_BYTES,
     MessageHasher,
     PublicKey,
@@ -43,7 +43,7 @@ from .minisign import (
     parse_release_claims,
     parse_signature,
 )
-from .redact import redact_url
+from agent.redact import redact_url
 
 __all__ = ["Keyring", "ReleaseTrust", "TrustedKeys", "parse_keyring", "signature_source"]
 
@@ -205,7 +205,7 @@ class ReleaseTrust:
 
     def read_cache(self) -> tuple[bytes, bytes] | None:
         """The cached keyring and its signature (re-verified by the caller), or None; creates nothing."""
-        from .ownership import read_state_file
+        from agent.ownership import read_state_file
 
         path = self._cache_path()
         try:
@@ -219,7 +219,7 @@ class ReleaseTrust:
 
     def write_cache(self, data: bytes, sig: bytes) -> None:
         """Replace the cache durably (SPEC 10 ownership, as results)."""
-        from .ownership import write_state_file
+        from agent.ownership import write_state_file
 
         path = self._cache_path()
         doc = {"keyring": base64.b64encode(data).decode(), "signature": sig.decode()}
@@ -306,7 +306,7 @@ def trusted_release(sig: Signature, key: PublicKey, hasher: MessageHasher) -> Re
     Raises:
         SignatureError: the archive or the trusted comment does not match; the claims are malformed.
     """
-    from .verify import normalise_version
+    from agent.verify import normalise_version
 
     sig.verify(key, hasher.message())
     claims = parse_release_claims(sig.trusted_comment, sig.shown, normalise_version)

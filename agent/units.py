@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from .errors import ConfigError
+from agent.errors import ConfigError
 
 __all__ = [
     "RECOVER_TIMER_PERIOD_S",

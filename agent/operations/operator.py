@@ -46,11 +46,11 @@ from upgrade_core.errors import (
     UpgradeError,
 )
 
-from ..errors import ConfigError, UsageError
-from ..logline import log
-from ..session import Session
-from ..wiring import crash_point
-from .model import Operation, OperationRefused, OperationSource, SourceError, check_spec, held_terminal
+from agent.errors import ConfigError, UsageError
+from agent.logline import log
+from agent.session import Session
+from agent.wiring import crash_point
+from agent.operations.model import Operation, OperationRefused, OperationSource, SourceError, check_spec, held_terminal
 
 __all__ = ["Operator", "open_source"]
 
@@ -70,11 +70,11 @@ async def open_source(session: Session) -> OperationSource:
     """
     ops = session.config.operations
     if ops.source == "spool":
-        from .spool import SpoolSource
+        from agent.operations.spool import SpoolSource
 
         return SpoolSource(ops.spool_dir, ops.poll_s)
     if ops.source == "kubernetes":
-        from .kubernetes import KubernetesSource
+        from agent.operations.kubernetes import KubernetesSource
 
         return await KubernetesSource.create(ops)
     raise ConfigError(

@@ -30,9 +30,9 @@ import anyio.to_thread
 from journal import JournalRefusedError, safefs
 from upgrade_core import OPERATION_ID_RE, OperationStatus
 
-from ..logline import log
-from ..ownership import open_state_dir, write_checked_file
-from .model import Operation, SourceError, spool_status
+from agent.logline import log
+from agent.ownership import open_state_dir, write_checked_file
+from agent.operations.model import Operation, SourceError, spool_status
 
 __all__ = ["MAX_OPERATION_BYTES", "SpoolSource", "encode_status"]
 
