@@ -10,9 +10,24 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from upgrade_core.errors import UpgradeError
+from journal.errors import (
+    JournalBusyError,
+    JournalCorruptError,
+    JournalDecodeError,
+    JournalFullError,
+    JournalPoisonedError,
+    JournalRefusedError,
+)
+from upgrade_core.errors import (
+    HostRefusedError,
+    JournalDurabilityError,
+    JournalUnreadableError,
+    LockBusyError,
+    UpgradeError,
+)
+from upgrade_core.errors import JournalError as CoreJournalError
 
-__all__ = ["ConfigError", "UsageError"]
+__all__ = ["ConfigError", "UsageError", "journal_error"]
 
 
 class ConfigError(UpgradeError):
@@ -30,3 +45,27 @@ class UsageError(UpgradeError):
     journaled. Exit 2."""
 
     exit_code: ClassVar[int] = 2
+
+
+def journal_error(exc: Exception, directory: str) -> UpgradeError:
+    """Translate a :mod:`journal` failure into the core's error of the same cause (exit 3), at this edge.
+
+    A corrupt or undecodable record keeps its file and offset (:class:`JournalUnreadableError`); ENOSPC and
+    a poisoning fsync error are :class:`JournalDurabilityError`; a path that is not ours is
+    :class:`~upgrade_core.errors.HostRefusedError` (exit 4) and a directory another writer holds
+    :class:`~upgrade_core.errors.LockBusyError` (exit 75); anything else (a newer format, a closed writer)
+    keeps the journal's own message.
+    """
+    if isinstance(exc, JournalRefusedError):
+        return HostRefusedError(exc.path or directory, exc.what)
+    if isinstance(exc, JournalBusyError):
+        return LockBusyError(
+            f"{exc.path or directory}: journal directory locked by another writer (one writer per journal)"
+        )
+    if isinstance(exc, JournalCorruptError | JournalDecodeError):
+        return JournalUnreadableError(exc.path or directory, exc.offset, exc.reason)
+    if isinstance(exc, JournalFullError):
+        return JournalDurabilityError(f"journal append failed, no space left: {exc}")
+    if isinstance(exc, JournalPoisonedError):
+        return JournalDurabilityError(f"journal append failed, journal poisoned: {exc}")
+    return CoreJournalError(str(exc))

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["log"]
+__all__ = ["PROG", "log"]
+
+PROG = "upgrade-agent"  # the program's name: the prefix of every line it writes for a person
 
 
 def log(message: str) -> None:
     """Write ``upgrade-agent: <message>`` and a newline to stderr, flushed."""
-    sys.stderr.write(f"upgrade-agent: {message}\n")
+    sys.stderr.write(f"{PROG}: {message}\n")
     sys.stderr.flush()

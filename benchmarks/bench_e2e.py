@@ -3,11 +3,11 @@
 ``recover.noop``: the installed ``recover-agent-upgrade`` entry script (the sibling of ``sys.executable``, as
 the boot unit runs it) against a config whose journal holds 50 closed episodes, compacted as ``upgrade``
 leaves it; versus ``sys.executable -c pass``. Whole processes, best of 25 interleaved runs each. The row
-also says whether the run took the lean path (``agent/fastpath.py``: it never creates the lock file) and,
+also says whether the run took the lean path (``agent/cli/fastpath.py``: it never creates the lock file) and,
 when the target is missed, the five costliest top-level imports from ``-X importtime``.
 
 ``upgrade.end_to_end``: a whole supervised upgrade of a 50 MiB binary under the private systemd
-(``agent.harness.sandbox.PrivateSystemd``), through the ``upgrade-agent`` entry script, versus
+(``agent.testing.sandbox.PrivateSystemd``), through the ``upgrade-agent`` entry script, versus
 ``benchmarks/baselines/upgrade_naive.sh`` doing the same steps with no journal and no checks on a twin agent
 in the same sandbox; both wait the same stability window (``health.stability_s``, the SPEC 3 default 3 s
 unless ``$UPGRADE_CORE_BENCH_STABILITY_S``). Each side alternates between two releases, interleaved, best of
@@ -34,8 +34,8 @@ import zipapp
 from pathlib import Path
 from typing import Any
 
-from agent.harness.releases import ReleaseServer
-from agent.harness.sandbox import agent_config_toml, free_port
+from agent.testing.releases import ReleaseServer
+from agent.testing.sandbox import agent_config_toml, free_port
 
 from . import _harness
 
@@ -50,12 +50,12 @@ PAD_BYTES = 50 << 20
 
 
 def _entry(name: str) -> list[str]:
-    """argv of an installed entry script beside ``sys.executable``, else ``python -m agent.cli``."""
+    """argv of an installed entry script beside ``sys.executable``, else ``python -m agent.cli.main``."""
     script = BIN / name
     if script.exists():
         return [str(script)]
     sub = {"recover-agent-upgrade": ["recover"], "agent-upgrade": ["upgrade"]}.get(name, [])
-    return [sys.executable, "-m", "agent.cli", *sub]
+    return [sys.executable, "-m", "agent.cli.main", *sub]
 
 
 def _entry_env() -> dict[str, str]:
@@ -220,7 +220,7 @@ unit_dir = "{work}/units"
 def _fat_release(out: Path, version: str, name: str, arch: str, pad: bytes) -> Path:
     """``out/<name>-<version>.tar.gz`` holding ``<name>-linux-<arch>``: the sample agent as a zip app
     padded to 50 MiB (see the module docstring), gzip level 1."""
-    from agent.harness.releases import agent_script
+    from agent.testing.releases import agent_script
 
     src = out / f"src-{version}"
     src.mkdir(parents=True)
@@ -264,9 +264,9 @@ def _config(work: Path, name: str, sandbox: Any, port: int, stability_s: float) 
 def upgrade_end_to_end() -> dict[str, Any]:
     """A supervised 50 MiB upgrade vs ``upgrade_naive.sh``, same sandbox, same window (target <= 1.15:
     issue 16; SPEC 9's was 1.5)."""
-    from agent.config_fast import machine_arch
-    from agent.harness.releases import sha256_file
-    from agent.harness.sandbox import PrivateSystemd
+    from agent.config.boot import machine_arch
+    from agent.testing.releases import sha256_file
+    from agent.testing.sandbox import PrivateSystemd
 
     if os.geteuid() != 0:
         raise RuntimeError("upgrade.end_to_end needs root: it boots a private systemd")

@@ -1,6 +1,7 @@
 """Benchmark ``fetch.extract``: loopback HTTP fetch + sha256 + gunzip + untar + fsync of a 256 MiB member.
 
-Ours: ``ArchiveSourceImpl.stage`` (agent.fetch + agent.extract) in a child ``python -c`` process, with
+Ours: ``ArchiveSourceImpl.stage`` (agent.release.fetch + agent.release.extract) in a child ``python -c``
+process, with
 ``--sha256`` checked, member written and fsynced. Baseline, same server, same archive, same disk:
 
     curl -s URL | tee >(sha256sum >/dev/null) | tar xz -C DIR && sync DIR/MEMBER
@@ -48,8 +49,8 @@ print(json.dumps({"rc": done.returncode, "seconds": elapsed, "peak_rss_mib": pea
 
 _OURS = r"""
 import anyio, hashlib, os, sys
-from agent.extract import ExtractLimits
-from agent.source import ArchiveSourceImpl
+from agent.release.extract import ExtractLimits
+from agent.release.source import ArchiveSourceImpl
 url, digest, staging, member, member_sha = sys.argv[1:6]
 limits = ExtractLimits(max_archive_bytes=1 << 30, max_member_bytes=1 << 30, max_total_bytes=1 << 31)
 src = ArchiveSourceImpl(member=member, limits=limits)

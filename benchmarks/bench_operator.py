@@ -105,7 +105,7 @@ unit_dir = "{work}/units"
 
 def measure(config: Path, name: str, source: str, **extras: Any) -> dict[str, Any]:
     """Run ``upgrade-agent --config CONFIG operator``, let it settle, observe it for the window; one row."""
-    argv = [sys.executable, "-m", "agent.cli", "--config", str(config), "operator"]
+    argv = [sys.executable, "-m", "agent.cli.main", "--config", str(config), "operator"]
     env = {**os.environ, "PYTHONPATH": str(_harness.REPO_ROOT)}
     log = config.parent / "operator.log"
     with log.open("wb") as err:

@@ -2,13 +2,13 @@
 """A daemon that embeds upgrade-core and upgrades itself (the self-upgrade flow, SPEC 4.4).
 
 Shipped like any agent binary: this single file, with ``VERSION`` and ``BEHAVIOUR`` baked in and its
-shebang pointed at an interpreter that can import the project (``agent/harness/releases.py`` does both).
+shebang pointed at an interpreter that can import the project (``agent/testing/releases.py`` does both).
 
     selfupgrade-daemon version                      prints "selfupgrade-daemon <VERSION>"
     selfupgrade-daemon serve --config PATH [--port N]
 
 At start-up ``serve`` starts its HTTP server, then calls the library's resume entry point
-(:meth:`agent.session.Session.resume_self_upgrade`): if it is the candidate of an open self-upgrade
+(:meth:`agent.session.session.Session.resume_self_upgrade`): if it is the candidate of an open self-upgrade
 episode it holds healthy for the stability window and commits; if the episode has no attempts left it
 exits 1 without serving, so systemd's ``Restart=`` and start limit end in ``OnFailure=`` ->
 ``recover-agent-upgrade --trigger on-failure`` -> rollback, with no operator action. When another process
@@ -16,7 +16,8 @@ holds the host lock
 (a recovery owns the episode) it just serves.
 
 ``POST /upgrade?archive=URL[&sha256=HEX][&operation=ID]`` runs steps 1-5 in this process
-(:meth:`agent.session.Session.self_upgrade`): fetch, verify, switch, then schedule its own restart through a
+(:meth:`agent.session.session.Session.self_upgrade`): fetch, verify, switch, then schedule its own restart
+through a
 transient unit, answering 202 with the operation id (or 200 with a terminal result such as ``aborted``).
 
 ``BEHAVIOUR``: ``good`` serves /healthz with 200; ``unhealthy`` answers 503 (a candidate that passes its
@@ -39,7 +40,7 @@ NAME = "selfupgrade-daemon"
 def _config_path(argv: list[str]) -> str:
     if "--config" in argv:
         return argv[argv.index("--config") + 1]
-    from agent.config import discover_config_path
+    from agent.config.loader import discover_config_path
 
     return discover_config_path(None)
 
@@ -48,7 +49,7 @@ def resume(config_path: str) -> int:
     """The start-up call: 0 to serve, 1 to exit without serving (SPEC 4.4)."""
     import anyio
 
-    from agent.session import open_session
+    from agent.session.session import open_session
     from upgrade_core.errors import LockBusyError
 
     async def run():  # type: ignore[no-untyped-def]
@@ -68,7 +69,7 @@ def upgrade(config_path: str, archive: str, sha256: str | None, operation: str |
     """Steps 1-5 of the self-upgrade flow in this process; returns (HTTP status, JSON body)."""
     import anyio
 
-    from agent.session import open_session
+    from agent.session.session import open_session
     from upgrade_core import RestartScheduled
     from upgrade_core.errors import UpgradeError
 

@@ -1,7 +1,7 @@
 """Opening only what is ours (SPEC 10, case C23): directories and files checked through their descriptors.
 
 A root-run tool that follows a symlink, opens a FIFO or writes through a hard link planted by someone else
-can be turned against root. So every path of the journal (and, through :mod:`agent.ownership`, of
+can be turned against root. So every path of the journal (and, through :mod:`agent.host.ownership`, of
 ``state_dir``, ``results/`` and the lock) is reached like this:
 
 - a **directory** is opened ``O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_NONBLOCK`` and ``fstat``-ed: it must be

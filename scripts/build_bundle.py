@@ -12,9 +12,9 @@ Layout of the archive (one top directory, so it unpacks anywhere; nothing in it 
     upgrade-core-runtime/agent-upgrade            -> upgrade-agent (relative symlink)
     upgrade-core-runtime/_internal/...            the interpreter, the standard library, the dependencies
 
-One executable dispatching on ``argv[0]`` (:mod:`agent.frozen`) rather than three bundles or a MERGE of
+One executable dispatching on ``argv[0]`` (:mod:`agent.cli.frozen`) rather than three bundles or a MERGE of
 three: one copy of the interpreter and libraries, and ``recover-agent-upgrade`` sits beside
-``sys.executable`` where :func:`agent.wiring.recover_executable` looks for it.
+``sys.executable`` where :func:`agent.session.wiring.recover_executable` looks for it.
 
 The build is cached under ``--cache`` (default ``.cache/bundle``) by a digest of what goes into it: the
 package sources, ``pyproject.toml``, this script, the Python version and the PyInstaller version; an
@@ -96,7 +96,7 @@ def _freeze(work: Path) -> Path:
         # nothing here needs setuptools at run time; bundled, its runtime hook imports pkg_resources (and its
         # vendored packages) at every start, about doubling the start-up time of a no-op recovery
         "--exclude-module", "setuptools", "--exclude-module", "pkg_resources",
-        str(ROOT / "agent" / "frozen.py"),
+        str(ROOT / "agent" / "cli" / "frozen.py"),
     ]
     subprocess.run(argv, check=True, cwd=work, stdout=sys.stderr)
     bundle = work / "dist" / "upgrade-agent"

@@ -2,8 +2,8 @@
 
 The suite installs agents from this checkout's ``.venv`` into private systemds and temporary host roots on
 purpose, so it sets ``UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS=1`` for every process it starts (the same as
-``install --allow-unstable-paths``, :mod:`agent.stable_paths`). ``tests/cli/test_stable_paths.py`` removes it
-to prove the refusal.
+``install --allow-unstable-paths``, :mod:`agent.systemd.stable_paths`). ``tests/cli/test_stable_paths.py``
+removes it to prove the refusal.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from agent.stable_paths import ALLOW_ENV
+from agent.systemd.stable_paths import ALLOW_ENV
 
 os.environ[ALLOW_ENV] = "1"
 

@@ -82,7 +82,8 @@ OPERATION_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 @attrs.frozen
 class Ports:
-    """Everything the orchestrator may touch (SPEC 2). ``agent.wiring`` and ``tests/sim`` build one."""
+    """Everything the orchestrator may touch (SPEC 2). ``agent.session.wiring`` and ``tests/sim`` build
+    one."""
 
     journal: Journal
     clock: Clock

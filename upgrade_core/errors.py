@@ -229,8 +229,8 @@ class JournalDurabilityError(JournalError):
 class JournalUnreadableError(JournalError):
     """The journal cannot be read past a record in the middle (SPEC 4.5 "do not guess", SPEC 5). Exit 3.
 
-    Links are left as they are. Raised by the journal port (``agent.wiring.JournalPort``), never guessed
-    around.
+    Links are left as they are. Raised by the journal port (``agent.session.wiring.JournalPort``), never
+    guessed around.
 
     Attributes:
         path: the journal file.

@@ -1,6 +1,7 @@
 """The small ports through which ``upgrade_core`` touches the world (SPEC 2).
 
-``upgrade_core`` never imports ``journal`` or ``agent``; ``agent.wiring`` builds real implementations of
+``upgrade_core`` never imports ``journal`` or ``agent``; ``agent.session.wiring`` builds real
+implementations of
 these protocols, and ``tests/sim`` builds simulated ones. Every method documents its units, its errors and
 what a cancellation leaves behind (trio style):
 

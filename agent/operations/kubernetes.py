@@ -172,7 +172,8 @@ class KubernetesSource:
         """Connect as ``[operations]`` says (SPEC 10).
 
         Args:
-            operations: an :class:`agent.config.OperationsSection`: ``kubeconfig`` "" for the in-cluster
+            operations: an :class:`agent.config.loader.OperationsSection`: ``kubeconfig`` "" for the
+            in-cluster
                 service account (``SERVICE_ACCOUNT_DIR``), else the kubeconfig file's absolute path (its
                 current context); ``namespace`` "" for the pod's namespace, else ``default``; ``node``.
 

@@ -10,8 +10,8 @@ An operation's *spec* has the same keys in both sources (SPEC 10, the ``UpgradeO
 ``archive.url``, ``archive.sha256`` and ``agent`` are required (a control plane always knows the digest it
 asks for); ``nodeName`` is required by Kubernetes (the CRD) and optional in a spool file; ``signatureURL``
 and ``expectVersion`` are optional. A spec that fails these checks, names another node or agent, or that
-:func:`agent.request.make_request` refuses, is refused before any lock or episode: terminal ``Failed``, host
-untouched.
+:func:`agent.session.request.make_request` refuses, is refused before any lock or episode: terminal
+``Failed``, host untouched.
 
 The status document is rendered from an :class:`~upgrade_core.OperationStatus` alone (deterministic: the
 same status renders the same bytes), in camelCase for the Kubernetes status subresource and in snake_case for

@@ -1,5 +1,6 @@
 """``upgrade-agent operator`` (issue 13): take operations from a source one at a time, run each under the
-journal through the embedding :class:`~agent.session.Session`, and publish each one's terminal status once.
+journal through the embedding :class:`~agent.session.session.Session`, and publish each one's terminal
+status once.
 
 The loop, and why it is exactly-once:
 
@@ -37,6 +38,18 @@ from typing import Literal
 
 import anyio
 
+from agent.errors import ConfigError, UsageError
+from agent.logline import log
+from agent.operations.model import (
+    Operation,
+    OperationRefused,
+    OperationSource,
+    SourceError,
+    check_spec,
+    held_terminal,
+)
+from agent.session.session import Session
+from agent.session.wiring import crash_point
 from upgrade_core import JournalView, OperationStatus, UpgradeRequest, operation_status, refused_status
 from upgrade_core.errors import (
     EpisodeLeftOpenError,
@@ -45,12 +58,6 @@ from upgrade_core.errors import (
     LockBusyError,
     UpgradeError,
 )
-
-from agent.errors import ConfigError, UsageError
-from agent.logline import log
-from agent.session import Session
-from agent.wiring import crash_point
-from agent.operations.model import Operation, OperationRefused, OperationSource, SourceError, check_spec, held_terminal
 
 __all__ = ["Operator", "open_source"]
 

@@ -27,12 +27,11 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
+from agent.fs.statefile import open_state_dir, write_checked_file
+from agent.logline import log
+from agent.operations.model import Operation, SourceError, spool_status
 from journal import JournalRefusedError, safefs
 from upgrade_core import OPERATION_ID_RE, OperationStatus
-
-from agent.logline import log
-from agent.ownership import open_state_dir, write_checked_file
-from agent.operations.model import Operation, SourceError, spool_status
 
 __all__ = ["MAX_OPERATION_BYTES", "SpoolSource", "encode_status"]
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.extract import ExtractLimits, ExtractResult, MemberPolicy, extract
+from agent.release.extract import ExtractLimits, ExtractResult, MemberPolicy, extract
 
 from ._servers import LoopbackServer, serve
 
@@ -56,7 +56,7 @@ def https_server(tls_pair: tuple[ssl.SSLContext, ssl.SSLContext]) -> Iterator[Lo
 
 
 def feed_bytes(data: bytes, chunk: int = 65536):  # type: ignore[no-untyped-def]
-    """A feed for ``agent.extract.extract`` delivering ``data`` in ``chunk``-byte pieces."""
+    """A feed for ``agent.release.extract.extract`` delivering ``data`` in ``chunk``-byte pieces."""
 
     async def feed(sink, _coding) -> None:  # type: ignore[no-untyped-def]
         for i in range(0, len(data), chunk):

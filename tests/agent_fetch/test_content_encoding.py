@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from agent.extract import ExtractLimits
-from agent.fetch import FetchPolicy, fetch
-from agent.source import ArchiveSourceImpl
+from agent.release.extract import ExtractLimits
+from agent.release.fetch import FetchPolicy, fetch
+from agent.release.source import ArchiveSourceImpl
 from upgrade_core.errors import (
     ArchiveLimitError,
     ArchiveRejectedError,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.extract import ExtractLimits
+from agent.release.extract import ExtractLimits
 from upgrade_core.errors import (
     ArchiveLimitError,
     ArchiveRejectedError,
@@ -150,7 +150,7 @@ async def test_c03_link_accepted_by_data_filter_is_still_refused(staging: Path) 
 
 
 def test_c03_extraction_never_calls_tarfile_extract() -> None:
-    source = Path(__file__).parents[2].joinpath("agent", "extract.py").read_text()
+    source = Path(__file__).parents[2].joinpath("agent", "release", "extract.py").read_text()
     code = "\n".join(line.split("#", 1)[0] for line in source.splitlines())
     for forbidden in (".extractall(", ".extract(", "filter=", "extraction_filter", "data_filter"):
         assert forbidden not in code

@@ -15,7 +15,7 @@ import attrs
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from agent.extract import ExtractLimits
+from agent.release.extract import ExtractLimits
 from upgrade_core.errors import ArchiveLimitError, ArchiveRejectedError, ArchiveTruncatedError, CandidateError
 
 from ._archives import HOWS, KINDS, Entry, compress, tar_bytes, tar_end_offset, tree

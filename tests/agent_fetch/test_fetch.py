@@ -1,4 +1,5 @@
-"""agent.fetch and agent.source against real loopback HTTP(S) servers: C06, C08, the allow_http policy,
+"""agent.release.fetch and agent.release.source against real loopback HTTP(S) servers: C06, C08, the
+allow_http policy,
 redirects, digests, progress, and local sources. Runs on asyncio and trio."""
 
 from __future__ import annotations
@@ -12,10 +13,17 @@ from pathlib import Path
 import pytest
 
 from agent.errors import UsageError
-from agent.extract import ExtractLimits
-from agent.fetch import FetchPolicy, check_http_allowed, check_redirect, fetch, parse_sha256, same_origin
 from agent.redact import redact_url
-from agent.source import ArchiveSourceImpl
+from agent.release.extract import ExtractLimits
+from agent.release.fetch import (
+    FetchPolicy,
+    check_http_allowed,
+    check_redirect,
+    fetch,
+    parse_sha256,
+    same_origin,
+)
+from agent.release.source import ArchiveSourceImpl
 from upgrade_core.errors import (
     ArchiveLimitError,
     ArchiveTruncatedError,

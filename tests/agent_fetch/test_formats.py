@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
-from agent.extract import ExtractLimits
+from agent.release.extract import ExtractLimits
 from upgrade_core.errors import ArchiveLimitError, ArchiveRejectedError, ArchiveTruncatedError
 
 from ._archives import tree
@@ -224,7 +224,7 @@ async def test_detection_is_by_content_never_by_name(
     staging: Path, encodings: dict[str, tuple[str, bytes]]
 ) -> None:
     """The source name says .tar.gz; the bytes are xz: they are read as xz."""
-    from agent.extract import extract
+    from agent.release.extract import extract
 
     from .conftest import feed_bytes
 

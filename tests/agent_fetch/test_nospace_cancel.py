@@ -13,7 +13,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agent.source import ArchiveSourceImpl
+from agent.release.source import ArchiveSourceImpl
 
 from ._archives import Entry, compress, tar_bytes
 from ._servers import LoopbackServer
@@ -23,7 +23,7 @@ ROOT = Path(__file__).parents[2]
 
 _CHILD = r"""
 import json, os, sys, anyio
-from agent.source import ArchiveSourceImpl
+from agent.release.source import ArchiveSourceImpl
 from upgrade_core.errors import UpgradeError
 archive, staging, member = sys.argv[1:4]
 try:
@@ -100,7 +100,7 @@ async def test_cancelling_extract_always_surfaces_as_the_cancellation(tmp_path: 
     """However the cancel and the worker's end of stream interleave, the caller sees its own cancellation
     (never the worker's internal stream abort as an error) and no staging file is left. 40 rounds with the
     cancel at varied points (found as a rare race in the full suite)."""
-    from agent.extract import ExtractLimits, extract
+    from agent.release.extract import ExtractLimits, extract
 
     data = compress(tar_bytes([Entry(MEMBER, data=os.urandom(256 * 1024))]), "tar")
     for round_ in range(40):

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.minisign import parse_public_key, parse_signature
-from agent.source import ArchiveSourceImpl
-from agent.trust import ReleaseTrust
+from agent.release.minisign import parse_public_key, parse_signature
+from agent.release.source import ArchiveSourceImpl
+from agent.release.trust import ReleaseTrust
 from upgrade_core.errors import FetchRedirectError, KeyringError, SignatureError
 
 from ._archives import Entry, compress, tar_bytes
@@ -268,8 +268,8 @@ def test_unknown_algorithm_and_oversize(tmp_path: Path) -> None:
     ("name=Demo version=1.2.0 security_version=1", "not an agent name"),
 ])
 def test_trusted_comment_claims(comment: str, message: str) -> None:
-    from agent.minisign import parse_release_claims
-    from agent.verify import normalise_version
+    from agent.release.minisign import parse_release_claims
+    from agent.release.verify import normalise_version
 
     with pytest.raises(SignatureError, match=message):
         parse_release_claims(comment, "x.minisig", normalise_version)

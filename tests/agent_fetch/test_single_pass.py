@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agent.extract import ExtractLimits, _TarFeed, _Writer, extract
+from agent.release.extract import ExtractLimits, _TarFeed, _Writer, extract
 from upgrade_core.errors import ArchiveTruncatedError, NoSpaceError
 
 from ._archives import Entry, compress, tar_bytes

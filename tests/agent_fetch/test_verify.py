@@ -1,4 +1,4 @@
-"""agent.verify against real processes (case C10, SPEC 4.3 step 4), on asyncio and trio."""
+"""agent.release.verify against real processes (case C10, SPEC 4.3 step 4), on asyncio and trio."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agent.verify import VerifierImpl, compile_version_regex, normalise_version, parse_version
+from agent.release.verify import VerifierImpl, compile_version_regex, normalise_version, parse_version
 from tests._proc import wait_dead
 from upgrade_core.errors import VerifyError, VerifyTimeoutError, VersionMismatchError
 

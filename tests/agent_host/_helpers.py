@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from agent import durable
-from agent.host import AgentHost
-from agent.provision import Provisioner
+from agent.fs import durable
+from agent.host.adapter import AgentHost
+from agent.host.provision import Provisioner
 
 NAME = "demo-agent"
 BLUE_BYTES = b"#!/bin/sh\necho demo-agent v1.0.0\n"

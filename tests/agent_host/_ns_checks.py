@@ -18,10 +18,10 @@ from typing import Any
 
 import anyio
 
-from agent import durable
-from agent.host import AgentHost
-from agent.install_record import Entry, Remover
-from agent.provision import Provisioner
+from agent.fs import durable
+from agent.host.adapter import AgentHost
+from agent.host.install_record import Entry, Remover
+from agent.host.provision import Provisioner
 from upgrade_core.errors import UpgradeError
 
 from ._helpers import NAME, installed_host

@@ -1,5 +1,5 @@
 
-"""agent.config: SPEC 3 keys and defaults, strict values, discovery, {name}/{arch}, the fast reader."""
+"""agent.config.loader: SPEC 3 keys and defaults, strict values, discovery, {name}/{arch}, the fast reader."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import agent.config as config_mod
-from agent.config import AgentConfig, load_config, parse_config
-from agent.config_fast import FAST_SCHEMA, discover_config_path, plausibly_valid, read_paths_fast
+import agent.config.loader as config_mod
+from agent.config.boot import FAST_SCHEMA, discover_config_path, plausibly_valid, quick_paths
+from agent.config.loader import AgentConfig, load_config, parse_config, read_paths
 from agent.errors import ConfigError
 
 MINIMAL = '[agent]\nname = "demo-agent"\n'
@@ -220,8 +220,9 @@ def test_a_config_path_that_is_not_a_regular_file_is_refused_unopened(tmp_path: 
         load_config(path)
     assert str(info.value) == (f"{path}: cannot read configuration: not a regular file "
                                "(a FIFO, device, socket or directory)")
+    assert quick_paths(path) is None  # the boot reader never answers for a file the full loader refuses
     with pytest.raises(ConfigError, match="not a regular file"):
-        read_paths_fast(path)
+        read_paths(path)
     for cli, args in (("upgrade-agent", ["status"]), ("recover-agent-upgrade", ["--trigger", "manual"])):
         done = subprocess.run([str(Path(sys.executable).parent / cli), "--config", path, *args],
                               capture_output=True, text=True, timeout=60)
@@ -286,7 +287,8 @@ def test_discovery_none_or_several_is_exit_2(tmp_path: Path) -> None:
 def test_fast_reader_agrees_with_full_loader(tmp_path: Path, text: str) -> None:
     path = write(tmp_path, text)
     cfg = load_config(path)
-    assert read_paths_fast(path) == (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path)
+    assert quick_paths(path) == (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path)
+    assert read_paths(path) == (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path)
 
 
 @pytest.mark.parametrize(
@@ -304,7 +306,7 @@ def test_fast_reader_reports_the_full_loaders_error(tmp_path: Path, text: str) -
     with pytest.raises(ConfigError) as full:
         load_config(path)
     with pytest.raises(ConfigError) as fast:
-        read_paths_fast(path)
+        read_paths(path)
     assert str(fast.value) == str(full.value)
 
 
@@ -312,8 +314,8 @@ def test_fast_reader_imports_neither_attrs_nor_cattrs(tmp_path: Path) -> None:
     path = write(tmp_path, MINIMAL)
     code = (
         "import sys\n"
-        "from agent.config_fast import read_paths_fast, discover_config_path\n"
-        f"print(read_paths_fast(discover_config_path({path!r})))\n"
+        "from agent.config.boot import quick_paths, discover_config_path\n"
+        f"print(quick_paths(discover_config_path({path!r})))\n"
         "heavy = ('attrs', 'attr', 'cattrs', 'upgrade_core')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )
@@ -341,15 +343,17 @@ def test_fast_reader_agrees_with_full_loader_generated(
     try:
         cfg = load_config(path)
     except ConfigError as refused:  # e.g. a path that normalises to "/" (SPEC 10): the quick reader too
+        assert quick_paths(path) is None
         with pytest.raises(ConfigError) as fast:
-            read_paths_fast(path)
+            read_paths(path)
         assert str(fast.value) == str(refused)
         return
-    assert read_paths_fast(path) == (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path)
+    assert quick_paths(path) in (None, (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path))
+    assert read_paths(path) == (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path)
     assert "{name}" not in cfg.host.state_dir and "{arch}" not in cfg.host.lock_path
 
 
-# -- the stdlib pre-check of the quick path (agent.config_fast.plausibly_valid) -----------------------
+# -- the stdlib pre-check of the quick path (agent.config.boot.plausibly_valid) -----------------------
 def test_fast_schema_names_exactly_the_full_loaders_keys() -> None:
     sections = {
         "agent": config_mod.AgentSection,
@@ -409,8 +413,9 @@ def test_a_config_others_can_write_is_refused(tmp_path: Path, mode: int, owner: 
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert str(info.value) == want
+    assert quick_paths(path) is None
     with pytest.raises(ConfigError, match="not writable by group or others"):
-        read_paths_fast(path)
+        read_paths(path)
     done = subprocess.run([str(Path(sys.executable).parent / "recover-agent-upgrade"), "--config", path,
                            "--trigger", "manual"], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr.strip().splitlines()) == (2, [f"upgrade-agent: {want}"])
@@ -422,7 +427,7 @@ def test_a_config_others_can_write_is_refused(tmp_path: Path, mode: int, owner: 
 def test_ignition_embeds_only_the_configuration_it_checked(tmp_path: Path) -> None:
     """``upgrade-agent ignition`` reads the file again to embed its exact bytes: a file changed since it
     was loaded and checked, or replaced by a FIFO, is refused instead of embedded."""
-    from agent.ignition import _config_as_loaded
+    from agent.session.ignition import _config_as_loaded
 
     path = write(tmp_path, '[agent]\nname = "n1"  # kept as written\n')
     cfg = load_config(path)

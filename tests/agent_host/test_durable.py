@@ -1,4 +1,4 @@
-"""agent.durable: the C12 durability order, idempotent rewrites, EROFS-safe removal, conflicts."""
+"""agent.fs.durable: the C12 durability order, idempotent rewrites, EROFS-safe removal, conflicts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import durable
+from agent.fs import durable
 from upgrade_core.errors import LayoutConflictError
 
 from ._helpers import snapshot, syscall_spy

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.harness import sandbox
-from agent.harness.sandbox import free_port
+from agent.testing import sandbox
+from agent.testing.sandbox import free_port
 
 
 def _ephemeral() -> tuple[int, int]:

@@ -1,4 +1,4 @@
-"""agent.host: the Host port on a real layout in tmp_path (SPEC 3, 6; cases C05, C09, C12)."""
+"""agent.host.adapter: the Host port on a real layout in tmp_path (SPEC 3, 6; cases C05, C09, C12)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from agent import durable
-from agent.host import AgentHost, ProtectedPathError, SlotInUseError
-from agent.install_record import Entry, Remover
-from agent.provision import Provisioner
+from agent.fs import durable
+from agent.host.adapter import AgentHost, ProtectedPathError, SlotInUseError
+from agent.host.install_record import Entry, Remover
+from agent.host.provision import Provisioner
 from upgrade_core.errors import HostError, LayoutConflictError, NoSpaceError
 from upgrade_core.ports import LinkState, StagedCandidate
 
@@ -370,7 +370,7 @@ async def test_host_root_resolution_changes_nothing(tmp_path: Path) -> None:
 
 
 def test_from_config(tmp_path: Path) -> None:
-    from agent.config import parse_config
+    from agent.config.loader import parse_config
 
     cfg = parse_config(
         {"agent": {"name": NAME}, "host": {"root": str(tmp_path / "R"), "legacy_root": "/usr/local"},

@@ -1,4 +1,4 @@
-"""The install record and the removal rules (:mod:`agent.install_record`), on a temp directory.
+"""The install record and the removal rules (:mod:`agent.host.install_record`), on a temp directory.
 
 Expected outcomes are in each test's name and asserts: what is listed and ours goes; everything else stays
 byte-identical and is reported with its reason.
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.install_record import Entry, InstallRecord, RecordError, Remover, missing_dirs
-from agent.layout import Layout
-from agent.units import owner_header, unit_owner
+from agent.host.install_record import Entry, InstallRecord, RecordError, Remover, missing_dirs
+from agent.host.layout import Layout
+from agent.systemd.units import owner_header, unit_owner
 
 NAME = "rec-agent"
 

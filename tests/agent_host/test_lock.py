@@ -1,4 +1,4 @@
-"""agent.lock: exclusive non-blocking flock, kernel release on SIGKILL, a probe that creates nothing."""
+"""agent.host.lock: exclusive non-blocking flock, kernel release on SIGKILL, a probe that creates nothing."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from agent.lock import HostLock, probe_lock
+from agent.host.lock import HostLock, probe_lock
 from upgrade_core.errors import LockBusyError
 
 ROOT = Path(__file__).resolve().parents[2]
 HOLDER = (
     "import sys\n"
-    "from agent.lock import HostLock\n"
+    "from agent.host.lock import HostLock\n"
     "lock = HostLock(sys.argv[1]); lock.acquire()\n"
     "print('held', flush=True)\n"
     "sys.stdin.read()\n"
@@ -104,7 +104,7 @@ def test_acquire_twice_in_one_object_is_misuse(tmp_path: Path) -> None:
 def test_lock_module_stays_lean_for_the_noop_recovery() -> None:
     code = (
         "import sys\n"
-        "import agent.lock, agent.config_fast\n"
+        "import agent.host.lock, agent.config.boot\n"
         "heavy = ('attr', 'attrs', 'cattrs', 'upgrade_core')\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))\n"
     )

@@ -1,4 +1,4 @@
-"""agent.results: the default result sink (SPEC 4.3 step 9, SPEC 7 JSON) and its durability (C12)."""
+"""agent.host.results: the default result sink (SPEC 4.3 step 9, SPEC 7 JSON) and its durability (C12)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.results import FileResultSink, read_result
+from agent.host.results import FileResultSink, read_result
 from upgrade_core import UpgradeResult
 from upgrade_core.errors import HostError
 

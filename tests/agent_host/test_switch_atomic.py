@@ -11,8 +11,8 @@ from pathlib import Path
 
 import anyio
 
-from agent import durable
-from agent.host import AgentHost
+from agent.fs import durable
+from agent.host.adapter import AgentHost
 
 from ._helpers import GREEN_BYTES, NAME, installed_host
 

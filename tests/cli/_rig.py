@@ -70,9 +70,9 @@ def cli_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def run_cli(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Run:
-    """``python -m agent.cli ARGV`` from the repository root (so the worktree's code is what runs)."""
+    """``python -m agent.cli.main ARGV`` from the repository root (so the worktree's code is what runs)."""
     done = subprocess.run(
-        [PYTHON, "-m", "agent.cli", *argv],
+        [PYTHON, "-m", "agent.cli.main", *argv],
         cwd=REPO,
         env=cli_env(env),
         capture_output=True,
@@ -176,7 +176,7 @@ class Rig:
 
     def rendered_units(self) -> dict[str, str]:
         """The unit files this configuration renders (what ``install`` writes), file name -> text."""
-        from agent.session import Session
+        from agent.session.session import Session
 
         return Session.load(str(self.config)).units()
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from agent.config_fast import machine_arch
-from agent.harness.releases import build_release
+from agent.config.boot import machine_arch
+from agent.testing.releases import build_release
 from tests.agent_fetch import _servers as servers
 from tests.agent_fetch._archives import Entry, compress, tar_bytes, tar_header
 

@@ -6,7 +6,7 @@ Expected outcomes, written down:
 - UTF-16 (with its BOM), Latin-1 with a high byte, a UTF-8 BOM, UTF-16 without a BOM (NUL bytes): exit 2,
   exactly one stderr line ``upgrade-agent: <config path>: ...`` naming the file and what is wrong, no
   traceback, no Python repr; with ``--json`` one object ``{"error", "exit_code": 2}``; ``state_dir`` and
-  the lock are not created. Same for ``recover --trigger boot`` (the lean path of agent/fastpath.py),
+  the lock are not created. Same for ``recover --trigger boot`` (the lean path of agent/cli/fastpath.py),
   ``status`` and ``upgrade --preflight``.
 - ``upgrade-agent --version --json`` (and ``--json --version``): exit 0, stdout is exactly
   ``{"version": "<the distribution's version>"}``.
@@ -68,7 +68,8 @@ IMPORT_TIME = {"PYTHONPROFILEIMPORTTIME": "1"}  # the interpreter lists every mo
 
 def imported(run: Run) -> set[str]:
     """The modules a run imported (``PYTHONPROFILEIMPORTTIME`` lines, ``import time: self | cumulative |
-    name``): the boot-time no-op's lean path never imports the full configuration loader, ``agent.config``."""
+    name``): the boot-time no-op's lean path never imports the full configuration loader,
+    ``agent.config.loader``."""
     lines = [line for line in run.stderr.splitlines() if line.startswith("import time:")]
     return {line.rsplit("|", 1)[1].strip() for line in lines}
 
@@ -79,7 +80,7 @@ def test_plain_utf8_config_still_reaches_the_fast_path(rig: Rig) -> None:
     run = rig.cli("recover", "--trigger", "boot", env=IMPORT_TIME)
     assert run.code == 0 and run.payload()["result"] == "noop", run
     assert not rig.lock_path.exists()
-    assert "agent.config" not in imported(run) and "agent.config_fast" in imported(run)
+    assert "agent.config.loader" not in imported(run) and "agent.config.boot" in imported(run)
 
 
 @pytest.mark.parametrize("argv", [("--version", "--json"), ("--json", "--version")])
@@ -103,7 +104,7 @@ def test_a_config_with_operations_still_reaches_the_fast_path(rig: Rig) -> None:
     run = rig.cli("recover", "--trigger", "boot", env=IMPORT_TIME)
     assert run.code == 0 and run.payload()["result"] == "noop", run
     assert not rig.lock_path.exists()
-    assert "agent.config" not in imported(run)
+    assert "agent.config.loader" not in imported(run)
 
 
 def test_a_bad_operations_section_is_refused_on_the_fast_path_too(rig: Rig) -> None:
@@ -120,7 +121,7 @@ def test_a_signed_hosts_config_still_reaches_the_fast_path(rig: Rig) -> None:
     run = rig.cli("recover", "--trigger", "boot", env=IMPORT_TIME)
     assert run.code == 0 and run.payload()["result"] == "noop", run
     assert not rig.lock_path.exists()
-    assert not {"agent.config", "agent.minisign"} & imported(run)
+    assert not {"agent.config.loader", "agent.release.minisign"} & imported(run)
 
 
 def test_a_bad_trust_section_is_refused_on_the_fast_path_too(rig: Rig) -> None:

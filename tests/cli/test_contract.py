@@ -1,6 +1,6 @@
 """SPEC 7, the command line, against temp host roots with no systemd (``systemctl_prefix = /bin/false``).
 
-The CLI runs as a real subprocess (``python -m agent.cli``) from the repository root; the three console
+The CLI runs as a real subprocess (``python -m agent.cli.main``) from the repository root; the three console
 entry functions run in-process once each. Every ``--json`` exit must print exactly one JSON object on
 stdout, every expected failure one ``upgrade-agent: ...`` line on stderr and never a traceback.
 """
@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from agent import cli
-from agent.config_fast import machine_arch
-from agent.lock import HostLock
+from agent.cli import main as cli
+from agent.config.boot import machine_arch
+from agent.host.lock import HostLock
 
 from ._journals import T0, aborted_episode, committed_episode, write_journal
 from ._rig import Rig, run_cli, snapshot
@@ -115,7 +115,7 @@ def test_config_option_wins_over_the_environment_variable(rig: Rig, tmp_path: Pa
 def test_no_config_anywhere_exits_2(command: list[str]) -> None:
     """No --config, no $UPGRADE_AGENT_CONFIG and no /etc/upgrade-agent (read, never written, here): exit 2.
     The "several configs" case needs files in /etc/upgrade-agent, which tests never write; it is covered at
-    the unit level by agent.config_fast.discover_config_path(config_dir=...)."""
+    the unit level by agent.config.boot.discover_config_path(config_dir=...)."""
     run = run_cli(["--json", *command])
     err = run.error_payload(2)
     assert "/etc/upgrade-agent" in err["error"] and "UPGRADE_AGENT_CONFIG" in err["error"], err

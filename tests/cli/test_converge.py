@@ -4,7 +4,7 @@
 Expected outcomes, written down:
 
 - An open episode with the host lock held by a live process (this test process, through
-  :class:`agent.lock.HostLock`): ``status`` shows ``episode.upgrader_pid`` = that pid, ``abandoned``
+  :class:`agent.host.lock.HostLock`): ``status`` shows ``episode.upgrader_pid`` = that pid, ``abandoned``
   false, ``next`` "wait: ...". Lock free: ``upgrader_pid`` null, ``abandoned`` true, ``next`` names
   ``recover-agent-upgrade``. ``upgrade --preflight`` reports the same ``episode``. Both write nothing.
 - Unit files: the rig installs by hand only the agent unit, with other contents: ``missing_units`` lists
@@ -23,7 +23,7 @@ import os
 import time
 from pathlib import Path
 
-from agent.lock import HostLock
+from agent.host.lock import HostLock
 
 from ._journals import aborted_episode, committed_episode, write_journal
 from ._rig import Rig, snapshot

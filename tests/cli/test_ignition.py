@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.ignition import SPEC_VERSION, all_paths
+from agent.session.ignition import SPEC_VERSION, all_paths
 
 from ._rig import Run, run_cli
 

@@ -14,8 +14,8 @@ import subprocess
 import tarfile
 from pathlib import Path
 
-from agent.harness.releases import ReleaseServer, build_release, sha256_file
-from agent.ignition import all_paths
+from agent.session.ignition import all_paths
+from agent.testing.releases import ReleaseServer, build_release, sha256_file
 
 from ..ignition import Ignition, assert_only_relabel_failed
 from ._rig import run_cli, snapshot

@@ -70,7 +70,7 @@ def test_uninstall_on_a_read_only_root_refuses_before_changing_anything(rig: Rig
     before = snapshot(tmp_path)
     script = (
         f"mount --bind {rig.root} {rig.root} && mount -o remount,bind,ro {rig.root} && "
-        f"exec {sys.executable} -m agent.cli --config {rig.config} --json uninstall"
+        f"exec {sys.executable} -m agent.cli.main --config {rig.config} --json uninstall"
     )
     done = subprocess.run(
         ["unshare", "-m", "--propagation", "private", "sh", "-c", script],

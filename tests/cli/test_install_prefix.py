@@ -1,7 +1,7 @@
 """``make install PREFIX=...`` (README "Installing on a host", classic host): the wheel built from this
 checkout lands in a venv at the prefix, runs without the checkout, and the units it renders name the prefix's
 ``recover-agent-upgrade``. The prefix here is a temporary directory, so ``install`` itself refuses it unless
-told otherwise (:mod:`agent.stable_paths`), which is checked too. Bad prefixes: exit 2, one line.
+told otherwise (:mod:`agent.systemd.stable_paths`), which is checked too. Bad prefixes: exit 2, one line.
 
 The dependencies come from the package index the machine's pip is configured with (or its cache).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.stable_paths import ALLOW_ENV
+from agent.systemd.stable_paths import ALLOW_ENV
 
 from ._rig import REPO, Rig
 

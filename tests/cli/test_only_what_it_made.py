@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config_fast import machine_arch
+from agent.config.boot import machine_arch
 
 from ._rig import Rig, snapshot
 

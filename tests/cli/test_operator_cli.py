@@ -24,7 +24,7 @@ import pytest
 
 from agent.operations import operator as operator_module
 from agent.operations.model import Operation, SourceError
-from agent.session import Session
+from agent.session.session import Session
 from tests.agent_fetch import _servers as servers
 from upgrade_core import OperationStatus
 
@@ -57,7 +57,7 @@ def put(spool: Path, op: str, doc: object) -> None:
 
 def start(rig: Rig) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [PYTHON, "-m", "agent.cli", "--config", str(rig.config), "--json", "operator"],
+        [PYTHON, "-m", "agent.cli.main", "--config", str(rig.config), "--json", "operator"],
         cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
@@ -122,7 +122,7 @@ def test_a_release_the_trust_rules_refuse_is_failed_and_the_host_untouched(insta
     import io
     import tarfile
 
-    from agent.config_fast import machine_arch
+    from agent.config.boot import machine_arch
 
     rig = installed_rig
     keys = rig.base / "keys"

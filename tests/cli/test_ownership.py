@@ -8,11 +8,11 @@ states the situation and the expected outcome.
 Where each refusal comes from (all exit 4 unless said otherwise; the config layer only looks at path
 strings, so no filesystem replacement is ever caught there: exit 2 is only a foreign journal owner):
 
-- ``state_dir``, ``journal/``, ``results/``: ``agent.ownership.check_state`` (before the host lock);
-- a result file: ``agent.ownership.check_result`` (before the host lock);
-- ``journal/owner.json``: ``agent.ownership.check_owner`` through ``journal.read_owner``;
+- ``state_dir``, ``journal/``, ``results/``: ``agent.host.ownership.check_state`` (before the host lock);
+- a result file: ``agent.host.ownership.check_result`` (before the host lock);
+- ``journal/owner.json``: ``agent.host.ownership.check_owner`` through ``journal.read_owner``;
 - a journal segment: the journal writer's or reader's scan (``journal.safefs.open_file``);
-- the lock file: ``agent.lock.HostLock`` (``journal.safefs.open_file``).
+- the lock file: ``agent.host.lock.HostLock`` (``journal.safefs.open_file``).
 """
 
 from __future__ import annotations
@@ -476,7 +476,7 @@ def test_exit_4_for_an_unwritable_host_is_not_exit_1() -> None:
     """``describe_error``: EACCES, EPERM, EROFS (and ELOOP, ENOTDIR, EISDIR, ENXIO) exit 4, never 1."""
     import errno
 
-    from agent.commands import describe_error
+    from agent.cli.commands import describe_error
 
     for code in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP, errno.EISDIR):
         exit_code, line = describe_error(OSError(code, os.strerror(code), "/var/lib/x"))

@@ -28,7 +28,7 @@ import os
 import stat
 from pathlib import Path
 
-from agent.lock import HostLock
+from agent.host.lock import HostLock
 
 from ._journals import aborted_episode, committed_episode, write_journal
 from ._rig import Rig, snapshot
@@ -198,7 +198,7 @@ def test_boot_fast_path_stays_lean_over_intact_sealed_history(installed_rig: Rig
     _sealed_history(rig)
     run = rig.cli("recover", "--trigger", "boot")
     assert run.code == 0 and run.payload()["result"] == "noop", run
-    assert not rig.lock_path.exists()  # answered by agent/fastpath.py: no lock taken
+    assert not rig.lock_path.exists()  # answered by agent/cli/fastpath.py: no lock taken
 
 
 def test_boot_fast_path_agrees_with_the_full_reader_on_a_damaged_sealed_segment(installed_rig: Rig) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from agent.lock import HostLock
+from agent.host.lock import HostLock
 
 from ._rig import Rig, snapshot
 

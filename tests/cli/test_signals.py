@@ -34,7 +34,7 @@ def stalling() -> Iterator[servers.LoopbackServer]:
 
 def _start_upgrade(rig: Rig, url: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [PYTHON, "-m", "agent.cli", "--config", str(rig.config), "--json", "upgrade", "--archive", url,
+        [PYTHON, "-m", "agent.cli.main", "--config", str(rig.config), "--json", "upgrade", "--archive", url,
          "--operation", "sig-op"],
         cwd=REPO, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config_fast import machine_arch
+from agent.config.boot import machine_arch
 from tests.agent_fetch._archives import Entry, compress, tar_bytes
 
 from ._rig import Rig, version_script

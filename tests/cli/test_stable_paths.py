@@ -1,5 +1,6 @@
 """``install`` refuses to write units that run the tool from a temporary or per-user place (issue 15,
-:mod:`agent.stable_paths`): exit 2, one line naming the path and the fix, the host byte-identical; the flag
+:mod:`agent.systemd.stable_paths`): exit 2, one line naming the path and the fix, the host byte-identical;
+the flag
 ``--allow-unstable-paths`` (or the environment variable the suite sets, ``tests/conftest.py``) lets it by.
 
 Here the CLI runs from this checkout's ``.venv``, whose ``recover-agent-upgrade`` is inside a git checkout:
@@ -13,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.stable_paths import ALLOW_ENV, _interpreter, unstable_reason
+from agent.systemd.stable_paths import ALLOW_ENV, _interpreter, unstable_reason
 
 from ._rig import REPO, SUBPROCESS_TIMEOUT_S, Rig, snapshot, version_script
 

@@ -1,5 +1,5 @@
 """``upgrade-agent demo`` works from an installed wheel: the harness (private systemd, release builder,
-loopback server, sample agent) is packaged under ``agent.harness`` and nothing is imported from
+loopback server, sample agent) is packaged under ``agent.testing`` and nothing is imported from
 ``examples/`` or ``tests/`` at run time.
 
 The wheel is built offline from a copy of the package sources (so the checkout gets no ``build/``), installed
@@ -27,18 +27,18 @@ sys.path[:] = [TARGET, *stdlib, SITE]
 import tempfile
 from pathlib import Path
 
-import agent.harness.demo
-import agent.harness.sandbox
-from agent.harness.releases import SAMPLE_AGENT, build_release, sha256_file
+import agent.testing.demo
+import agent.testing.sandbox
+from agent.testing.releases import SAMPLE_AGENT, build_release, sha256_file
 
-assert agent.harness.demo.__file__.startswith(TARGET), agent.harness.demo.__file__
+assert agent.testing.demo.__file__.startswith(TARGET), agent.testing.demo.__file__
 assert SAMPLE_AGENT.is_file() and str(SAMPLE_AGENT).startswith(TARGET), SAMPLE_AGENT
 with tempfile.TemporaryDirectory() as out:
     archive = build_release(Path(out), "1.2.3")
     assert len(sha256_file(archive)) == 64
-import agent.cli
-import agent.commands
-assert "demo" in agent.commands.COMMANDS
+import agent.cli.main
+import agent.cli.commands
+assert "demo" in agent.cli.commands.COMMANDS
 leaked = sorted(
     name for name, module in list(sys.modules.items())
     if name.split(".")[0] in ("examples", "tests")

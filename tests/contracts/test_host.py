@@ -1,4 +1,5 @@
-"""Host contract (``upgrade_core.ports.Host``): the simulator and ``agent.host.AgentHost`` over a temporary
+"""Host contract (``upgrade_core.ports.Host``): the simulator and ``agent.host.adapter.AgentHost`` over a
+temporary
 host root run the same tests."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Literal
 
 import pytest
 
-from agent.host import AgentHost
+from agent.host.adapter import AgentHost
 from tests.sim.host import EMPTY_SHA256, SIM_POLICY, SimHost, World
 from upgrade_core import Slot
 from upgrade_core.errors import HostError, LayoutConflictError

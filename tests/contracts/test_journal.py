@@ -1,4 +1,5 @@
-"""Journal contract (``upgrade_core.ports.Journal``): the simulator and ``agent.wiring.JournalPort`` over a
+"""Journal contract (``upgrade_core.ports.Journal``): the simulator and ``agent.session.wiring.JournalPort``
+over a
 real ``journal.JournalWriter`` in a temporary directory run the same tests."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
-from agent.wiring import JournalPort
+from agent.session.wiring import JournalPort
 from journal import JournalWriter
 from tests.core.journals import PRE_SWITCH
 from tests.sim.host import SIM_POLICY, SimJournal, World

@@ -1,5 +1,5 @@
 """ServiceManager contract (``upgrade_core.ports.ServiceManager``): the simulator and
-``agent.systemd.SystemdServiceManager`` inside the project's private systemd run the same tests.
+``agent.systemd.manager.SystemdServiceManager`` inside the project's private systemd run the same tests.
 
 The real agent is a copy of ``/bin/sleep`` in the blue slot, started through the ``current`` link, so its
 ``/proc/<MainPID>/exe`` is the slot file as for a native agent binary.
@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 
-from agent.systemd import SystemdServiceManager
+from agent.systemd.manager import SystemdServiceManager
 from tests.sim.host import SIM_POLICY, Behavior, SimService, World, make_candidate
 from upgrade_core.errors import ServiceError
 from upgrade_core.ports import ServiceManager, UnitSnapshot

@@ -1,6 +1,6 @@
 """ArchiveSource contract (``upgrade_core.ports.ArchiveSource``): the simulator and
-``agent.source.ArchiveSourceImpl`` fed real tar archives from ``file://`` paths and a loopback HTTP server
-run the same tests."""
+``agent.release.source.ArchiveSourceImpl`` fed real tar archives from ``file://`` paths and a loopback HTTP
+server run the same tests."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import anyio
 import attrs
 import pytest
 
-from agent.fetch import FetchPolicy
-from agent.source import ArchiveSourceImpl
+from agent.release.fetch import FetchPolicy
+from agent.release.source import ArchiveSourceImpl
 from tests.agent_fetch._archives import Entry, compress, tar_bytes
 from tests.agent_fetch._servers import LoopbackServer, body, serve
 from tests.sim.host import SIM_POLICY, Behavior, Candidate, SimSource, World, archive_sha256

@@ -1,4 +1,5 @@
-"""Verifier contract (``upgrade_core.ports.Verifier``): the simulator and ``agent.verify.VerifierImpl``
+"""Verifier contract (``upgrade_core.ports.Verifier``): the simulator and
+``agent.release.verify.VerifierImpl``
 running real small shell-script candidates run the same tests."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import ClassVar, Literal
 import anyio
 import pytest
 
-from agent.verify import VerifierImpl
+from agent.release.verify import VerifierImpl
 from tests._proc import wait_dead
 from tests.sim.host import SIM_POLICY, Behavior, Candidate, SimVerifier, World
 from upgrade_core.errors import VerifyError, VerifyTimeoutError, VersionMismatchError

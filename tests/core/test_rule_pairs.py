@@ -5,7 +5,7 @@ the table (:data:`upgrade_core.TRANSITIONS`, breadth first, with plausible event
 state and every event class in :data:`upgrade_core.ALL_EVENTS`, plausible events (and variants that break
 a context rule: ``Aborted`` after the switch of an upgrade, a wrong attempt number, a health event for the
 wrong target, a mismatched slot or digest, a wrong published or closing result, a second open episode) are
-appended through :class:`upgrade_core.CheckedJournal` over ``agent.wiring.JournalPort`` and
+appended through :class:`upgrade_core.CheckedJournal` over ``agent.session.wiring.JournalPort`` and
 ``journal.JournalWriter`` in a temporary directory. Each one is either
 
 - appended, and the journal then replays and folds cleanly, with the event as its last record; or
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.wiring import JournalPort
+from agent.session.wiring import JournalPort
 from journal import JournalWriter, replay
 from upgrade_core import (
     ALL_EVENTS,

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 _LEAN = """
 import asyncio, json, sys
-from agent.config import OperationsSection
+from agent.config.loader import OperationsSection
 from agent.operations.kubernetes import KubernetesSource
 from upgrade_core import OperationStatus
 

@@ -10,12 +10,12 @@ from typing import Any
 import anyio
 import pytest
 
-from agent.config import OperationsSection
+from agent.config.loader import OperationsSection
 from agent.errors import ConfigError
-from agent.harness.sandbox import free_port
 from agent.operations import kubernetes as kmod
 from agent.operations.kubernetes import KubernetesSource
 from agent.operations.model import SourceError, k8s_status
+from agent.testing.sandbox import free_port
 from tests.kube.apiserver import UpgradeOperationsAPI, kubeconfig_for, serve
 from tests.kube.conftest import spec
 from upgrade_core import OperationStatus

@@ -517,7 +517,8 @@ class SimVerifier:
         if expected_version is not None and expected_version.lstrip("v") != cand.version.lstrip("v"):
             raise VersionMismatchError(f"sim: {path}: reported {cand.version}, expected {expected_version}")
         self.w.verified_digests.add(cand.sha256)
-        return cand.version.removeprefix("v")  # the normalised version, as agent.verify records it (C29)
+        # the normalised version, as agent.release.verify records it (C29)
+        return cand.version.removeprefix("v")
 
 
 class SimService:

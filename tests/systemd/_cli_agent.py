@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from agent.harness.sandbox import PrivateSystemd, agent_config_toml, free_port
+from agent.testing.sandbox import PrivateSystemd, agent_config_toml, free_port
 from journal import replay
 from upgrade_core import EVENT_CODEC, Recorded
 
@@ -113,9 +113,9 @@ class CliAgent:
     def cli(
         self, *argv: str, env: dict[str, str] | None = None, timeout_s: float = 90.0
     ) -> subprocess.CompletedProcess[str]:
-        """``python -m agent.cli --config CFG --json ARGV`` from this worktree; never raises on exit."""
+        """``python -m agent.cli.main --config CFG --json ARGV`` from this worktree; never raises on exit."""
         return subprocess.run(
-            [sys.executable, "-m", "agent.cli", "--config", str(self.config), "--json", *argv],
+            [sys.executable, "-m", "agent.cli.main", "--config", str(self.config), "--json", *argv],
             cwd=WORKTREE, env={**os.environ, **(env or {})}, capture_output=True, text=True,
             timeout=timeout_s, check=False,
         )

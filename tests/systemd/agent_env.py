@@ -2,10 +2,10 @@
 
 :class:`AgentEnv` builds a configuration for one uniquely named agent whose host root, ``state_dir`` and
 lock live under the test's ``tmp_path``, builds its releases with
-:func:`agent.harness.releases.build_release`,
+:func:`agent.testing.releases.build_release`,
 serves them over loopback HTTP (:class:`ReleaseServer`, which also records every request path so a test can
-prove that nothing was fetched), and runs ``python -m agent.cli --config CFG --json ...`` as a subprocess,
-returning ``(exit code, the one JSON object, stderr)`` as a :class:`Cli`.
+prove that nothing was fetched), and runs ``python -m agent.cli.main --config CFG --json ...`` as a
+subprocess, returning ``(exit code, the one JSON object, stderr)`` as a :class:`Cli`.
 
 Two ways to place the CLI (both real, neither mocked):
 
@@ -37,9 +37,9 @@ from typing import Any
 import attrs
 import pytest
 
-from agent.config_fast import machine_arch
-from agent.harness.releases import ReleaseServer, agent_script, build_release, sha256_file
-from agent.harness.sandbox import PrivateSystemd, agent_config_toml, free_port
+from agent.config.boot import machine_arch
+from agent.testing.releases import ReleaseServer, agent_script, build_release, sha256_file
+from agent.testing.sandbox import PrivateSystemd, agent_config_toml, free_port
 
 WORKTREE = str(Path(__file__).resolve().parents[2])
 CLI_TIMEOUT_S = 120.0
@@ -127,7 +127,7 @@ class AgentEnv:
     state_dir: Path
     lock_path: Path
     program: tuple[str, ...] | None = None
-    """The ``upgrade-agent`` to run instead of ``python -m agent.cli``: e.g. the runtime bundle's
+    """The ``upgrade-agent`` to run instead of ``python -m agent.cli.main``: e.g. the runtime bundle's
     executable (``tests/bundle.py``); then no ``PYTHONPATH`` is passed and the units name the
     ``recover-agent-upgrade`` beside it."""
 
@@ -192,7 +192,7 @@ class AgentEnv:
 
     def argv(self, *args: str) -> list[str]:
         """The full command line of ``upgrade-agent --config CFG --json ARGS``."""
-        head = list(self.program) if self.program else [sys.executable, "-m", "agent.cli"]
+        head = list(self.program) if self.program else [sys.executable, "-m", "agent.cli.main"]
         cmd = [*head, "--config", str(self.config), "--json", *args]
         return [*self.sandbox.prefix, *cmd] if self.inside else cmd
 
@@ -301,7 +301,7 @@ class AgentEnv:
 
     def kill_points(self, operation: str) -> list[str]:
         """``TAG#N`` for every record of ``operation``'s episode as the journal holds them (the crash hook's
-        values, agent/wiring.py), preceded by the operator's point after its ``InProgress`` status and
+        values, agent/session/wiring.py), preceded by the operator's point after its ``InProgress`` status and
         followed by the one after its terminal status."""
         seen: dict[str, int] = {}
         points = []

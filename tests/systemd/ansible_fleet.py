@@ -1,6 +1,6 @@
 """A fleet of real hosts on this machine for the ``upgrade_core.fleet`` Ansible collection (issue 14).
 
-Each host is its own private systemd (:class:`~agent.harness.sandbox.PrivateSystemd`) with its own host
+Each host is its own private systemd (:class:`~agent.testing.sandbox.PrivateSystemd`) with its own host
 root, ``state_dir``, lock and agent port, driven like a real host: the agent's CLI runs *inside* the
 sandbox's namespaces (:class:`~tests.systemd.agent_env.AgentEnv` with ``inside=True``), and Ansible
 reaches it through the collection's ``upgrade_core.fleet.nsenter`` connection (``nsenter -t PID -m -p -u

@@ -1,5 +1,5 @@
 """Fixtures for the real-systemd tests: one private systemd per session
-(agent.harness.sandbox.PrivateSystemd).
+(agent.testing.sandbox.PrivateSystemd).
 
 As non-root every test that needs it is skipped with the reason; as root a boot failure is an error of the
 test (the harness must work, SPEC 8), never a skip. Tests drive the sandbox from the host, through its
@@ -18,9 +18,9 @@ from pathlib import Path
 import attrs
 import pytest
 
-from agent.harness.sandbox import PrivateSystemd
-from agent.systemd import SystemdServiceManager
-from agent.units import render_units
+from agent.systemd.manager import SystemdServiceManager
+from agent.systemd.units import render_units
+from agent.testing.sandbox import PrivateSystemd
 
 
 @pytest.fixture(scope="session")

@@ -10,9 +10,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agent._bounded_run import BoundedRunTimeout, run_bounded
 from agent.errors import ConfigError
-from agent.systemd import SystemdServiceManager
+from agent.process import BoundedRunTimeout, run_bounded
+from agent.systemd.manager import SystemdServiceManager
 from tests._proc import wait_dead
 from upgrade_core.errors import ServiceError
 

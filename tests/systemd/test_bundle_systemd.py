@@ -1,6 +1,6 @@
 """The self-contained runtime drives a real agent under the private systemd (issue 15): ``install`` and
-``upgrade`` run the bundle's ``upgrade-agent`` (no ``python -m agent.cli``, no ``PYTHONPATH``), the units it
-writes name the bundle's ``recover-agent-upgrade``, and systemd runs that recovery unit successfully.
+``upgrade`` run the bundle's ``upgrade-agent`` (no ``python -m agent.cli.main``, no ``PYTHONPATH``), the
+units it writes name the bundle's ``recover-agent-upgrade``, and systemd runs that recovery unit successfully.
 
 The bundle is unpacked in the session's temporary directory, so ``install`` is told to accept an unstable
 path (the suite's ``UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS=1``, tests/conftest.py); on a host it lives under the

@@ -19,10 +19,10 @@ import anyio
 import attrs
 import pytest
 
-from agent.clock import read_boot_id
-from agent.config import load_config
-from agent.lock import HostLock
-from agent.wiring import JournalPort, journal_dir, wire
+from agent.config.loader import load_config
+from agent.host.clock import read_boot_id
+from agent.host.lock import HostLock
+from agent.session.wiring import JournalPort, journal_dir, wire
 from journal import JournalWriter
 from upgrade_core import EVENT_CODEC, UpgradeRequest, UpgradeResult, run_upgrade
 
@@ -170,7 +170,7 @@ def test_upgrade_started_from_inside_the_agent_unit_commits(make_env: MakeEnv) -
     op = "from-inside"
     assert env.sandbox.prefix[-1] == "--"
     join = f'echo $$ > /sys/fs/cgroup/system.slice/{env.unit}/cgroup.procs && exec "$@"'
-    inner = [sys.executable, "-m", "agent.cli", "--config", str(env.config), "--json",
+    inner = [sys.executable, "-m", "agent.cli.main", "--config", str(env.config), "--json",
              "upgrade", "--archive", v2.url, "--sha256", v2.sha256, "--operation", op]
     argv = [*env.sandbox.prefix[:-1], "-C", "--", "sh", "-c", join, "c15", *inner]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -227,7 +227,8 @@ class JumpingClock:
 
 
 def _run_in_process(env: AgentEnv, rel: Release, op: str, clock: JumpingClock) -> UpgradeResult:
-    """``run_upgrade`` with the CLI's real ports (agent.wiring.wire), the clock replaced by ``clock``, and a
+    """``run_upgrade`` with the CLI's real ports (agent.session.wiring.wire), the clock replaced by ``clock``,
+    and a
     journal writer stamping each record's informational wall time with ``clock.wall``."""
     cfg = load_config(str(env.config))
     request = UpgradeRequest(op, rel.url, rel.url, rel.sha256, rel.version)
@@ -499,7 +500,7 @@ def test_install_without_an_archive_adopts_a_plain_binary(make_env: MakeEnv) -> 
     run and health-checked; ``R/bin/NAME`` becomes the compatibility link. Nothing to adopt: exit 2."""
     import stat
 
-    from agent.harness.releases import agent_script
+    from agent.testing.releases import agent_script
 
     env = make_env()
     nothing = env.cli("install")

@@ -6,8 +6,8 @@
    from each journal as ``(TAG, N)`` (N-th occurrence of that tag): these lists are the kill points, so
    they follow the product, not a hand-written list.
 2. For every kill point of each list: a fresh agent (unique NAME, fresh host root) installs 1.0.0, runs
-   the upgrade with ``UPGRADE_AGENT_TEST_KILL_AFTER=TAG#N`` (documented in agent/wiring.py: SIGKILL right
-   after that record's append returned, i.e. after its fdatasync), then ``recover --trigger manual``;
+   the upgrade with ``UPGRADE_AGENT_TEST_KILL_AFTER=TAG#N`` (documented in agent/session/wiring.py: SIGKILL
+   right after that record's append returned, i.e. after its fdatasync), then ``recover --trigger manual``;
    the SPEC 4.6 invariants are checked on the real layout, journal, result file and unit.
 3. A crash inside the recovery itself: the recover process is killed by the same hook after one of its
    own events, and a second recover must reach the same end.
@@ -30,9 +30,9 @@ from pathlib import Path
 import attrs
 import pytest
 
-from agent.config_fast import machine_arch
-from agent.harness.releases import ReleaseServer, build_release, sha256_file
-from agent.harness.sandbox import PrivateSystemd
+from agent.config.boot import machine_arch
+from agent.testing.releases import ReleaseServer, build_release, sha256_file
+from agent.testing.sandbox import PrivateSystemd
 
 from ._cli_agent import KILL_ENV, CliAgent, tags_with_occurrence
 
@@ -98,7 +98,7 @@ def _new_agent(sandbox: PrivateSystemd, base: Path, releases: Releases) -> CliAg
     """A fresh agent with 1.0.0 installed through the CLI (committed, serving)."""
     agent = CliAgent.create(sandbox, base, prefix="crash", member=MEMBER, stability_s=0.3, timeout_s=6.0,
                             max_attempts=2)
-    done = agent.cli("install", *releases.args(OLD), "--expect-version", OLD)
+    done = agent.cli.main("install", *releases.args(OLD), "--expect-version", OLD)
     assert done.returncode == 0, f"install of {OLD} failed ({done.returncode}): {done.stderr[-800:]}"
     return agent
 
@@ -119,7 +119,7 @@ def recorded(sandbox: PrivateSystemd, releases: Releases,
     for path, version, expect in (("success", GOOD, 0), ("rollback", BAD, 1)):
         agent = _new_agent(sandbox, tmp_path_factory.mktemp(f"recorded-{path}"), releases)
         try:
-            done = agent.cli("upgrade", *releases.args(version), "--operation", OPERATION)
+            done = agent.cli.main("upgrade", *releases.args(version), "--operation", OPERATION)
             assert done.returncode == expect, f"recorded {path} run: exit {done.returncode}: {done.stderr}"
             points = list(tags_with_occurrence(agent.episode(OPERATION)))
             runs[path] = RecordedRun(points, json.loads(done.stdout)["result"])
@@ -250,7 +250,7 @@ def run_kill_point(sandbox: PrivateSystemd, releases: Releases, base: Path, path
     agent = None
     try:
         agent = _new_agent(sandbox, base, releases)
-        done = agent.cli("upgrade", *releases.args(candidate), "--operation", OPERATION,
+        done = agent.cli.main("upgrade", *releases.args(candidate), "--operation", OPERATION,
                          env={KILL_ENV: f"{tag}#{nth}"})
         if done.returncode == -9:
             row.killed = "SIGKILL"
@@ -323,10 +323,10 @@ def test_crash_during_recovery(sandbox: PrivateSystemd, releases: Releases, tmp_
     candidate = GOOD if path == "success" else BAD
     agent = _new_agent(sandbox, tmp_path / secrets.token_hex(2), releases)
     try:
-        done = agent.cli("upgrade", *releases.args(candidate), "--operation", OPERATION,
+        done = agent.cli.main("upgrade", *releases.args(candidate), "--operation", OPERATION,
                          env={KILL_ENV: upgrade_kill})
         assert done.returncode == -9, f"upgrader not killed after {upgrade_kill}: {done.returncode}"
-        first = agent.cli("recover", "--trigger", "manual", env={KILL_ENV: recover_kill})
+        first = agent.cli.main("recover", "--trigger", "manual", env={KILL_ENV: recover_kill})
         assert first.returncode == -9, f"recover not killed after {recover_kill}: {first.returncode}"
         assert agent.open_episodes() == [OPERATION]
         recovery_tags = [f"{t}#{n}" for t, n in tags_with_occurrence(agent.episode(OPERATION))]

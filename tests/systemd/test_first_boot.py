@@ -47,10 +47,10 @@ from typing import Any
 import attrs
 import pytest
 
-from agent.config_fast import machine_arch
-from agent.harness.releases import ReleaseServer, sha256_file
-from agent.harness.sandbox import PrivateSystemd, free_port, python_paths
-from agent.wiring import KILL_HOOK_ENV  # the documented test-only crash hook
+from agent.config.boot import machine_arch
+from agent.session.wiring import KILL_HOOK_ENV  # the documented test-only crash hook
+from agent.testing.releases import ReleaseServer, sha256_file
+from agent.testing.sandbox import PrivateSystemd, free_port, python_paths
 
 from ..bundle import runtime_archive
 from ..cli._rig import run_cli

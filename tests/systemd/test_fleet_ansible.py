@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from agent.harness.releases import ReleaseServer
-from agent.harness.sandbox import PrivateSystemd
+from agent.testing.releases import ReleaseServer
+from agent.testing.sandbox import PrivateSystemd
 from tests.cli.test_signed_releases import keypair, sign
 
 from . import agent_env

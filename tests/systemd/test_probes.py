@@ -12,10 +12,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agent.clock import SystemClock
 from agent.errors import ConfigError
-from agent.harness.sandbox import free_port
-from agent.probes import CommandProbe, HttpProbe, NullProbe, make_probe
+from agent.host.clock import SystemClock
+from agent.systemd.probes import CommandProbe, HttpProbe, NullProbe, make_probe
+from agent.testing.sandbox import free_port
 from tests._proc import wait_dead
 from upgrade_core.ports import ProbeUnreachable
 

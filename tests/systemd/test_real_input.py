@@ -42,7 +42,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agent.harness.sandbox import PrivateSystemd, free_port
+from agent.testing.sandbox import PrivateSystemd, free_port
 
 from .conftest import wait_for
 
@@ -235,7 +235,7 @@ max_attempts = 2
 http_probe = "http://127.0.0.1:{port}/"
 """
     )
-    cli = [sys.executable, "-m", "agent.cli", "--config", str(config), "--json"]
+    cli = [sys.executable, "-m", "agent.cli.main", "--config", str(config), "--json"]
 
     def run(*argv: str) -> tuple[int, dict[str, Any]]:
         done = subprocess.run([*cli, *argv], cwd=WORKTREE, capture_output=True, text=True, timeout=120)
@@ -425,7 +425,7 @@ timeout_s = 10.0
 max_attempts = 2
 {extra}"""
     )
-    return [sys.executable, "-m", "agent.cli", "--config", str(config), "--json"]
+    return [sys.executable, "-m", "agent.cli.main", "--config", str(config), "--json"]
 
 
 def _runner(cli: list[str]):  # type: ignore[no-untyped-def]

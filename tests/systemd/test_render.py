@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.errors import ConfigError
-from agent.harness.sandbox import PrivateSystemd
-from agent.units import exec_line, quote_exec_word, render_agent_unit, render_units
+from agent.systemd.units import exec_line, quote_exec_word, render_agent_unit, render_units
+from agent.testing.sandbox import PrivateSystemd
 
 from .conftest import PYTHON, wait_for
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.harness.sandbox import PrivateSystemd, SandboxError, mounts_under, python_paths
+from agent.testing.sandbox import PrivateSystemd, SandboxError, mounts_under, python_paths
 
 pytestmark = pytest.mark.systemd
 
@@ -128,7 +128,7 @@ def test_a_killed_owner_takes_its_sandbox_down_and_the_next_boot_sweeps_its_cgro
     worktree = Path(__file__).resolve().parents[2]
     code = (
         "import sys, time\n"
-        "from agent.harness.sandbox import PrivateSystemd\n"
+        "from agent.testing.sandbox import PrivateSystemd\n"
         "sd = PrivateSystemd.start(sys.argv[1], journald=False)\n"
         "print(sd.pidns, sd.cgroup, flush=True)\n"
         "time.sleep(600)\n"
@@ -172,7 +172,7 @@ def test_a_manager_that_dies_at_boot_is_an_error_with_its_console_output(tmp_pat
 def test_module_cli_runs_a_command_inside_and_returns_its_status(tmp_path: Path) -> None:
     worktree = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        [sys.executable, "-m", "agent.harness.sandbox", "--no-journald", "--workdir", str(tmp_path / "sd"),
+        [sys.executable, "-m", "agent.testing.sandbox", "--no-journald", "--workdir", str(tmp_path / "sd"),
          "--", "sh", "-c", "cat /proc/1/comm; exit 3"],
         capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(worktree)},
     )
@@ -257,7 +257,7 @@ def test_mounts_under_reads_escaped_mount_points(tmp_path: Path) -> None:
         pytest.skip("needs root to mount (in a private mount namespace)")
     target = tmp_path / "a dir" / "x"
     target.mkdir(parents=True)
-    code = (f"from pathlib import Path; from agent.harness.sandbox import mounts_under; "
+    code = (f"from pathlib import Path; from agent.testing.sandbox import mounts_under; "
             f"print(mounts_under(Path({str(tmp_path)!r})))")
     done = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c",

@@ -9,8 +9,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from agent.clock import SystemClock
-from agent.units import exec_line
+from agent.host.clock import SystemClock
+from agent.systemd.units import exec_line
 from upgrade_core.errors import ServiceError
 
 from .conftest import PYTHON, Rig, wait_for
@@ -154,7 +154,7 @@ async def test_runs_inside_unit_true_only_inside_the_unit(rig: Rig, tmp_path: Pa
     answer = tmp_path / "inside"
     code = (
         "import sys\n"
-        "from agent.systemd import SystemdServiceManager\n"
+        "from agent.systemd.manager import SystemdServiceManager\n"
         f"m = SystemdServiceManager({rig.unit!r}, unit_dir='/etc/systemd/system', recover_exe='/bin/true',"
         " config_path='/etc/x.toml')\n"
         f"open({str(answer)!r} + '.tmp', 'w').write(str(m.runs_inside_unit()))\n"

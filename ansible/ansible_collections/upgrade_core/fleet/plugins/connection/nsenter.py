@@ -3,7 +3,7 @@
 """Connection plugin ``upgrade_core.fleet.nsenter``: run tasks inside another process's namespaces.
 
 Why a connection of our own: the hosts the collection's tests drive are private systemd instances on one
-machine (``agent/harness/sandbox.py``), each the PID 1 of its own pid, mount, uts and ipc namespaces, with
+machine (``agent/testing/sandbox.py``), each the PID 1 of its own pid, mount, uts and ipc namespaces, with
 no sshd to reach. ``ansible-core`` ships no connection that enters namespaces; the community one lives in a
 collection that the ``ansible`` bundle carries (hundreds of megabytes) and enters every namespace of the
 target (``--all``), which these sandboxes do not need. This plugin is small: every command, and every file

@@ -1,0 +1,15 @@
+"""``demo``: the private-systemd walk-through of :mod:`agent.testing.demo`."""
+
+from __future__ import annotations
+
+import argparse
+
+from agent.cli.commands.outcome import Outcome
+
+
+def cmd_demo(args: argparse.Namespace) -> Outcome:
+    """``demo``: see :mod:`agent.testing.demo`."""
+    from agent.testing import demo
+
+    code = demo.run()
+    return Outcome({"demo": code == 0}, None, code)

@@ -1,0 +1,93 @@
+"""``upgrade`` (and ``upgrade --preflight``), ``rollback`` (and ``--preflight``) and ``recover``: the commands
+that run an episode's flow."""
+
+from __future__ import annotations
+
+import argparse
+
+import attrs
+
+from agent.cli.commands.common import cli_session, run_writing
+from agent.cli.commands.outcome import Outcome, result_outcome, result_payload
+from agent.logline import log
+from agent.session.session import BUSY_REASON, Preflight
+from upgrade_core import HandedOff, UpgradeResult
+
+
+def cmd_upgrade(args: argparse.Namespace) -> Outcome:
+    """``upgrade`` (SPEC 4.3) and ``upgrade --preflight``.
+
+    Raises:
+        ConfigError, UsageError: bad configuration, source, ``--sha256``, ``--operation`` or
+            ``--expect-version`` (exit 2): nothing locked, created or journaled.
+        NotInstalledError: no ``current`` link (exit 2).
+        LockBusyError: another process holds the host lock (exit 75).
+        EpisodeLeftOpenError: a failure after ``switch intended`` (exit 3; ``recover`` finishes it).
+        JournalError: the journal cannot be trusted or written (exit 3).
+    """
+    session = cli_session(args)
+    request = session.request(
+        args.archive, sha256=args.sha256, operation=args.operation, expect_version=args.expect_version,
+        signature=args.signature, retry_known_bad=args.retry_known_bad,
+    )
+    if args.preflight:
+        return _preflight_outcome(session.preflight(request))
+    # The fetch code (httpx, the extraction pipeline) loads now, before the episode opens, so that the
+    # download starts as soon as EpisodeOpened is durable rather than after ~0.1 s of imports (issue 16).
+    import agent.release.source  # noqa: F401
+
+    log(f"upgrade {request.operation}: {request.source_redacted}")
+    return result_outcome(run_writing(session, args, lambda: session.upgrade(request)))
+
+
+def cmd_rollback(args: argparse.Namespace) -> Outcome:
+    """``rollback`` (issue 12 item 5, SPEC 10): ``current`` to ``last-good`` as its own episode, and
+    ``rollback --preflight``. Exit 0 committed, 1 rolled_back/aborted (the previous current runs), 3
+    needs_attention, as ``upgrade``.
+
+    Raises:
+        ConfigError, UsageError: bad configuration or ``--operation`` (exit 2): nothing locked or journaled.
+        NotInstalledError, NothingToRollBackError: no ``current``; ``last-good`` missing or naming current's
+            slot (exit 2), before any episode opens.
+        LockBusyError, EpisodeLeftOpenError, JournalError: as ``upgrade``.
+    """
+    session = cli_session(args)
+    operation = session.rollback_operation(args.operation)
+    if args.preflight:
+        return _preflight_outcome(session.rollback_preflight(operation))
+    log(f"rollback {operation}: current to last-good")
+    return result_outcome(run_writing(session, args, lambda: session.rollback(operation)))
+
+
+def _preflight_outcome(pre: Preflight) -> Outcome:
+    human = "\n".join(f"- {p}" for p in pre.plan) + f"\nlock: {pre.lock}"
+    if pre.missing_units:
+        human += "\nmissing units: " + ", ".join(pre.missing_units)
+    if pre.next:
+        human += f"\nnext: {pre.next}"
+    return Outcome(pre.to_json(), human, 75 if pre.lock == "busy" else 0)
+
+
+def cmd_recover(args: argparse.Namespace) -> Outcome:
+    """``recover`` (SPEC 4.5): exit 0 whenever it leaves no open episode.
+
+    Raises:
+        LockBusyError: the holder owns the episode (exit 75, at once).
+        JournalError, HistoryError: the journal is corrupt in the middle; links untouched (exit 3).
+    """
+    session = cli_session(args)
+    outcome = run_writing(session, args, lambda: session.recover(args.trigger))
+    if isinstance(outcome, HandedOff):
+        reason = f"the health check was handed to {outcome.unit}, which owns the episode now"
+        payload = result_payload(UpgradeResult(outcome.operation, "noop", reason=reason))
+        payload["handed_off"] = True
+        return Outcome(payload, f"{outcome.operation}: health check handed to {outcome.unit}", 0)
+    busy = outcome.operation is None and (outcome.reason or "").startswith(BUSY_REASON)
+    if args.trigger == "timer" and busy:
+        # The timer never waits and never fails its unit: a live upgrade owns the episode (exit 0, one line).
+        payload = result_payload(outcome)
+        payload["busy"] = True
+        return Outcome(payload, outcome.reason, 0)
+    # SPEC 7: recover exits 0 whenever it leaves no open episode, whatever the result it published.
+    return attrs.evolve(result_outcome(outcome), exit_code=0)
+

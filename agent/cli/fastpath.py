@@ -1,0 +1,105 @@
+"""The lean no-op path of ``recover`` (SPEC 9 ``recover.noop``: within 3x ``python -c pass``).
+
+At boot, ``recover-agent-upgrade`` almost always finds nothing to do. This module answers that case with
+the standard library only: the three paths from the TOML (:mod:`agent.config.boot`), the newest episode
+record of the journal's live segment (:func:`journal.live_tail`, pure ``struct``/``zlib``) and its event
+tag (:func:`upgrade_core.wire.event_tag`; the package imports lazily). It returns an exit code only
+when it is *certain* that no episode is open:
+
+- no journal directory, or no segment at all;
+- the live segment is intact and empty (sealing only ever happens once every episode is closed, SPEC 5);
+- the live segment's newest record that is not a compaction snapshot is ``EpisodeClosed`` (or there is
+  none: a segment of snapshots only follows a seal).
+
+Anything else (an open episode, a torn tail to repair, a corrupt or newer journal, a bad config, an
+unusual file set) returns None and the full path (lock, repair, replay, fold, decide) takes over, which
+also produces every error message. It never writes and never creates a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    for i, word in enumerate(argv):
+        if word == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith(name + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def _nothing_open(directory: str) -> bool:
+    import journal
+    from upgrade_core.wire import event_tag
+
+    tail = journal.live_tail(directory)
+    if tail is None:
+        return True
+    if not isinstance(tail, bytes):  # journal.UNSURE
+        return False
+    return event_tag(tail) == "EpisodeClosed"
+
+
+_TRIGGERS = frozenset({"boot", "on-failure", "manual", "timer"})
+
+
+def _plain_recover(argv: list[str]) -> bool:
+    """True when ``argv`` is exactly ``recover`` plus well-formed ``--config``, ``--json``, ``--trigger``.
+
+    Anything else (an unknown option, a bad trigger, a second command word) goes to argparse on the full
+    path, so that a usage error exits 2 there instead of being answered with a noop here (SPEC 7).
+    """
+    i, commands = 0, 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "recover":
+            commands += 1
+        elif word == "--json":
+            pass
+        elif word in ("--config", "--trigger"):
+            if i + 1 >= len(argv):
+                return False
+            if word == "--trigger" and argv[i + 1] not in _TRIGGERS:
+                return False
+            i += 1
+        elif word.startswith("--config="):
+            pass
+        elif word.startswith("--trigger="):
+            if word.split("=", 1)[1] not in _TRIGGERS:
+                return False
+        else:
+            return False
+        i += 1
+    return commands == 1
+
+
+def recover_noop(argv: list[str]) -> int | None:
+    """Answer ``recover`` when nothing is open: print the noop result and return 0; else None.
+
+    Args:
+        argv: the whole command line after the program name (``recover`` somewhere in it).
+    """
+    if not _plain_recover(argv):
+        return None
+    try:
+        from agent.config.boot import discover_config_path, quick_paths
+
+        paths = quick_paths(discover_config_path(_option(argv, "--config")))
+        if paths is None:  # the full loader words whatever is wrong with the file
+            return None
+        if not _nothing_open(os.path.join(paths[1], "journal")):
+            return None
+    except Exception:  # any doubt: the full path decides and reports
+        return None
+    if "--json" in argv:
+        result = {"operation": None, "result": "noop", "from_version": None, "to_version": None,
+                  "slot": None, "reason": None}
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        sys.stdout.write("nothing to recover: no open episode\n")
+    sys.stdout.flush()
+    return 0

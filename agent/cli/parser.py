@@ -1,0 +1,145 @@
+"""The command-line grammar of SPEC 7 (argparse), apart from :mod:`agent.cli.main` so that the no-op
+``recover``
+path, answered before any parsing, does not load argparse (SPEC 9 ``recover.noop``, issue 16)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from agent.logline import PROG
+
+__all__ = ["EXIT_CODES_HELP", "UsageExit", "build_parser", "own_version"]
+
+EXIT_CODES_HELP = """exit codes:
+  0    committed or noop; recover left no open episode
+  1    rolled_back or aborted: the host runs its previous good binary
+  2    usage, configuration, not installed, already installed
+  3    needs_attention; journal corrupt, newer or poisoned; a failure after the switch;
+       a reset/uninstall that removed only part of what it made
+  4    the host refused: permission, ownership, file type, read-only file system; nothing was changed
+  75   busy: another process holds the host lock (or the journal)
+  130  interrupted twice"""
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line and exit 2 through our own error path."""
+
+    def error(self, message: str) -> Any:
+        raise UsageExit(f"{self.prog}: {message}")
+
+
+class UsageExit(Exception):
+    """A usage error, reported by :func:`agent.cli.main.main` as one line and exit 2."""
+
+
+def _add_common(p: argparse.ArgumentParser, *, top: bool) -> None:
+    # Accepted before and after the subcommand: the subparser's copies default to SUPPRESS so that a value
+    # given before the subcommand is not overwritten by the subparser's default.
+    default: Any = None if top else argparse.SUPPRESS
+    p.add_argument("--config", metavar="PATH", default=default, help="configuration file (TOML)")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        default=False if top else argparse.SUPPRESS,
+        help="print exactly one JSON object on stdout",
+    )
+
+
+def own_version() -> str:
+    """The installed ``upgrade-core`` distribution's version (``0+unknown`` when not installed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("upgrade-core")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: ``upgrade-agent X.Y.Z``, or with ``--json`` anywhere on the line one JSON object
+    ``{"version": "X.Y.Z"}`` (SPEC 7: with ``--json`` every exit prints exactly one JSON object)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, wants_json: bool = False, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+        self.wants_json = wants_json
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None
+    ) -> None:
+        if self.wants_json:
+            sys.stdout.write(json.dumps({"version": own_version()}) + "\n")
+        else:
+            sys.stdout.write(f"{PROG} {own_version()}\n")
+        sys.stdout.flush()
+        parser.exit(0)
+
+
+_SIG_HELP = "the release's minisign signature (default: <archive>.minisig)"
+_RETRY_HELP = "offer a release that failed its health check or verification before (see status known_bad)"
+
+
+def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
+    """The whole command-line grammar (SPEC 7); ``wants_json``: ``--json`` is on the command line (for
+    ``--version``, which acts as soon as it is parsed)."""
+    parser = _ArgumentParser(
+        prog=PROG,
+        description="Crash-safe blue/green upgrades of a host daemon.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action=_VersionAction, wants_json=wants_json, help="print the tool's own version"
+    )
+    _add_common(parser, top=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)
+
+    def cmd(name: str, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        _add_common(p, top=False)
+        return p
+
+    p = cmd("install", "install the agent on a bare host (or adopt an existing binary)")
+    p.add_argument("--archive", metavar="SRC")
+    p.add_argument("--sha256", metavar="HEX")
+    p.add_argument("--expect-version", metavar="V")
+    p.add_argument("--signature", metavar="SRC", help=_SIG_HELP)
+    p.add_argument("--retry-known-bad", action="store_true", help=_RETRY_HELP)
+    p.add_argument(
+        "--allow-unstable-paths", action="store_true",
+        help="write units even when they would run this tool from /tmp, a home directory or a git checkout "
+        "(also UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS=1)",
+    )
+    p = cmd("upgrade", "upgrade the agent (the supervised flow)")
+    p.add_argument("--archive", metavar="SRC", required=True)
+    p.add_argument("--sha256", metavar="HEX")
+    p.add_argument("--expect-version", metavar="V")
+    p.add_argument("--signature", metavar="SRC", help=_SIG_HELP)
+    p.add_argument("--retry-known-bad", action="store_true", help=_RETRY_HELP)
+    p.add_argument("--operation", metavar="ID")
+    p.add_argument("--preflight", action="store_true", help="print the plan; fetch nothing, change nothing")
+    p = cmd("rollback", "switch current to last-good as its own episode, restart, health-check")
+    p.add_argument("--operation", metavar="ID")
+    p.add_argument("--preflight", action="store_true", help="print the plan; change nothing")
+    p = cmd("recover", "replay the journal and finish or roll back an open episode")
+    p.add_argument("--trigger", choices=["boot", "on-failure", "manual", "timer"], default="manual")
+    cmd("status", "show slots, links, service and the open episode (never runs binaries)")
+    cmd("history", "list episodes from the journal, newest first")
+    p = cmd("journal", "journal maintenance (quarantine: move the journal aside, start anew from the host)")
+    p.add_argument("action", choices=["verify", "dump", "compact", "quarantine"])
+    cmd("units", "print the rendered unit files")
+    cmd("host-root", "print the resolved host root; changes nothing")
+    cmd("reset", "stop, disable and remove the agent's units")
+    cmd("uninstall", "reset, then remove everything install created")
+    p = cmd("operator", "take upgrade operations from [operations] source and report each one's status")
+    p.add_argument("--once", action="store_true", help="stop when no operation is left to do")
+    p = cmd("ignition", "print an Ignition config (spec 3.x JSON) that provisions this configuration")
+    p.add_argument("--archive", metavar="URL", required=True, help="the release archive (http(s) URL)")
+    p.add_argument("--sha256", metavar="HEX", required=True, help="the release archive's sha256")
+    p.add_argument("--runtime", metavar="URL", help="the runtime tar.gz (http(s) URL); required")
+    p.add_argument("--runtime-sha256", metavar="HEX", help="the runtime tar.gz's sha256")
+    cmd("demo", "boot a private systemd and walk through install, upgrade, rollback and recovery")
+    return parser

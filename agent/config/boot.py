@@ -1,0 +1,360 @@
+"""Configuration discovery and the lean path reader of the no-op recovery (SPEC 3, SPEC 9 ``recover.noop``).
+
+This module imports only the standard library (``os``, ``re``, ``tomllib``): ``recover-agent-upgrade`` at
+boot with nothing to do must finish within 3x ``python -c pass``, so it reads just the three values it needs
+here and imports ``attrs``/``cattrs`` (through :mod:`agent.config.loader`) only when there is work or an
+error to report. The defaults below are the single source for both readers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from typing import Any
+
+from agent.fs.regular import read_regular_file
+
+__all__ = [
+    "CONFIG_DIR",
+    "CONFIG_ENV",
+    "DEFAULT_LOCK_PATH",
+    "DEFAULT_STATE_DIR",
+    "NAME_RE",
+    "decode_config",
+    "discover_config_path",
+    "machine_arch",
+    "quick_paths",
+    "substitute",
+]
+
+CONFIG_ENV = "UPGRADE_AGENT_CONFIG"
+CONFIG_DIR = "/etc/upgrade-agent"
+DEFAULT_STATE_DIR = "/var/lib/upgrade-agent/{name}"
+DEFAULT_LOCK_PATH = "/run/upgrade-agent/{name}.lock"
+DEFAULT_ROOT = "/opt/upgrade-agent"
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+"""``[operations] node_name`` / ``namespace``: a DNS subdomain (RFC 1123, at most 253 characters), as a
+Kubernetes node name."""
+
+# platform.machine() spellings -> the release-archive spelling of SPEC 3 ``{arch}``.
+_ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def machine_arch(machine: str | None = None) -> str | None:
+    """The ``{arch}`` value for a machine name: ``amd64``, ``arm64``, or None when unsupported.
+
+    Args:
+        machine: a ``platform.machine()`` value; None reads ``os.uname().machine`` (the same string,
+            without importing :mod:`platform`).
+    """
+    return _ARCHES.get(machine if machine is not None else os.uname().machine)
+
+
+def substitute(value: str, name: str, arch: str | None, machine: str | None = None) -> str:
+    """Replace ``{name}`` and ``{arch}`` in ``value``; other braces are kept verbatim.
+
+    Args:
+        value: the configured string.
+        name: ``agent.name``.
+        arch: from :func:`machine_arch`; None on an unsupported machine.
+        machine: the machine name for the message (None: this machine's).
+
+    Raises:
+        ValueError: ``value`` uses ``{arch}`` and ``arch`` is None (an unsupported machine).
+    """
+    out = value.replace("{name}", name)
+    if "{arch}" in out:
+        if arch is None:
+            m = machine if machine is not None else os.uname().machine
+            raise ValueError(f"uses {{arch}}, but machine {m!r} is neither x86_64 nor aarch64")
+        out = out.replace("{arch}", arch)
+    return out
+
+
+def _config_error(message: str) -> Exception:
+    # Imported lazily: the fast path imports the standard library only until it knows there is work.
+    from agent.errors import ConfigError
+
+    return ConfigError(message)
+
+
+def discover_config_path(
+    cli_path: str | None,
+    env: Mapping[str, str] | None = None,
+    config_dir: str = CONFIG_DIR,
+) -> str:
+    """Find the configuration file (SPEC 3): ``--config``, else ``$UPGRADE_AGENT_CONFIG``, else the only
+    ``*.toml`` in ``config_dir``.
+
+    Args:
+        cli_path: the ``--config`` value, or None.
+        env: the environment (None: ``os.environ``).
+        config_dir: where to look last (tests pass a temporary directory).
+
+    Returns:
+        The path to load, as given (not checked for existence when explicitly named: the loader reports it).
+
+    Raises:
+        agent.errors.ConfigError: none or several ``*.toml`` in ``config_dir`` (exit 2).
+    """
+    if cli_path:
+        return cli_path
+    environ = os.environ if env is None else env
+    from_env = environ.get(CONFIG_ENV, "")
+    if from_env:
+        return from_env
+    try:
+        names = sorted(
+            n for n in os.listdir(config_dir) if n.endswith(".toml") and not n.startswith(".")
+        )
+    except FileNotFoundError:
+        names = []
+    except OSError as e:
+        raise _config_error(f"{config_dir}: cannot list configuration files: {e.strerror}") from None
+    found = [os.path.join(config_dir, n) for n in names if os.path.isfile(os.path.join(config_dir, n))]
+    if not found:
+        raise _config_error(
+            f"{config_dir}: no *.toml configuration found; pass --config PATH or set ${CONFIG_ENV}"
+        )
+    if len(found) > 1:
+        raise _config_error(
+            f"{config_dir}: several configurations ({', '.join(os.path.basename(p) for p in found)}); "
+            f"pass --config PATH or set ${CONFIG_ENV}"
+        )
+    return found[0]
+
+
+_BOMS = (
+    (b"\xef\xbb\xbf", "starts with a UTF-8 byte order mark (BOM); save it as UTF-8 without a BOM"),
+    (b"\xff\xfe", "is UTF-16 (little-endian BOM); save it as UTF-8"),
+    (b"\xfe\xff", "is UTF-16 (big-endian BOM); save it as UTF-8"),
+)
+
+
+def decode_config(path: str, data: bytes) -> str:
+    """The text of a configuration file: UTF-8 without a byte order mark, no NUL byte (TOML 1.0).
+
+    Both readers (this module's quick path and :func:`agent.config.loader.load_config`) decode through here,
+    so a
+    file in UTF-16, Latin-1 or with a BOM is the same one line everywhere, the boot-time recovery included.
+
+    Args:
+        path: the file, for the message.
+        data: its bytes.
+
+    Returns:
+        The decoded text.
+
+    Raises:
+        agent.errors.ConfigError: naming the file, what is wrong and where (exit 2).
+    """
+    for bom, what in _BOMS:
+        if data.startswith(bom):
+            raise _config_error(f"{path}: not a valid configuration: the file {what}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise _config_error(
+            f"{path}: not UTF-8 text: byte 0x{data[e.start]:02x} at offset {e.start} (line {line}); "
+            "TOML configuration files must be UTF-8"
+        ) from None
+    nul = text.find("\0")
+    if nul >= 0:
+        line = text.count("\n", 0, nul) + 1
+        raise _config_error(
+            f"{path}: not UTF-8 text: a NUL byte at offset {nul} (line {line}; UTF-16 without a BOM?); "
+            "TOML configuration files must be UTF-8"
+        )
+    return text
+
+
+def quick_paths(path: str) -> tuple[str, str, str] | None:
+    """Read ``(agent.name, host.state_dir, host.lock_path)`` with ``tomllib`` only, substituted; None when
+    unsure.
+
+    The whole file must pass the stdlib pre-check :func:`plausibly_valid`, and the three keys must be usable;
+    anything unexpected (unreadable file, bad TOML, an unknown key, a bad value, an unsupported ``{arch}``)
+    returns None, and the caller asks the full loader (:func:`agent.config.loader.read_paths`), so the error a
+    user sees is the one the full loader gives. Never raises for a bad file.
+
+    Args:
+        path: the configuration file.
+
+    Returns:
+        ``(name, state_dir, lock_path)``, paths absolute and normalised as the full loader gives them, or
+        None.
+    """
+    try:
+        data = read_regular_file(path, trusted=True)
+        if data.startswith(b"\xef\xbb\xbf") or b"\0" in data:
+            return None  # the full loader words the error (decode_config)
+        doc = tomllib.loads(data.decode("utf-8"))  # UnicodeDecodeError is a ValueError: same answer
+        return _fast_values(doc)
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+
+
+# -- a conservative, stdlib-only pre-check of the whole file (the no-op recovery path) ----------------
+# Why a second description of the schema: the full loader (attrs + cattrs, agent/config/loader.py) costs about
+# three times the whole SPEC 9 ``recover.noop`` budget to import, yet a boot-time recovery with nothing to
+# do must still refuse a configuration the full loader would refuse (SPEC 7: exit 2 naming the key). This
+# table only has to be at least as strict as the full loader: anything it does not recognise sends the run
+# to the full loader, which produces the one precise error line. ``tests/agent_host`` pins its keys to the
+# attrs classes, and the generated-config agreement test checks "fast accepts => full accepts".
+def _text(v: object) -> bool:
+    return isinstance(v, str) and "\0" not in v
+
+
+def _abs(v: object) -> bool:
+    return _text(v) and os.path.isabs(v)  # type: ignore[arg-type]
+
+
+def _argv(v: object) -> bool:
+    return isinstance(v, list) and all(_text(x) for x in v)
+
+
+def _pos_int(v: object) -> bool:
+    return type(v) is int and v > 0
+
+
+def _pos_num(v: object) -> bool:
+    return type(v) in (int, float) and 0 < v < float("inf")  # type: ignore[operator]
+
+
+_HTTP_URL = re.compile(r"https?://[^/?#@\s]+(?:[/?#]\S*)?")
+# a minisign public key as one bare line: base64 of 42 bytes (56 characters, no padding) whose first two bytes
+# are "Ed" (so its text starts "RW"); anything else, such as a key after its untrusted comment, is the full
+# loader's (agent.release.minisign.parse_public_key) to accept or name
+_MINISIGN_KEY = re.compile(r"RW[A-Za-z0-9+/]{54}")
+
+
+def _root_keys(v: object) -> bool:
+    if not isinstance(v, list):
+        return False
+    import base64
+
+    return all(isinstance(k, str) and _MINISIGN_KEY.fullmatch(k) is not None
+               and base64.b64decode(k)[:2] == b"Ed" for k in v)
+_Check = Any
+FAST_SCHEMA: dict[str, dict[str, _Check]] = {
+    "agent": {
+        "name": lambda v: isinstance(v, str) and NAME_RE.fullmatch(v) is not None,
+        # a plain .service that is not one of the agent's own; anything else: the full loader decides
+        "unit": lambda v: _text(v) and v.endswith(".service") and "@" not in v and "-recover" not in v,
+        "exec_args": _argv,
+        "version_args": _argv,
+        "member": lambda v: _text(v) and v != "",
+        "member_policy": lambda v: v in ("exact", "select", "none"),
+    },
+    "host": {
+        "root": _abs,
+        "legacy_root": lambda v: v == "" or _abs(v),
+        "state_dir": _abs,
+        "unit_dir": _abs,
+        "lock_path": _abs,
+        "systemctl_prefix": _argv,
+    },
+    "download": {
+        "allow_http": lambda v: v in ("never", "loopback", "always"),
+        "max_redirects": lambda v: type(v) is int and v >= 0,
+        "timeout_s": _pos_num,
+    },
+    "limits": {
+        key: _pos_int
+        for key in ("max_archive_bytes", "max_member_bytes", "max_total_bytes", "max_entries",
+                    "max_zstd_window_bytes")
+    },
+    "verify": {"timeout_s": _pos_num, "max_output_bytes": _pos_int, "version_regex": lambda v: v == ""},
+    "health": {
+        "stability_s": _pos_num,
+        "timeout_s": _pos_num,
+        "max_attempts": _pos_int,
+        "http_probe": lambda v: v == "" or (isinstance(v, str) and _HTTP_URL.fullmatch(v) is not None),
+        "command_probe": lambda v: _argv(v) and (not v or v[0] != ""),
+    },
+    "journal": {"keep_episodes": _pos_int},
+    # the boot-time no-op reads no signature; a signed host's configuration must not cost it the full loader
+    "trust": {
+        "root_keys": _root_keys,
+        "keyring": lambda v: isinstance(v, str) and "\x00" not in v,
+        "require_signatures": lambda v: type(v) is bool,
+    },
+    # no "{" in the paths here: a substituted spool path is the full loader's to check against host.root
+    "operations": {
+        "source": lambda v: v in ("", "spool", "kubernetes"),
+        "spool_dir": lambda v: v == "" or (_abs(v) and "{" not in v),
+        "node_name": lambda v: v == "" or (isinstance(v, str) and DNS_SUBDOMAIN_RE.fullmatch(v) is not None),
+        "namespace": lambda v: v == "" or (isinstance(v, str) and DNS_SUBDOMAIN_RE.fullmatch(v) is not None),
+        "kubeconfig": lambda v: v == "" or (_abs(v) and "{" not in v),
+        "poll_s": _pos_num,
+    },
+}
+"""Section -> key -> a predicate the value must meet for the quick path to trust the file."""
+
+
+def plausibly_valid(doc: dict[str, Any]) -> bool:
+    """True when every section, key and value of ``doc`` passes :data:`FAST_SCHEMA` (stdlib only).
+
+    False means "let the full loader decide" (it then reports the precise error); True is only ever
+    returned for files the full loader accepts too.
+    """
+    for section, table in doc.items():
+        if section == "mirrors":
+            if not isinstance(table, list) or not all(
+                isinstance(m, dict) and set(m) == {"path"} and _abs(m["path"]) for m in table
+            ):
+                return False
+            continue
+        schema = FAST_SCHEMA.get(section)
+        if schema is None or not isinstance(table, dict):
+            return False
+        for key, value in table.items():
+            check = schema.get(key)
+            if check is None or not check(value):
+                return False
+    health = doc.get("health", {})
+    trust = doc.get("trust", {})
+    if (trust.get("keyring") or trust.get("require_signatures")) and not trust.get("root_keys"):
+        return False  # TrustSection's cross-key rules: the full loader names the key
+    return not (health.get("http_probe") and health.get("command_probe"))
+
+
+def _fast_values(doc: dict[str, Any]) -> tuple[str, str, str]:
+    if not plausibly_valid(doc):
+        raise ValueError("let the full loader check this file")
+    agent = doc["agent"]
+    host = doc.get("host", {})
+    if not isinstance(agent, dict) or not isinstance(host, dict):
+        raise TypeError("not a table")
+    name = agent["name"]
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise ValueError("bad name")
+    arch = machine_arch()
+    out = []
+    for key, default in (("state_dir", DEFAULT_STATE_DIR), ("lock_path", DEFAULT_LOCK_PATH),
+                         ("root", DEFAULT_ROOT)):
+        raw = host.get(key, default)
+        if not isinstance(raw, str):
+            raise TypeError(key)
+        value = substitute(raw, name, arch)
+        if not os.path.isabs(value):
+            raise ValueError(key)
+        out.append(os.path.normpath(value))
+    from agent.config.pathrules import (  # SPEC 10: never accept what the full loader refuses
+        path_problem,
+        spool_problem,
+    )
+
+    if path_problem(out[2], out[0], out[1]) is not None:
+        raise ValueError("let the full loader name the key")
+    operations = doc.get("operations", {})
+    spool = operations.get("spool_dir", "")
+    if operations.get("source") == "spool" and not spool:
+        raise ValueError("let the full loader name the key")
+    if spool and spool_problem(os.path.normpath(spool), out[2], out[0]) is not None:
+        raise ValueError("let the full loader name the key")
+    return name, out[0], out[1]

@@ -1,0 +1,231 @@
+"""Checked state files: the primitives every module that keeps state under ``state_dir`` uses (the journal's
+neighbours, results, the trust cache, a spool's status files). The rules they enforce are stated in
+:mod:`agent.host.ownership` and docs/design.md §10: ancestors owned by root (or the effective user) and not
+writable by others unless sticky and root-owned; the agent's own directories and files opened relative to a
+checked directory descriptor, never following a symlink, never opening a FIFO; files created 0600, written
+to a temporary name, fsynced, renamed, the directory fsynced.
+
+A failed check is :class:`~upgrade_core.errors.HostRefusedError` (exit 4). Standard library, the journal's
+``safefs`` and the core's errors only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+
+from agent.fs.durable import make_dirs
+from agent.fs.regular import read_regular_file
+from journal import JournalRefusedError, safefs
+from upgrade_core.errors import HostRefusedError
+
+__all__ = [
+    "STATE_FILE_MODE",
+    "check_ancestors",
+    "open_state_dir",
+    "read_regular",
+    "read_state_file",
+    "refused",
+    "write_checked_file",
+    "write_state_file",
+]
+
+
+def refused(exc: JournalRefusedError) -> Exception:
+    """The :class:`~upgrade_core.errors.HostRefusedError` (exit 4) of a journal-level refusal."""
+    return HostRefusedError(exc.path or "?", exc.what)
+
+
+def _refuse(path: str, what: str) -> Exception:
+    return HostRefusedError(path, what)
+
+
+def check_ancestors(path: str) -> None:
+    """Check every existing ancestor of ``path`` (not ``path`` itself) by the ancestor rule of
+    :mod:`agent.host.ownership`.
+
+    Raises:
+        HostRefusedError: an ancestor is owned by another user, or writable by others without being a
+            sticky root-owned directory, or a symlink owned by another user (exit 4).
+    """
+    path = os.path.normpath(os.path.abspath(path))
+    parts = [p for p in path.split("/") if p][:-1]
+    current = "/"
+    deepest = "/"
+    euid = os.geteuid()
+    try:
+        for part in ["", *parts]:
+            current = os.path.join(current, part) if part else "/"
+            try:
+                lst = os.lstat(current)
+            except FileNotFoundError:
+                break
+            if stat.S_ISLNK(lst.st_mode):
+                if lst.st_uid not in (0, euid):
+                    raise _refuse(current, f"a symlink owned by uid {lst.st_uid}, not root or {euid}")
+            else:
+                safefs.check_parent(lst, current)
+            deepest = current
+        # A symlink on the way: the directories it leads to follow the same rule.
+        real = os.path.realpath(deepest)
+        if real != deepest:
+            walk = "/"
+            for part in ["", *[p for p in real.split("/") if p]]:
+                walk = os.path.join(walk, part) if part else "/"
+                safefs.check_parent(os.lstat(walk), walk)
+    except JournalRefusedError as exc:
+        raise refused(exc) from None
+    except OSError as exc:
+        raise _refuse(current, f"cannot inspect: {exc.strerror or exc}") from None
+
+
+def open_state_dir(state_dir: str, *, create: bool) -> int | None:
+    """Open ``state_dir`` checked (see :mod:`agent.host.ownership`), creating it 0700 (missing parents 0755)
+    if asked.
+
+    Returns:
+        Its descriptor (the caller closes it), or None when it is missing and ``create`` is False.
+
+    Raises:
+        HostRefusedError: an ancestor or ``state_dir`` fails its check, or it cannot be created (EACCES,
+            EROFS) (exit 4).
+    """
+    check_ancestors(state_dir)
+    parent = os.path.dirname(state_dir) or "/"
+    try:
+        if create and not os.path.isdir(parent):
+            make_dirs(parent, 0o755)
+            check_ancestors(state_dir)
+        try:
+            pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        try:
+            safefs.check_parent(os.fstat(pfd), parent)
+            name = os.path.basename(state_dir)
+            if create:
+                return safefs.make_dir(pfd, name, state_dir, 0o700)
+            return safefs.open_dir(state_dir, dir_fd=pfd, name=name)
+        finally:
+            os.close(pfd)
+    except JournalRefusedError as exc:
+        raise refused(exc) from None
+    except OSError as exc:
+        where = getattr(exc, "filename", None) or state_dir
+        raise _refuse(where, f"cannot create: {exc.strerror or exc}") from None
+
+
+STATE_FILE_MODE = 0o600
+"""SPEC 10: the mode of every file the agent creates under ``state_dir`` (and of a spool's status files)."""
+
+
+def read_regular(path: str, *, follow: bool, limit: int | None = None) -> bytes | None:
+    """The bytes of ``path`` (at most ``limit``), or None when it is absent, unreadable or not a regular file
+    (:func:`agent.fs.regular.read_regular_file`: never a FIFO, device or socket, never blocking)."""
+    try:
+        return read_regular_file(path, follow=follow, limit=limit)
+    except OSError:
+        return None
+
+
+def write_checked_file(dir_fd: int, path: str, data: bytes) -> bool:
+    """Replace ``path`` (in the checked directory ``dir_fd``) with ``data``, durably; identical content
+    (a regular file of ours, mode 0600) is not rewritten (the file and directory are fsynced anyway).
+
+    Returns:
+        True when the file was (re)written, False when it already held exactly ``data``.
+    """
+    name = os.path.basename(path)
+    if safefs.check_entry(dir_fd, name, path):
+        fd = safefs.open_file(dir_fd, name, os.O_RDONLY, path)
+        try:
+            same = (os.pread(fd, len(data) + 1, 0) == data
+                    and stat.S_IMODE(os.fstat(fd).st_mode) == STATE_FILE_MODE)
+            if same:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if same:
+            os.fsync(dir_fd)
+            return False
+    tmp = f".{name}.tmp-{os.urandom(8).hex()}"
+    tmp_path = os.path.join(os.path.dirname(path), tmp)
+    fd = safefs.open_file(dir_fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, tmp_path, STATE_FILE_MODE)
+    try:
+        try:
+            os.fchmod(fd, STATE_FILE_MODE)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        safefs.check_entry(dir_fd, name, path)  # still nothing foreign at the target
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    os.fsync(dir_fd)
+    return True
+
+
+def write_state_file(state_dir: str, sub: str, name: str, data: bytes) -> bool:
+    """Replace ``state_dir/sub/name`` with ``data`` durably, through checked directory handles (SPEC 10): the
+    write twin of :func:`read_state_file`. ``state_dir`` and ``sub`` are created 0700 when missing; the
+    file is written by :func:`write_checked_file` (temp 0600 + fsync + rename + directory fsync; identical
+    content is not rewritten).
+
+    Returns:
+        True when the file was (re)written, False when it already held exactly ``data``.
+
+    Raises:
+        HostRefusedError: a path on the way or the file is not ours (symlink, FIFO, hard link, foreign owner,
+            group/world-writable): refused, never followed, its target untouched (exit 4).
+        OSError: the write failed (ENOSPC, EROFS...): the caller names what it was writing.
+    """
+    path = os.path.join(state_dir, sub, name)
+    try:
+        state_fd = open_state_dir(state_dir, create=True)
+        assert state_fd is not None
+        try:
+            dir_fd = safefs.make_dir(state_fd, sub, os.path.dirname(path), 0o700)
+        finally:
+            os.close(state_fd)
+        try:
+            return write_checked_file(dir_fd, path, data)
+        finally:
+            os.close(dir_fd)
+    except JournalRefusedError as e:
+        raise refused(e) from None
+
+
+def read_state_file(state_dir: str, sub: str, name: str) -> bytes | None:
+    """The bytes of ``state_dir/sub/name``, read through checked directory handles (SPEC 10): None when
+    ``state_dir``, ``sub`` or the file does not exist; creates nothing.
+
+    Raises:
+        HostRefusedError: a path on the way or the file is not ours (symlink, FIFO, hard link, foreign owner,
+            group/world-writable): refused, never followed or waited on (exit 4).
+        OSError: the file exists but cannot be read.
+    """
+    path = os.path.join(state_dir, sub, name)
+    try:
+        state_fd = open_state_dir(state_dir, create=False)
+        if state_fd is None:
+            return None
+        try:
+            dir_fd = safefs.open_dir(os.path.dirname(path), dir_fd=state_fd, name=sub)
+        finally:
+            os.close(state_fd)
+        if dir_fd is None:
+            return None
+        try:
+            return safefs.read_file(dir_fd, name, path)
+        finally:
+            os.close(dir_fd)
+    except FileNotFoundError:
+        return None
+    except JournalRefusedError as e:
+        raise refused(e) from None

@@ -1,0 +1,164 @@
+"""Ownership of the agent's state (SPEC 10, case C23): touch only what is ours, and check before touching.
+
+The rules, and where each one is enforced:
+
+- **Ancestors** of ``state_dir`` and of the lock file's directory (every existing directory from ``/``
+  down): owned by root or the effective user, and not writable by group or others unless sticky and owned
+  by root (like ``/tmp``). This is the rule OpenSSH's ``StrictModes`` applies to ``~/.ssh`` and systemd's
+  tmpfiles applies to an "unsafe path transition": nobody but root or us can rename or replace anything on
+  the way. A symlink on the way must itself be owned by root or us, and the directories it resolves to
+  follow the same rule (:func:`agent.fs.statefile.check_ancestors`).
+- **Our directories** (``state_dir``, ``state_dir/journal``, ``state_dir/results``): directories, not
+  symlinks (opened ``O_NOFOLLOW``), owned by the effective user, not writable by group or others. Created
+  0700 when missing (missing parents of ``state_dir`` 0755, SPEC 3)
+  (:func:`agent.fs.statefile.open_state_dir`,
+  :func:`journal.safefs.make_dir`).
+- **Our files** (journal segments, ``journal/owner.json``, ``results/<op>.json``, the lock): opened relative
+  to their checked directory's descriptor with ``O_NOFOLLOW | O_NONBLOCK``, then ``fstat``-ed: a regular file
+  owned by the effective user, ``st_nlink == 1``, not writable by group or others; created 0600
+  (:mod:`journal.safefs`, used by the journal writer and reader, :mod:`agent.host.results` and
+  :mod:`agent.host.lock`). A symlink, FIFO, device, directory or hard link is refused at once, never followed,
+  never waited on, and its target keeps its bytes.
+- **The journal's owner** (``journal/owner.json``: agent name and unit) must be this configuration's
+  (:func:`check_owner` for readers; the journal writer checks and records it, :mod:`agent.session.wiring`).
+
+A failed check is :class:`~upgrade_core.errors.HostRefusedError` (exit 4, one line naming the path and what
+is wrong, nothing changed); a foreign journal owner is a :class:`~agent.errors.ConfigError` (exit 2, naming
+both owners). Readers run the same checks and never create anything.
+
+The primitives that apply these rules to one path are :mod:`agent.fs.statefile`; this module is the
+policy: which directories and files are the agent's, and what a journal's owner must be.
+"""
+
+from __future__ import annotations
+
+import os
+
+from agent.errors import ConfigError, journal_error
+from agent.fs.statefile import check_ancestors, open_state_dir, refused
+from agent.host.results import result_path
+from journal import JournalOwnerError, JournalRefusedError, read_owner, safefs
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from agent.config.loader import AgentConfig
+
+__all__ = [
+    "check_owner",
+    "check_result",
+    "check_state",
+    "journal_owner",
+    "owner_error",
+    "prepare_state",
+]
+
+
+def _check_subdirs(state_fd: int, state_dir: str) -> None:
+    for name in ("journal", "results"):
+        fd = safefs.open_dir(os.path.join(state_dir, name), dir_fd=state_fd, name=name)
+        if fd is not None:
+            os.close(fd)
+
+
+def check_result(cfg: AgentConfig, operation: str) -> None:
+    """Check the result file ``results/<operation>.json`` if it exists (never opened): a regular file of
+    ours, so that publishing it later cannot be refused half way through an episode.
+
+    Raises:
+        HostRefusedError: a symlink, FIFO, directory or hard link there, or a foreign one (exit 4).
+    """
+    try:
+        path = result_path(cfg.host.state_dir, operation)
+    except Exception:
+        return  # a malformed id is the request's error, reported there
+    fd = open_state_dir(cfg.host.state_dir, create=False)
+    if fd is None:
+        return
+    try:
+        rfd = safefs.open_dir(os.path.dirname(path), dir_fd=fd, name="results")
+        if rfd is not None:
+            try:
+                safefs.check_entry(rfd, os.path.basename(path), path)
+            finally:
+                os.close(rfd)
+    except JournalRefusedError as exc:
+        raise refused(exc) from None
+    finally:
+        os.close(fd)
+
+
+def journal_owner(cfg: AgentConfig) -> dict[str, str]:
+    """The owner record this configuration's journal carries: ``{"agent": NAME, "unit": UNIT}``."""
+    return {"agent": cfg.agent.name, "unit": cfg.agent.unit}
+
+
+def owner_error(exc: JournalOwnerError, cfg: AgentConfig) -> Exception:
+    """The :class:`~agent.errors.ConfigError` (exit 2) of a journal that belongs to another configuration,
+    naming both (case C25)."""
+    found, mine = exc.found, journal_owner(cfg)
+    return ConfigError(
+        f"state_dir {cfg.host.state_dir} holds the journal of agent {found.get('agent', '?')} "
+        f"(unit {found.get('unit', '?')}); this configuration is agent {mine['agent']} (unit {mine['unit']})"
+    )
+
+
+def check_owner(cfg: AgentConfig) -> None:
+    """Refuse a journal recorded as another configuration's (readers; the writer checks it itself).
+
+    A journal without an owner record (written before owners were recorded) passes: its first writer
+    adopts it.
+
+    Raises:
+        ConfigError: the journal belongs to another agent name or unit (exit 2, naming both).
+        HostRefusedError: ``owner.json`` or its directory is not ours (exit 4).
+        JournalUnreadableError: ``owner.json`` is not a JSON object of strings (exit 3).
+    """
+    directory = os.path.join(cfg.host.state_dir, "journal")
+    try:
+        found = read_owner(directory)
+    except JournalRefusedError as exc:
+        raise refused(exc) from None
+    except Exception as exc:
+        raise journal_error(exc, directory) from None
+    if found is not None and found != journal_owner(cfg):
+        raise owner_error(JournalOwnerError(directory, found, journal_owner(cfg)), cfg)
+
+
+def check_state(cfg: AgentConfig, *, owner: bool = True) -> None:
+    """Everything a reader (and a writer, before it takes the host lock) checks; creates nothing.
+
+    ``state_dir`` and its ancestors, ``journal/`` and ``results/`` when they exist, the ancestors of the
+    lock file, and (``owner``) the journal's owner.
+
+    Raises:
+        HostRefusedError: a path fails its check (exit 4).
+        ConfigError: the journal belongs to another configuration (exit 2).
+    """
+    state_dir = cfg.host.state_dir
+    fd = open_state_dir(state_dir, create=False)
+    if fd is not None:
+        try:
+            _check_subdirs(fd, state_dir)
+        except JournalRefusedError as exc:
+            raise refused(exc) from None
+        finally:
+            os.close(fd)
+    check_ancestors(cfg.host.lock_path)
+    if owner and fd is not None:
+        check_owner(cfg)
+
+
+def prepare_state(cfg: AgentConfig) -> None:
+    """Writer side, under the host lock: create ``state_dir`` (0700; missing parents 0755) or check it.
+
+    Raises:
+        HostRefusedError: as :func:`open_state_dir` (exit 4).
+    """
+    fd = open_state_dir(cfg.host.state_dir, create=True)
+    assert fd is not None
+    try:
+        _check_subdirs(fd, cfg.host.state_dir)
+    except JournalRefusedError as exc:
+        raise refused(exc) from None
+    finally:
+        os.close(fd)

@@ -1,0 +1,228 @@
+"""Install, adoption and removal of an agent's host layout (SPEC 3, 7): what only the CLI does.
+
+The ``upgrade_core.ports.Host`` port (links, slots, staging, switch, mirrors) is
+:class:`agent.host.adapter.AgentHost`; a :class:`Provisioner` works over the same layout and uses the host
+for its
+reads (``links()``, ``is_installed()``) and for the ``/usr`` protection. Changes follow the C12 order of
+:mod:`agent.fs.durable`; ``OSError`` becomes a :class:`~upgrade_core.errors.HostError` naming the path
+(:func:`agent.host.adapter.host_error`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from typing import Literal
+
+import attrs
+
+from agent.fs import durable
+from agent.host.adapter import AgentHost, host_error
+from agent.host.layout import Layout
+from upgrade_core.errors import HostError, LayoutConflictError
+
+__all__ = ["Adoption", "Provisioner", "is_plain_executable"]
+
+
+@attrs.frozen
+class Adoption:
+    """Something found on the host that ``install`` without ``--archive`` takes over (SPEC 3).
+
+    Attributes:
+        kind: ``legacy_layout`` (R is absent; a layout under LEGACY is linked as R) or ``binary`` (a plain
+            executable is copied into blue).
+        source: the legacy root, or the path of the adopted binary.
+        sha256: 64 lowercase hex of the adopted binary; None for a legacy layout.
+    """
+
+    kind: Literal["legacy_layout", "binary"]
+    source: str
+    sha256: str | None = None
+
+
+def is_plain_executable(path: str) -> bool:
+    """A non-empty regular file with an execute bit (symlinks are not followed)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size > 0 and bool(st.st_mode & 0o111)
+
+
+class Provisioner:
+    """Install, adopt and remove the layout of ``host`` (SPEC 3, 7).
+
+    Args:
+        host: the agent's host; its root, name, legacy root and layout are the ones worked on.
+    """
+
+    def __init__(self, host: AgentHost) -> None:
+        self.host = host
+        self.layout = host.layout
+
+    def check_bare(self) -> None:
+        """Refuse to install unless the host is bare: ``R/lib/NAME`` absent or empty (SPEC 6, 7).
+
+        A failed install removes the layout it made, so it must never start over slots, links or files it
+        did not create.
+
+        Raises:
+            LayoutConflictError: a real file or directory where a link must be, or a layout without its
+                ``current`` link (exit 2); nothing was changed.
+        """
+        self.host.links()  # a file or directory where current/last-good must be
+        agent_dir = self.layout.agent_dir
+        try:
+            entries = sorted(os.listdir(agent_dir))
+        except FileNotFoundError:
+            return
+        except NotADirectoryError:
+            entries = [agent_dir]
+        if entries:
+            shown = ", ".join(entries[:4]) + (" ..." if len(entries) > 4 else "")
+            raise LayoutConflictError(
+                f"{agent_dir}: holds {shown} but no {os.path.basename(self.layout.current_link)} link; "
+                "refusing to install over a partial layout (restore the link, or run uninstall first)"
+            )
+
+    def create_layout_dirs(self) -> list[str]:
+        """Create ``R/lib/NAME`` and ``R/bin`` with missing parents, 0755, durably (SPEC 3).
+
+        Returns:
+            The directories created, outermost first.
+
+        Raises:
+            ProtectedPathError: the layout would land under ``/usr`` outside ``/usr/local``.
+            HostError: a directory cannot be created (read-only, a file in the way, ...).
+        """
+        created: list[str] = []
+        for d in (self.layout.agent_dir, self.layout.bin_dir):
+            self.host.refuse_protected(d)
+            try:
+                created.extend(durable.make_dirs(d, 0o755))
+            except OSError as e:
+                raise host_error("create the layout directory", d, e) from None
+        return created
+
+    def ensure_compat_link(self) -> bool:
+        """Make ``R/bin/NAME -> ../lib/NAME/NAME-current`` (atomic, idempotent).
+
+        A plain file at ``R/bin/NAME`` is replaced only when it holds exactly the bytes of the blue slot (it
+        was adopted by :meth:`adopt`), so nothing is lost.
+
+        Returns:
+            True when the link was created or changed.
+
+        Raises:
+            LayoutConflictError: a directory, or a file that is not the adopted binary, stands there.
+            HostError: the link cannot be written.
+        """
+        link = self.layout.bin_link
+        target = self.layout.bin_link_target
+        try:
+            if is_plain_executable(link):
+                blue = self.layout.slot_path("blue")
+                if not is_plain_executable(blue) or durable.file_sha256(link) != durable.file_sha256(blue):
+                    raise LayoutConflictError(f"{link}: a file that is not the adopted binary stands here")
+                tmp = os.path.join(self.layout.bin_dir, f".{self.host.name}.link-adopt")
+                durable.remove_if_present(tmp, sync_dir=False)
+                os.symlink(target, tmp)
+                os.rename(tmp, link)
+                durable.fsync_dir(self.layout.bin_dir)
+                return True
+            return durable.atomic_symlink(target, link)
+        except OSError as e:
+            raise host_error("write the compatibility link", link, e) from None
+
+    def _legacy_layout_ok(self) -> bool:
+        if not self.host.legacy_root:
+            return False
+        legacy = Layout(self.host.legacy_root, self.host.name)
+        for link in (legacy.current_link, legacy.last_good_link):
+            try:
+                slot = legacy.slot_of_target(os.readlink(link))
+            except OSError:
+                return False
+            if slot is None or not is_plain_executable(legacy.slot_path(slot)):
+                return False
+        return True
+
+    def find_adoptable(self) -> Adoption | None:
+        """What :meth:`adopt` would take over, without changing anything (SPEC 3 adoption).
+
+        Order: a legacy layout under LEGACY while R is absent; else a plain executable regular file at
+        ``R/bin/NAME``; else one at ``LEGACY/bin/NAME``. Paths are compared after resolving symlinks, so
+        LEGACY that is R, or two names of one file, count once.
+
+        Returns:
+            The adoption, or None when the layout is installed already or nothing can be adopted.
+        """
+        if self.host.is_installed():
+            return None
+        root_real = os.path.realpath(self.host.root)
+        legacy_real = os.path.realpath(self.host.legacy_root) if self.host.legacy_root else ""
+        if not os.path.lexists(self.host.root) and legacy_real != root_real and self._legacy_layout_ok():
+            return Adoption("legacy_layout", self.host.legacy_root)
+        seen: set[str] = set()
+        candidates = [self.layout.bin_link]
+        if self.host.legacy_root:
+            candidates.append(Layout(self.host.legacy_root, self.host.name).bin_link)
+        for path in candidates:
+            real = os.path.realpath(path)
+            if real in seen:
+                continue
+            seen.add(real)
+            if is_plain_executable(path):
+                return Adoption("binary", path)
+        return None
+
+    def adopt(self) -> Adoption | None:
+        """Take over what :meth:`find_adoptable` found; idempotent (SPEC 3).
+
+        - ``legacy_layout``: R's missing parents are created 0755, then R becomes a relative symlink to
+          LEGACY (atomic). Nothing is written under LEGACY.
+        - ``binary``: the layout directories are created and the binary is copied into blue (temp + fsync +
+          rename + dir fsync; an identical blue is left alone). The source file is not touched; pointing
+          ``current``/``last-good`` and :meth:`ensure_compat_link` are the installer's next steps.
+
+        Returns:
+            The adoption done (with the blue sha256 for ``binary``), or None when there was nothing to adopt.
+
+        Raises:
+            ProtectedPathError: R would be created under ``/usr`` outside ``/usr/local``.
+            HostError: a directory, link or copy could not be written.
+        """
+        found = self.find_adoptable()
+        if found is None:
+            return None
+        if found.kind == "legacy_layout":
+            parent = os.path.dirname(self.host.root)
+            self.host.refuse_protected(parent)
+            try:
+                durable.make_dirs(parent, 0o755)
+                target = os.path.relpath(os.path.realpath(self.host.legacy_root), os.path.realpath(parent))
+                durable.atomic_symlink(target, self.host.root)
+            except OSError as e:
+                raise host_error("link the host root to the legacy root", self.host.root, e) from None
+            return found
+        self.create_layout_dirs()
+        blue = self.layout.slot_path("blue")
+        try:
+            durable.copy_file_durable(found.source, blue, 0o755)
+            sha = durable.file_sha256(blue)
+        except (OSError, ValueError) as e:
+            detail = e if isinstance(e, ValueError) else (e.strerror or str(e))
+            raise HostError(f"{found.source}: cannot adopt into {blue}: {detail}") from None
+        return attrs.evolve(found, sha256=sha)
+
+    def host_root(self) -> str:
+        """The host root operations use, resolved; changes nothing (``upgrade-agent host-root``).
+
+        R when it exists (resolved through its symlink, if any); else LEGACY when a legacy layout there
+        would be adopted; else R as configured (resolved as far as it exists).
+        """
+        if os.path.lexists(self.host.root):
+            return os.path.realpath(self.host.root)
+        if self._legacy_layout_ok():
+            return os.path.realpath(self.host.legacy_root)
+        return os.path.realpath(self.host.root)

@@ -1,0 +1,598 @@
+"""Fetching an archive from ``https://``, ``http://``, ``file://`` or a plain path (SPEC 6 Fetch, K3, K4).
+
+The bytes are handed, as they arrive, to an async *sink* (the extraction pipeline of
+:mod:`agent.release.extract`), so nothing is buffered whole. Rules enforced here:
+
+- ``http://`` only as ``download.allow_http`` says: ``"never"``, ``"loopback"`` (127.0.0.0/8, ``::1``,
+  ``localhost``; decided from the URL's host literal, never from DNS) or ``"always"``. The rule is checked
+  for the first URL and for every redirect hop.
+- Redirects are followed here, not by httpx (``follow_redirects=False``), so that each hop is checked: at
+  most ``max_redirects``; a hop keeps its scheme or goes http -> https; https -> http, ``ftp:``, ``file:``
+  or anything else is refused (:class:`~upgrade_core.errors.FetchRedirectError`, case C08). Credentials
+  (the source URL's userinfo, turned into a Basic ``Authorization`` header, and any caller-supplied
+  ``Authorization``) are sent only to the source's own origin (scheme, host, port), never to another
+  origin a redirect leads to; userinfo inside a ``Location`` is dropped, never used.
+- Length (case C06): a body shorter or longer than its ``Content-Length`` fails, and so does a chunked
+  body cut before its terminating chunk (h11 reports both; we also count the bytes ourselves, because
+  ``http.client``-style readers return short reads silently). A body with neither ``Content-Length`` nor
+  chunked framing ends when the server closes the connection: HTTP/1.1 (RFC 9112 section 6.3, rule 8)
+  gives no way to tell a complete body from a cut one. We accept it here and rely on the archive's own end
+  checks (gzip trailer with CRC32 and ISIZE, zstd frame end, tar end-of-archive blocks; see
+  :mod:`agent.release.extract`), which make every truncation fail anyway.
+- Content codings (case C27): every request asks for ``Accept-Encoding: identity``. A server or proxy
+  that applies a ``Content-Encoding`` anyway (``gzip``/``x-gzip``, ``deflate``, ``zstd``, in any
+  combination) has its codings announced to the consumer (``content_coding``) before the first chunk;
+  the consumer (:mod:`agent.release.extract`) undoes them in its worker thread, before hashing, so the
+  sha256 is always over the file as published. ``br`` (no brotli decoder among our dependencies) and any other
+  coding are refused, naming the coding. Content-Length, ``max_bytes`` and the truncation rules apply to
+  the bytes on the wire (the raw stream, never httpx's decoded one).
+- Time: ``timeout_s`` bounds the whole transfer (including time the sink spends), and an idle timeout
+  (default 30 s) bounds every single wait for the network: :class:`~upgrade_core.errors.FetchTimeoutError`.
+- Foreign errors (``httpx.*``, ``OSError``) are translated here, with the redacted URL, ``from None``:
+  httpx messages quote the full URL, query token included.
+
+The sha256 over the compressed bytes is computed by the consumer (:mod:`agent.release.extract`) in its worker
+thread, so that hashing never blocks the event loop; :func:`parse_sha256` validates the expected value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ipaddress
+import os
+import re
+import ssl
+import stat
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Literal, Protocol, cast
+from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
+
+import aiofiles
+import anyio
+import attrs
+import httpx
+
+from agent.errors import UsageError
+from agent.redact import redact_url
+from upgrade_core.errors import (
+    ArchiveLimitError,
+    FetchContentEncodingError,
+    FetchError,
+    FetchHTTPError,
+    FetchLengthMismatchError,
+    FetchRedirectError,
+    FetchTimeoutError,
+)
+
+__all__ = [
+    "SUPPORTED_CODINGS",
+    "AllowHttp",
+    "ChunkSink",
+    "CodingSink",
+    "FetchPolicy",
+    "FetchResult",
+    "ProgressCallback",
+    "SourceTarget",
+    "check_http_allowed",
+    "check_redirect",
+    "fetch",
+    "parse_sha256",
+    "parse_source",
+    "same_origin",
+]
+
+AllowHttp = Literal["never", "loopback", "always"]
+ChunkSink = Callable[[bytes], Awaitable[None]]
+"""Receives each chunk of the body, in order; may apply backpressure by awaiting."""
+CodingSink = Callable[[tuple[str, ...]], Awaitable[None]]
+"""Receives the response's content codings (lower case, in the order applied), once, before any chunk."""
+ProgressCallback = Callable[[int, int | None], None]
+"""Called as ``progress(bytes_so_far, total_bytes_or_None)`` after each chunk; must not block."""
+
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+_SHA256_RE = re.compile(r"[0-9a-fA-F]{64}")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+SUPPORTED_CODINGS = frozenset({"gzip", "x-gzip", "deflate", "zstd"})
+"""Content codings a consumer can undo (agent.release.extract); ``identity`` is no coding at all."""
+
+
+@attrs.frozen
+class FetchPolicy:
+    """The ``[download]`` rules of SPEC 3 as the fetcher needs them.
+
+    Attributes:
+        allow_http: ``"never"``, ``"loopback"`` or ``"always"``.
+        max_redirects: the most redirect hops followed (0 refuses any redirect).
+        timeout_s: whole-transfer bound, seconds.
+        idle_timeout_s: bound on each single network wait (connect, read), seconds.
+        chunk_bytes: the size of each read of a local file handed to the sink, bytes (an http(s) body is
+            handed over as the network delivers it, in pieces of at most 64 KiB).
+    """
+
+    allow_http: AllowHttp = "loopback"
+    max_redirects: int = attrs.field(default=5, validator=attrs.validators.ge(0))
+    timeout_s: float = attrs.field(default=600.0, validator=attrs.validators.gt(0))
+    idle_timeout_s: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
+    chunk_bytes: int = attrs.field(default=256 * 1024, validator=attrs.validators.gt(0))
+
+
+@attrs.frozen
+class FetchResult:
+    """What a completed fetch delivered.
+
+    Attributes:
+        url: the final location, redacted (after redirects); the path for local sources.
+        size: bytes delivered to the sink.
+        content_length: the announced length in bytes, or None (chunked, close-delimited, local file).
+        redirects: redirect hops followed.
+    """
+
+    url: str
+    size: int
+    content_length: int | None
+    redirects: int
+
+
+def parse_sha256(value: str | None) -> str | None:
+    """Validate an expected archive digest given on the command line.
+
+    Args:
+        value: 64 hex digits, optionally prefixed ``sha256:``; None or "" for "no digest".
+
+    Returns:
+        64 lowercase hex, or None.
+
+    Raises:
+        UsageError: any other syntax (exit 2).
+    """
+    if value is None or value == "":
+        return None
+    digest = value[len("sha256:") :] if value.lower().startswith("sha256:") else value
+    if not _SHA256_RE.fullmatch(digest):
+        raise UsageError(f"--sha256: expected 64 hex digits (optionally 'sha256:' first), got {value!r}")
+    return digest.lower()
+
+
+@attrs.frozen
+class SourceTarget:
+    """Where a source points, from its syntax alone (nothing is opened or resolved).
+
+    Attributes:
+        scheme: ``https``, ``http``, ``file``, or ``path`` for a plain path.
+        local_path: the local file for ``file://`` URLs and plain paths; None for http(s).
+    """
+
+    scheme: Literal["https", "http", "file", "path"]
+    local_path: str | None
+
+
+def parse_source(source: str) -> SourceTarget:
+    """Classify an archive source by its syntax (SPEC 6 Fetch): the one place that knows the schemes.
+
+    Args:
+        source: ``https://``/``http://``/``file://`` URL or a plain path; may carry secrets.
+
+    Returns:
+        The :class:`SourceTarget`.
+
+    Raises:
+        UsageError: an empty source, an unsupported scheme (``ftp:``, ``data:``, ...), an http(s) URL with
+            no host or an unparsable port, or a ``file://`` URL naming a host. The message shows the
+            redacted source only (case C08).
+    """
+    shown = redact_url(source)
+    if not source:
+        raise UsageError("the archive source is empty")
+    if "://" not in source:
+        return SourceTarget("path", source)
+    scheme = source.split("://", 1)[0].lower()
+    try:
+        parts = urlsplit(source)
+        host, _port = parts.hostname, parts.port
+    except ValueError:
+        raise UsageError(f"{shown}: not a valid URL") from None
+    if scheme in ("http", "https"):
+        if not host or any(c.isspace() or c in "<>\"\\^`{|}" for c in host):
+            raise UsageError(f"{shown}: the URL names no valid host")
+        return SourceTarget("https" if scheme == "https" else "http", None)
+    if scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise UsageError(f"{shown}: file:// URLs must name a local path (no host)")
+        return SourceTarget("file", unquote(parts.path))
+    raise UsageError(f"{shown}: unsupported source scheme {scheme!r} (https, http, file or a path)")
+
+
+def content_codings(values: list[str], shown: str) -> tuple[str, ...]:
+    """The content codings of a response, in the order the server applied them (RFC 9110 8.4).
+
+    Args:
+        values: every ``Content-Encoding`` header value, in order.
+        shown: the redacted URL, for messages.
+
+    Returns:
+        Lower-case codings without ``identity``, e.g. ``("gzip",)``; ``()`` for an unencoded body.
+
+    Raises:
+        FetchContentEncodingError: a coding outside :data:`SUPPORTED_CODINGS` (``br``: no brotli decoder
+            is among our dependencies), named in the message, or more than four codings.
+    """
+    codings = tuple(
+        c for value in values for c in (p.strip().lower() for p in value.split(",")) if c and c != "identity"
+    )
+    for c in codings:
+        if c == "br":
+            raise FetchContentEncodingError(
+                f"{shown}: the server applied Content-Encoding br (brotli), which this agent cannot "
+                "decode (no brotli decoder installed); serve the file unencoded (identity was asked)"
+            )
+        if c not in SUPPORTED_CODINGS:
+            shown_c = c.encode("ascii", "backslashreplace").decode("ascii")[:40]
+            raise FetchContentEncodingError(
+                f"{shown}: unsupported Content-Encoding {shown_c} (gzip, deflate and zstd are undone; "
+                "identity was asked)"
+            )
+    if len(codings) > 4:
+        raise FetchContentEncodingError(f"{shown}: more than four content codings ({', '.join(codings)})")
+    return codings
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
+
+
+def same_origin(a: str, b: str) -> bool:
+    """True when both URLs have the same scheme, host and (effective) port (RFC 6454 origin)."""
+    return _origin(a) == _origin(b)
+
+
+def _is_loopback_host(host: str) -> bool:
+    host = host.lower().rstrip(".")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_http_allowed(url: str, allow_http: AllowHttp) -> None:
+    """Refuse a plain ``http://`` URL that ``download.allow_http`` does not allow.
+
+    Args:
+        url: the URL about to be requested.
+        allow_http: the policy; ``"loopback"`` accepts 127.0.0.0/8, ``::1`` and ``localhost`` only,
+            judged from the host literal (no DNS lookup, which an attacker could answer).
+
+    Raises:
+        FetchError: plain http refused by the policy (message names the redacted URL).
+    """
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "http" or allow_http == "always":
+        return
+    if allow_http == "loopback" and _is_loopback_host(parts.hostname or ""):
+        return
+    raise FetchError(
+        f"{redact_url(url)}: plain http is not allowed (download.allow_http = {allow_http!r}); use https"
+    )
+
+
+def check_redirect(from_url: str, to_url: str) -> None:
+    """Apply SPEC 6's scheme rule to one redirect hop (case C08).
+
+    A hop may keep its scheme (http -> http, https -> https) or upgrade http -> https. Everything else
+    (https -> http, any hop to ``ftp:``, ``file:``, ``data:`` ...) is refused.
+
+    Args:
+        from_url: the URL that answered with the redirect.
+        to_url: the absolute target (``Location`` resolved against ``from_url``).
+
+    Raises:
+        FetchRedirectError: the hop breaks the rule.
+    """
+    src = urlsplit(from_url).scheme.lower()
+    dst = urlsplit(to_url).scheme.lower()
+    if (src, dst) in {("http", "http"), ("https", "https"), ("http", "https")}:
+        return
+    raise FetchRedirectError(
+        f"{redact_url(from_url)}: refused redirect from {src}: to {dst or '(no scheme)'}: "
+        f"{redact_url(to_url)} (only same scheme or http -> https)"
+    )
+
+
+def _strip_userinfo(url: str) -> tuple[str, str | None]:
+    """Split ``url`` into (url without userinfo, Basic credentials header value or None)."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, sep, password = userinfo.partition(":")
+    token = f"{unquote(user)}:{unquote(password) if sep else ''}".encode()
+    bare = urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
+    return bare, "Basic " + base64.b64encode(token).decode("ascii")
+
+
+async def fetch(
+    source: str,
+    policy: FetchPolicy,
+    sink: ChunkSink,
+    *,
+    headers: Mapping[str, str] | None = None,
+    max_bytes: int | None = None,
+    progress: ProgressCallback | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    content_coding: CodingSink | None = None,
+) -> FetchResult:
+    """Stream ``source`` into ``sink`` chunk by chunk, as the bytes arrive on the wire.
+
+    Args:
+        source: ``https://``/``http://`` URL (userinfo becomes Basic auth for the source's origin only),
+            ``file://`` URL, or a plain path. May carry secrets: only its redacted form is ever printed.
+        policy: the ``[download]`` rules.
+        sink: awaited with each chunk, in order. Its exceptions propagate untouched.
+        headers: extra request headers (e.g. ``Authorization``); credentials among them follow the
+            same origin rule as userinfo.
+        max_bytes: ``limits.max_archive_bytes``: a longer announced or delivered body fails early.
+        progress: called with (bytes so far, total or None) after each chunk.
+        ssl_context: trust store for https (default: the system's).
+        content_coding: awaited once, before the first chunk, when the server applied a
+            ``Content-Encoding`` although we asked for identity; the chunks are then the encoded bytes
+            and the consumer must undo the codings. None: such a response is refused.
+
+    Returns:
+        A :class:`FetchResult`; by then every byte was handed to ``sink`` and the length rules held.
+
+    Raises:
+        UsageError: unsupported scheme or malformed URL.
+        FetchError: http refused by policy, connection or read failure, a local file unreadable.
+        FetchHTTPError: a non-2xx final status (``status`` attribute).
+        FetchRedirectError: a refused or excess redirect (C08).
+        FetchLengthMismatchError: body length differs from ``Content-Length`` or the chunked body was
+            cut (C06).
+        FetchTimeoutError: ``timeout_s`` or the idle timeout ran out.
+        FetchContentEncodingError: a ``Content-Encoding`` we cannot undo (``br``, ``compress``, ...),
+            or any one when ``content_coding`` is None; the message names it.
+        ArchiveLimitError: the body exceeds ``max_bytes``.
+
+    Cancellation: no effect beyond the chunks already handed to ``sink``.
+    """
+    shown = redact_url(source)
+    target = parse_source(source)
+    try:
+        with anyio.fail_after(policy.timeout_s):
+            if target.local_path is None:
+                return await _fetch_http(
+                    source, policy, sink, headers, max_bytes, progress, ssl_context, content_coding
+                )
+            return await _fetch_file(target.local_path, shown, policy, sink, max_bytes, progress)
+    except TimeoutError:
+        raise FetchTimeoutError(
+            f"{shown}: transfer did not finish within download.timeout_s = {policy.timeout_s:g} s"
+        ) from None
+
+
+class _AsyncBinaryFile(Protocol):
+    async def read(self, size: int = -1, /) -> bytes: ...
+
+    async def close(self) -> None: ...
+
+    def fileno(self) -> int: ...
+
+
+def _on_asyncio() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+async def _open_binary(path: str) -> _AsyncBinaryFile:
+    """Open ``path`` for async reading: aiofiles on asyncio (the agent's loop, SPEC 2).
+
+    aiofiles needs a running asyncio loop, so under trio (which the library's tests also exercise) the
+    same reads go through ``anyio.open_file``; both run each read in a worker thread.
+    """
+    if _on_asyncio():
+        return cast(_AsyncBinaryFile, await aiofiles.open(path, "rb"))
+    wrapped = await anyio.open_file(path, "rb")
+    return cast(_AsyncBinaryFile, _AnyioFile(wrapped))
+
+
+@attrs.define
+class _AnyioFile:
+    _f: anyio.AsyncFile[bytes]
+
+    async def read(self, size: int = -1, /) -> bytes:
+        return await self._f.read(size)
+
+    async def close(self) -> None:
+        await self._f.aclose()
+
+    def fileno(self) -> int:
+        return self._f.wrapped.fileno()
+
+
+async def _fetch_file(
+    path: str,
+    shown: str,
+    policy: FetchPolicy,
+    sink: ChunkSink,
+    max_bytes: int | None,
+    progress: ProgressCallback | None,
+) -> FetchResult:
+    try:
+        f = await _open_binary(path)
+    except OSError as exc:
+        raise FetchError(f"{shown}: cannot open: {exc.strerror or exc}") from None
+    try:
+        try:
+            st = await anyio.to_thread.run_sync(os.fstat, f.fileno())
+        except OSError as exc:
+            raise FetchError(f"{shown}: cannot stat: {exc.strerror or exc}") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise FetchError(f"{shown}: not a regular file")
+        total = st.st_size
+        if max_bytes is not None and total > max_bytes:
+            raise ArchiveLimitError(
+                f"{shown}: archive is {total} bytes, above limits.max_archive_bytes = {max_bytes}"
+            )
+        size = 0
+        while True:
+            try:
+                chunk = await f.read(policy.chunk_bytes)
+            except OSError as exc:
+                raise FetchError(f"{shown}: read failed at offset {size}: {exc.strerror or exc}") from None
+            if not chunk:
+                break
+            size += len(chunk)
+            if max_bytes is not None and size > max_bytes:
+                raise ArchiveLimitError(f"{shown}: archive exceeds limits.max_archive_bytes = {max_bytes}")
+            await sink(chunk)
+            if progress is not None:
+                progress(size, total)
+        return FetchResult(url=shown, size=size, content_length=None, redirects=0)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await f.close()
+
+
+def _translate_httpx(exc: Exception, url: str, policy: FetchPolicy, received: int | None) -> FetchError:
+    """Map an httpx failure to our error, naming only the redacted URL (httpx's text quotes the URL)."""
+    shown = redact_url(url)
+    if isinstance(exc, httpx.TimeoutException):
+        return FetchTimeoutError(
+            f"{shown}: no data for {policy.idle_timeout_s:g} s (idle timeout, {type(exc).__name__})"
+        )
+    if received is not None and isinstance(exc, httpx.RemoteProtocolError):
+        return FetchLengthMismatchError(
+            f"{shown}: body ended early after {received} bytes (connection closed mid-body)"
+        )
+    if isinstance(exc, httpx.InvalidURL):
+        return FetchError(f"{shown}: invalid URL")
+    what = "connection failed" if isinstance(exc, httpx.ConnectError | OSError) else type(exc).__name__
+    return FetchError(f"{shown}: {what}")
+
+
+async def _fetch_http(
+    source: str,
+    policy: FetchPolicy,
+    sink: ChunkSink,
+    headers: Mapping[str, str] | None,
+    max_bytes: int | None,
+    progress: ProgressCallback | None,
+    ssl_context: ssl.SSLContext | None,
+    content_coding: CodingSink | None,
+) -> FetchResult:
+    url, basic = _strip_userinfo(source)
+    plain_headers = {
+        k: v for k, v in (headers or {}).items() if k.lower() not in ("authorization", "accept-encoding")
+    }
+    plain_headers["Accept-Encoding"] = "identity"  # C27: the file as published, not a re-encoding of it
+    credentials = {k: v for k, v in (headers or {}).items() if k.lower() == "authorization"}
+    if basic is not None and not credentials:
+        credentials = {"Authorization": basic}
+    home = url
+    timeout = httpx.Timeout(policy.idle_timeout_s)
+    verify: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
+    # trust_env=False: no proxy/netrc/SSL_CERT_FILE surprises on a fleet host; the source is explicit.
+    async with httpx.AsyncClient(
+        follow_redirects=False, timeout=timeout, verify=verify, trust_env=False
+    ) as client:
+        for hop in range(policy.max_redirects + 1):
+            check_http_allowed(url, policy.allow_http)
+            send_headers = dict(plain_headers)
+            if same_origin(url, home):
+                send_headers.update(credentials)
+            try:
+                request = client.build_request("GET", url, headers=send_headers)
+                response = await client.send(request, stream=True)
+            except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
+                raise _translate_httpx(exc, url, policy, None) from None
+            try:
+                if response.status_code in _REDIRECT_STATUSES:
+                    location = response.headers.get("location")
+                    if not location:
+                        raise FetchRedirectError(
+                            f"{redact_url(url)}: HTTP {response.status_code} without a Location header"
+                        )
+                    try:
+                        target, _dropped = _strip_userinfo(urljoin(url, location))
+                    except ValueError:
+                        raise FetchRedirectError(f"{redact_url(url)}: unparsable Location header") from None
+                    check_redirect(url, target)
+                    url = target
+                    continue
+                if response.status_code != 200:
+                    raise FetchHTTPError(
+                        f"{redact_url(url)}: HTTP {response.status_code} {response.reason_phrase}".rstrip(),
+                        response.status_code,
+                    )
+                return await _stream_body(
+                    response, url, policy, sink, max_bytes, progress, hop, content_coding
+                )
+            finally:
+                with anyio.CancelScope(shield=True):
+                    await response.aclose()
+    raise FetchRedirectError(
+        f"{redact_url(source)}: more than download.max_redirects = {policy.max_redirects} redirects"
+    )
+
+
+async def _stream_body(
+    response: httpx.Response,
+    url: str,
+    policy: FetchPolicy,
+    sink: ChunkSink,
+    max_bytes: int | None,
+    progress: ProgressCallback | None,
+    redirects: int,
+    content_coding: CodingSink | None,
+) -> FetchResult:
+    shown = redact_url(url)
+    codings = content_codings(response.headers.get_list("content-encoding"), shown)
+    if codings and content_coding is None:
+        raise FetchContentEncodingError(
+            f"{shown}: the server applied Content-Encoding {', '.join(codings)} although identity was asked"
+        )
+    length_header = response.headers.get("content-length")
+    announced: int | None = None
+    if length_header is not None and "chunked" not in response.headers.get("transfer-encoding", "").lower():
+        if not length_header.strip().isdigit():
+            raise FetchError(f"{shown}: invalid Content-Length {length_header!r}")
+        announced = int(length_header)
+        if max_bytes is not None and announced > max_bytes:
+            raise ArchiveLimitError(
+                f"{shown}: Content-Length {announced} is above limits.max_archive_bytes = {max_bytes}"
+            )
+    if codings and content_coding is not None:
+        await content_coding(codings)
+    received = 0
+    # The wire bytes, as each network read returns them (httpx decodes nothing here). Not
+    # aiter_raw(chunk_bytes): httpx would re-chunk them through a BytesIO, which costs as much CPU as the
+    # whole transfer (issue 16); the consumer (agent.release.extract) batches chunks itself.
+    chunks = response.aiter_raw()
+    while True:
+        try:
+            chunk = await chunks.__anext__()
+        except StopAsyncIteration:
+            break
+        except (httpx.HTTPError, httpx.StreamError, OSError) as exc:
+            if isinstance(exc, httpx.StreamError):
+                raise FetchError(f"{shown}: stream error ({type(exc).__name__})") from None
+            raise _translate_httpx(exc, url, policy, received) from None
+        received += len(chunk)
+        if announced is not None and received > announced:
+            raise FetchLengthMismatchError(f"{shown}: body longer than Content-Length {announced}")
+        if max_bytes is not None and received > max_bytes:
+            raise ArchiveLimitError(f"{shown}: body exceeds limits.max_archive_bytes = {max_bytes}")
+        await sink(chunk)
+        if progress is not None:
+            progress(received, announced)
+    if announced is not None and received != announced:
+        raise FetchLengthMismatchError(
+            f"{shown}: received {received} bytes, Content-Length announced {announced}"
+        )
+    return FetchResult(url=shown, size=received, content_length=announced, redirects=redirects)

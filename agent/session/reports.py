@@ -1,0 +1,169 @@
+"""The typed results of the embedding session's readers and maintenance commands (SPEC 7 JSON shapes):
+what ``status``, ``upgrade --preflight`` and ``journal quarantine`` report. Plain frozen values; no I/O."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import attrs
+
+from upgrade_core import (
+    Slot,
+    UpgradeResult,
+)
+
+
+# -- typed read results ---------------------------------------------------------------------------------
+@attrs.frozen
+class SlotInfo:
+    """One slot as ``status`` shows it (SPEC 7).
+
+    Attributes:
+        slot: ``blue`` or ``green``.
+        path: the slot file's absolute path.
+        sha256: 64 lowercase hex of the slot's bytes, None when missing or empty (C12).
+        version: the version its binary reported when installed, as far as the journal knows.
+    """
+
+    slot: Slot
+    path: str
+    sha256: str | None
+    version: str | None
+
+
+@attrs.frozen
+class ServiceInfo:
+    """The agent unit as systemd shows it; every field None when systemd could not be asked.
+
+    Attributes:
+        active_state / sub_state: ``ActiveState`` / ``SubState``.
+        main_pid: ``MainPID``, None when there is no main process.
+        exe: ``/proc/<MainPID>/exe`` resolved.
+    """
+
+    active_state: str | None = None
+    sub_state: str | None = None
+    main_pid: int | None = None
+    exe: str | None = None
+
+
+@attrs.frozen
+class EpisodeInfo:
+    """The open episode, if any (SPEC 7 ``status``, issue 10 item 4).
+
+    Attributes:
+        operation / state: its operation id and lifecycle state (SPEC 4.2).
+        upgrader_pid: the pid holding the host lock (the upgrader or recovery running it), None when the
+            lock is free or the pid is unknown.
+        abandoned: True when no process holds the host lock: its upgrader died (``recover`` finishes it;
+            so does ``NAME-recover.timer`` within its period).
+    """
+
+    operation: str
+    state: str
+    upgrader_pid: int | None = None
+    abandoned: bool = False
+
+
+@attrs.frozen
+class KnownBad:
+    """A release digest the journal condemned (issue 12 item 4).
+
+    Attributes:
+        sha256: the candidate's member digest (64 lowercase hex).
+        operation: the operation whose candidate failed its health check or its verification.
+    """
+
+    sha256: str
+    operation: str
+
+
+@attrs.frozen
+class Status:
+    """What ``status`` reports (SPEC 7), from the journal and the links; no binary is run.
+
+    Attributes:
+        agent: NAME.
+        current / last_good: the slots the links name, None on a bare host.
+        service: the agent unit.
+        episode: the open episode, None when every episode is closed.
+        missing_units / drifted_units: rendered unit files absent from ``unit_dir`` / present there with
+            other contents (issue 10 item 4).
+        next: what to run next (one line), None when nothing is needed
+            (:func:`agent.session.converge.next_step`).
+        service_error: why ``service`` is empty, when systemd could not be asked.
+        security_watermark: the highest ``security_version`` of a signed release ever committed on this host
+            (issue 12 item 3), None when none was.
+        known_bad: release digests refused when offered again, each with the operation that condemned it
+            (issue 12 item 4), sorted by digest.
+    """
+
+    agent: str
+    current: SlotInfo | None
+    last_good: SlotInfo | None
+    service: ServiceInfo
+    episode: EpisodeInfo | None
+    missing_units: tuple[str, ...] = ()
+    drifted_units: tuple[str, ...] = ()
+    next: str | None = None
+    service_error: str | None = None
+    security_watermark: int | None = None
+    known_bad: tuple[KnownBad, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        """The SPEC 7 ``status`` JSON object (SPEC 10 adds ``security_watermark`` and ``known_bad``)."""
+        doc = attrs.asdict(self)
+        doc.pop("service_error")
+        return doc
+
+
+@attrs.frozen
+class Preflight:
+    """What ``upgrade --preflight`` reports (SPEC 7).
+
+    Attributes:
+        plan: the steps an upgrade would take, one line each.
+        inactive_slot: the slot the candidate would be staged into.
+        lock: ``free`` or ``busy``.
+        open_episode: the operation id of an open episode that would be recovered first, or None.
+        episode: that episode with its upgrader's pid / abandoned (as in :class:`Status`), or None.
+        missing_units / drifted_units / next: as in :class:`Status`.
+    """
+
+    plan: tuple[str, ...]
+    inactive_slot: Slot
+    lock: Literal["free", "busy"]
+    open_episode: str | None
+    episode: EpisodeInfo | None = None
+    missing_units: tuple[str, ...] = ()
+    drifted_units: tuple[str, ...] = ()
+    next: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The SPEC 7 ``upgrade --preflight`` JSON object, plus the issue 10 keys."""
+        return {"preflight": True, "plan": list(self.plan), "inactive_slot": self.inactive_slot,
+                "lock": self.lock, "open_episode": self.open_episode,
+                "episode": None if self.episode is None else attrs.asdict(self.episode),
+                "missing_units": list(self.missing_units), "drifted_units": list(self.drifted_units),
+                "next": self.next}
+
+
+@attrs.frozen
+class Quarantined:
+    """What ``journal quarantine`` did (SPEC 10).
+
+    Attributes:
+        quarantine_path: where the old journal directory is now.
+        result: the new journal's first episode's result (``noop``, reason naming the path).
+        current / last_good: the slots recorded (slot, path, sha256, version).
+    """
+
+    quarantine_path: str
+    result: UpgradeResult
+    current: SlotInfo
+    last_good: SlotInfo
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"quarantined": path, "operation", "current": {...}, "last_good": {...}}``."""
+        return {"quarantined": self.quarantine_path, "operation": self.result.operation,
+                "current": attrs.asdict(self.current), "last_good": attrs.asdict(self.last_good)}

@@ -1,0 +1,498 @@
+"""The installation half of :class:`agent.session.session.Session`: ``install`` (bare host, adoption, repair),
+the unit files, ``reset`` and the removal of only what ``install`` made (its install record, SPEC 10).
+
+A mixin so the session keeps one public surface while each file keeps one job; it relies on the session's
+``config``, ``config_path``, ``host``, :meth:`~agent.session.session.Session.request` and its one
+locked-episode frame (``_write``: check, lock, wire, fold, run, compact, close).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+from agent.config.loader import AgentConfig
+from agent.errors import UsageError
+from agent.host.adapter import AgentHost
+from agent.host.install_record import RECORD_NAME, Cleanup, InstallRecord, Remover, missing_dirs
+from agent.logline import log
+from upgrade_core import (
+    Folder,
+    Policy,
+    Ports,
+    Slot,
+    UpgradeRequest,
+    UpgradeResult,
+)
+from upgrade_core.errors import (
+    AlreadyInstalledError,
+    UpgradeError,
+)
+
+TYPE_CHECKING = False
+
+
+class SetupMixin:
+    """``install``, ``units``, ``reset``, the install record and unit removal (see the module doc)."""
+
+    config: AgentConfig
+    config_path: str
+    host: AgentHost
+    cleanup_errors: list[str]
+    """What the last failed install's clean-up could not remove (one line each)."""
+    repaired: list[str] | None
+    """What the last install on an installed host repaired, None when it repaired nothing."""
+
+    if TYPE_CHECKING:
+
+        async def _write(
+            self,
+            flow: Callable[[Ports, Policy, Folder], Awaitable[Any]],
+            *,
+            source_override: Any = None,
+            operation: str | None = None,
+            before_wire: Callable[[], Awaitable[None]] | None = None,
+            signature: str | None = None,
+        ) -> Any: ...
+
+        def request(
+            self,
+            archive: str,
+            *,
+            sha256: str | None = None,
+            operation: str | None = None,
+            expect_version: str | None = None,
+            signature: str | None = None,
+        ) -> UpgradeRequest: ...
+
+    async def install(
+        self,
+        request: UpgradeRequest | None = None,
+        *,
+        sha256: str | None = None,
+        expect_version: str | None = None,
+    ) -> UpgradeResult:
+        """``install`` (SPEC 7): a bare host -> blue, both links, the units, start and health-check.
+
+        Without ``request``: adopt what is there (a plain executable at ``R/bin/NAME`` or under
+        ``host.legacy_root``, or a legacy layout, SPEC 3), checked against ``sha256`` (of the binary) and
+        ``expect_version`` as an archive would be. On an installed host: the same member digest as
+        ``current`` is ``noop``. A failed install (any result but ``committed``/``noop``, or an error)
+        removes the units and layout it made; the journal keeps the episode.
+
+        Raises:
+            UsageError: nothing to adopt (exit 2).
+            LayoutConflictError: the host is not bare and not installed (exit 2), before the lock.
+            AlreadyInstalledError: installed with another binary; use upgrade (exit 2).
+            LockBusyError: the host lock is held (exit 75).
+        """
+        from agent.host.provision import Provisioner
+
+        provision = Provisioner(self.host)
+        source_override: Any = None
+        legacy = False
+        if request is None:
+            found = provision.find_adoptable()
+            if found is None:
+                if self.host.is_installed():
+                    self.refuse_foreign_units()
+                    return await self._write(lambda p, pol, f: self._repair(p.service))
+                raise UsageError(
+                    f"nothing to adopt at {self.host.layout.bin_link} or under host.legacy_root; "
+                    "pass --archive"
+                )
+            legacy = found.kind == "legacy_layout"
+            request = self.request(found.source, sha256=sha256, expect_version=expect_version)
+            source_override = _PlainFileSource()
+        self.refuse_foreign_units()  # before the lock file too: a refusal leaves the host untouched
+        if legacy:
+            return await self._write(lambda p, pol, f: self._adopt_legacy(provision))
+        if self.host.is_installed():
+            return await self._write(
+                lambda p, pol, f: self._install_again(p, request), source_override=source_override,
+                signature=request.signature,
+            )
+        provision.check_bare()  # before the lock file too: a refusal leaves the host untouched
+        return await self._write(
+            lambda p, pol, f: self._install_bare(p, pol, f, request, provision),
+            source_override=source_override,
+            operation=request.operation,
+            signature=request.signature,
+        )
+
+    async def _install_bare(
+        self, ports: Ports, policy: Policy, folder: Folder, request: UpgradeRequest, provision: Any
+    ) -> UpgradeResult:
+        from upgrade_core import run_install
+
+        provision.check_bare()
+        record = self.install_record()
+        lay = self.host.layout
+        done = False
+        try:
+            # Intent before effect: each thing is listed in the install record before it is created.
+            record.intend("dir", missing_dirs(lay.agent_dir) + missing_dirs(lay.bin_dir))
+            provision.create_layout_dirs()
+            record.intend("file", [lay.slot_path("blue")])
+            record.intend("link", [lay.current_link, lay.last_good_link, lay.bin_link])
+            await self._install_units(ports.service, record, start_operator=False)
+            result = await run_install(ports, policy, request, folder=folder)
+            if result.result == "committed":
+                provision.ensure_compat_link()
+            done = result.result in ("committed", "noop")
+            if done:  # the operator takes upgrades of an installed agent only
+                await self._start_operator(ports.service)
+            return result
+        except BaseException as exc:
+            # SPEC 7: a failed install removes what it created (the journal keeps the episode). The first
+            # error stays the result; what the clean-up could not do goes with it as ``cleanup_errors``.
+            with anyio.CancelScope(shield=True):
+                await self._clean_up_failed_install(record)
+            if self.cleanup_errors and isinstance(exc, Exception):
+                with contextlib.suppress(AttributeError):
+                    exc.cleanup_errors = list(self.cleanup_errors)  # type: ignore[attr-defined]
+            done = True
+            raise
+        finally:
+            if not done:  # an aborted or rolled-back result: clean up, keep the result
+                with anyio.CancelScope(shield=True):
+                    await self._clean_up_failed_install(record)
+
+    async def _clean_up_failed_install(self, record: InstallRecord) -> None:
+        """Remove what the record lists, by the rules of :mod:`agent.host.install_record`; never raises.
+
+        Anything listed but not removed, and any removal that failed, goes to :attr:`cleanup_errors`.
+        """
+        try:
+            out = await self.remove_units(record)
+            out.extend(self._remover().remove(record.entries))
+            self._forget(record, out)
+            problems = out.kept + out.errors
+        except Exception as exc:  # a clean-up never replaces the install's own result
+            problems = [f"clean-up stopped: {exc}"]
+        self.cleanup_errors = problems
+        for line in problems:
+            log(f"clean-up: {line}")
+
+    async def _install_again(self, ports: Ports, request: UpgradeRequest) -> UpgradeResult:
+        """Already installed: the same member digest as ``current`` -> noop; else AlreadyInstalledError."""
+        from upgrade_core import other_slot
+
+        current = self.host.links().current
+        assert current is not None
+        inactive = other_slot(current)
+        path = await self.host.prepare_staging(inactive)
+        try:
+            staged = await ports.source.stage(request.source, request.expected_sha256, path, inactive)
+        finally:
+            await self.host.discard_staging(path)
+        if staged.sha256 == await self.host.slot_sha256(current):
+            return await self._repair(ports.service)
+        raise AlreadyInstalledError(f"{self.host.current_link_path()}: already installed; use upgrade")
+
+    async def _repair(self, service: Any) -> UpgradeResult:
+        """Installed with the same binary: rewrite missing or drifted unit files (re-enable them and start
+        the agent) and recreate a missing or drifted ``R/bin/NAME`` link; :attr:`repaired` says what.
+
+        Raises:
+            ConfigError: a unit file another service or agent owns stands where one of ours goes (exit 2).
+            ServiceError, HostError: a unit or the link could not be written or started.
+        """
+        from agent.host.provision import Provisioner
+
+        record = self.install_record()
+        self.repaired = []
+        units = self.units()
+        drifted = {n: t for n, t in units.items() if _read_text(self._unit_path(n)) != t}
+        if drifted:
+            await self._install_units(service, record, only=drifted)
+            self.repaired += [self._unit_path(n) for n in drifted]
+        lay = self.host.layout
+        if not os.path.lexists(lay.bin_link) or (
+            os.path.islink(lay.bin_link) and not _is_link_to(lay.bin_link, lay.bin_link_target)
+        ):
+            record.intend("dir", missing_dirs(lay.bin_dir))
+            record.intend("link", [lay.bin_link])
+            Provisioner(self.host).create_layout_dirs()
+            Provisioner(self.host).ensure_compat_link()
+            self.repaired.append(lay.bin_link)
+        if drifted:
+            await service.start()
+        current = self.host.links().current
+        reason = f"repaired {', '.join(self.repaired)}" if self.repaired else None
+        return UpgradeResult(None, "noop", slot=current, reason=reason)
+
+    async def _adopt_legacy(self, provision: Any) -> UpgradeResult:
+        record = self.install_record()
+        record.intend("dir", missing_dirs(os.path.dirname(self.host.root)))
+        record.intend("link", [self.host.root])
+        provision.adopt()
+        service = self._service()
+        await self._install_units(service, record)
+        await service.start()
+        return UpgradeResult(None, "noop", slot=self.host.links().current, reason="adopted legacy layout")
+
+    # -- units -------------------------------------------------------------------------------------------
+    def unit_executables(self, bin_dir: str | None = None) -> list[str]:
+        """Absolute paths of the tool's executables the rendered units run: ``recover-agent-upgrade``, and
+        ``upgrade-agent`` beside it when ``[operations] source`` is set (``NAME-operator.service``).
+
+        Args:
+            bin_dir: the directory holding both on the host the units are for; None: where this process's
+                own ``recover-agent-upgrade`` is installed (see :meth:`units`).
+        """
+        from agent.session.wiring import recover_executable
+
+        recover = recover_executable() if bin_dir is None else os.path.join(bin_dir, "recover-agent-upgrade")
+        if not self.config.operations.source:
+            return [recover]
+        return [recover, os.path.join(os.path.dirname(recover), "upgrade-agent")]
+
+    def units(self, *, bin_dir: str | None = None, config_path: str | None = None) -> dict[str, str]:
+        """The rendered unit files, file name -> text (SPEC 6, 10): the agent unit, both recovery units,
+        ``NAME-recover.timer`` and its ``NAME-recover-timer.service``; ``NAME-operator.service`` too when
+        ``[operations] source`` is set (issue 13).
+
+        Args:
+            bin_dir: absolute directory holding ``upgrade-agent`` and ``recover-agent-upgrade`` on the host
+                the units are for; None: where this process's own ``recover-agent-upgrade`` is installed
+                (``upgrade-agent ignition`` names the runtime unpacked on the new host instead).
+            config_path: absolute configuration path the units pass as ``--config``; None: this session's.
+
+        Raises:
+            ConfigError: a relative path or a bad name (see :func:`agent.systemd.units.render_units`).
+        """
+        from agent.systemd.units import render_units
+
+        cfg = self.config
+        recover_exe, *upgrade_exe = self.unit_executables(bin_dir)
+        operator = None
+        if upgrade_exe:  # [operations] source is set: NAME-operator.service runs upgrade-agent
+            exe = upgrade_exe[0]
+            health = cfg.health
+            budget = health.max_attempts * (health.stability_s + health.timeout_s)
+            operator = (exe, cfg.operations.source, int(budget) + 120)
+        return render_units(
+            name=cfg.agent.name,
+            unit=cfg.agent.unit,
+            current_link=self.host.current_link_path(),
+            exec_args=cfg.agent.exec_args,
+            max_attempts=cfg.health.max_attempts,
+            recover_exe=recover_exe,
+            config_path=self.config_path if config_path is None else config_path,
+            operator=operator,
+        )
+
+    async def reset(self) -> Cleanup:
+        """``reset``: stop, disable and remove the agent's units, daemon-reload, under the host lock.
+
+        Only unit files the install record lists (with no record: the rendered names) whose first line is
+        this agent's header are stopped, disabled and removed; any other is kept and reported.
+
+        Returns:
+            What was removed and kept, and the removals that failed.
+
+        Raises:
+            LockBusyError: the host lock is held (exit 75).
+            HostRefusedError, HostError: the install record cannot be trusted; nothing was changed.
+        """
+        from agent.host.lock import HostLock
+
+        with HostLock(self.config.host.lock_path):
+            record = self.install_record()
+            out = await self.remove_units(record)
+            self._forget(record, out)
+            return out
+
+    # -- ownership: the install record and the unit files ------------------------------------------------
+    def install_record(self) -> InstallRecord:
+        """The install record in ``state_dir`` (empty, ``exists`` False, when there is none); creates nothing.
+
+        Raises:
+            HostRefusedError: a symlink, FIFO or other non-regular file stands where it goes (exit 4).
+            HostError: it is unreadable or belongs to another agent.
+        """
+        from agent.host.install_record import RecordError
+        from upgrade_core.errors import HostError, HostRefusedError
+
+        cfg = self.config
+        try:
+            return InstallRecord.load(cfg.host.state_dir, cfg.agent.name, cfg.agent.unit, self.config_path)
+        except RecordError as exc:
+            path = os.path.join(cfg.host.state_dir, RECORD_NAME)
+            if exc.refused:
+                raise HostRefusedError(path, str(exc).removeprefix(f"{path}: ")) from None
+            raise HostError(str(exc)) from None
+
+    def _remover(self) -> Remover:
+        return Remover(self.host.layout, self.config.host.unit_dir, self.host.legacy_root)
+
+    def _unit_path(self, name: str) -> str:
+        return os.path.join(self.config.host.unit_dir, name)
+
+    def refuse_foreign_units(self) -> None:
+        """Refuse to write over a unit file this agent did not write (issue 10 item 3).
+
+        Raises:
+            ConfigError: one of :meth:`units` exists without this agent's header line: another service's
+                unit, or one another configuration's install wrote (exit 2, naming the key and the owner).
+        """
+        from agent.errors import ConfigError
+
+        remover = self._remover()
+        for name in self.units():
+            path = self._unit_path(name)
+            if not os.path.lexists(path):
+                continue
+            ours, why = remover.unit_is_ours(path)
+            if not ours:
+                key = "agent.unit" if name == self.config.agent.unit else "agent.name"
+                raise ConfigError(
+                    f"{key}: {path} already exists and is not this agent's ({why}); refusing to overwrite "
+                    "it: choose another unit name, or remove that unit first"
+                )
+
+    @staticmethod
+    def _forget(record: InstallRecord, out: Cleanup) -> None:
+        """Drop from the record what is gone (removed, or absent); keep what was kept or failed."""
+        gone = [e.path for e in record.entries if not os.path.lexists(e.path)]  # lstat decides
+        try:
+            record.forget(gone)
+        except OSError as exc:
+            out.errors.append(f"{record.path}: cannot update the install record: {exc.strerror or exc}")
+
+    def _service(self) -> Any:
+        from agent.session.wiring import service_manager
+
+        return service_manager(self.config, self.config_path)
+
+    async def _install_units(
+        self, service: Any, record: InstallRecord, only: dict[str, str] | None = None, *,
+        start_operator: bool = True,
+    ) -> None:
+        """Write the units (``only`` those, default all of :meth:`units`), each listed in the install record
+        first; daemon-reload; enable the agent, the boot-time recovery unit, the recovery timer and (with
+        ``[operations]``) ``NAME-operator.service``; start the timer (it recovers an abandoned episode, an
+        interrupted install's too, without waiting for a reboot) and, with ``start_operator``, the operator
+        (a bare install starts it only once it committed).
+
+        Raises:
+            ConfigError: a unit file this agent did not write stands in the way (nothing written).
+        """
+        from agent.systemd.units import operator_unit_name, recover_boot_unit_name, recover_timer_name
+
+        name = self.config.agent.name
+        self.refuse_foreign_units()
+        units = self.units() if only is None else only
+        record.intend("unit", [self._unit_path(n) for n in units])
+        await service.write_units(units)
+        await service.daemon_reload()
+        enabled = [self.config.agent.unit, recover_boot_unit_name(name), recover_timer_name(name)]
+        if operator_unit_name(name) in self.units():
+            enabled.append(operator_unit_name(name))
+        await service.enable(*enabled)
+        await service.start(recover_timer_name(name))
+        if start_operator:
+            await self._start_operator(service)
+
+    async def _start_operator(self, service: Any) -> None:
+        """Start ``NAME-operator.service`` when ``[operations]`` is configured (issue 13)."""
+        from agent.systemd.units import operator_unit_name
+
+        if operator_unit_name(self.config.agent.name) in self.units():
+            await service.start(operator_unit_name(self.config.agent.name))
+
+    async def remove_units(self, record: InstallRecord | None = None) -> Cleanup:
+        """Stop, disable and remove this agent's unit files; the caller holds the host lock.
+
+        Candidates are the unit files the install record lists (with no record: the names :meth:`units`
+        renders, and the result's ``notes`` say so); of those only a regular file whose first line is
+        this agent's header is stopped, disabled and removed. Stop/disable failures are logged; a failed
+        removal or daemon-reload is reported in ``errors``. Never raises for a host condition.
+
+        Returns:
+            What was removed (unit files) and kept (with the reason), and what failed.
+        """
+        record = record if record is not None else self.install_record()
+        out = Cleanup()
+        unit_dir = os.path.normpath(self.config.host.unit_dir)
+        if record.exists:
+            paths = [e.path for e in record.entries if e.kind == "unit"]
+        else:
+            paths = [self._unit_path(n) for n in self.units()]
+            out.notes.append("no install record: only unit files and layout files carrying this agent's "
+                             "marker are removed")
+        remover = self._remover()
+        owned: list[str] = []
+        for path in paths:
+            if not os.path.lexists(path):
+                continue
+            ours, why = remover.unit_is_ours(path)
+            if not ours:
+                out.kept.append(f"{path}: kept: {why}")
+            elif os.path.dirname(path) != unit_dir:
+                out.kept.append(f"{path}: kept: not in host.unit_dir {unit_dir}")
+            else:
+                owned.append(os.path.basename(path))
+        if not owned:
+            return out
+        service = self._service()
+        for unit in owned:
+            try:
+                await service.stop(unit)
+            except UpgradeError as exc:
+                log(f"stop {unit}: {exc}")
+        try:
+            await service.disable(*owned)
+        except UpgradeError as exc:
+            log(f"disable: {exc}")
+        try:
+            out.removed += await service.remove_units(owned)
+        except UpgradeError as exc:
+            out.errors.append(str(exc))
+        try:
+            await service.daemon_reload()
+        except UpgradeError as exc:
+            out.errors.append(f"daemon-reload: {exc}")
+        for unit in owned:  # a unit stopped mid-run stays loaded as "failed" until this; leave no residue
+            try:
+                await service.reset_failed(unit)
+            except UpgradeError as exc:
+                log(f"reset-failed {unit}: {exc}")
+        return out
+
+    # -- readers -----------------------------------------------------------------------------------------
+
+
+def _read_text(path: str) -> str | None:
+    """A unit file's text, None when absent or not a regular file (never follows a link or opens a FIFO)."""
+    from agent.fs.statefile import read_regular
+
+    data = read_regular(path, follow=False)
+    return None if data is None else data.decode("utf-8", errors="replace")
+
+
+def _is_link_to(path: str, target: str) -> bool:
+    try:
+        return os.readlink(path) == target
+    except OSError:
+        return False
+
+
+class _PlainFileSource:
+    """An :class:`~upgrade_core.ports.ArchiveSource` for adoption: the "archive" is a plain executable."""
+
+    async def stage(self, source: str, expected_sha256: str | None, staging_path: str, slot: Slot) -> Any:
+        """Copy ``source`` into ``staging_path`` durably; its digest is computed from the copy."""
+        from agent.fs import durable
+        from upgrade_core.ports import StagedCandidate
+        def copy() -> tuple[str, int]:
+            durable.copy_file_durable(source, staging_path, 0o755)
+            return durable.file_sha256(staging_path), os.stat(staging_path).st_size
+
+        sha, size = await anyio.to_thread.run_sync(copy)
+        return StagedCandidate(slot, staging_path, sha, size, sha, size)

@@ -1,0 +1,306 @@
+"""Wiring: build the real ports of :mod:`upgrade_core.ports` from a configuration (SPEC 2).
+
+``upgrade_core`` knows only protocols; this module is the one place that picks the real implementations:
+the file journal, the host layout, the archive source, the verifier, systemd, the probe, the clock and the
+result sink. It also carries the documented test-only crash hook of SPEC 8.
+
+Test-only crash hook: when ``UPGRADE_AGENT_TEST_KILL_AFTER=TAG`` (or ``TAG#N``) is set, the process
+SIGKILLs itself right after the journal append of the N-th (default first) event with stable tag ``TAG``
+has returned, i.e. right after that record's fdatasync. ``tests/systemd/test_crash_real.py`` uses it to kill
+a real upgrade at every event of a recorded run. It does nothing when the variable is unset.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import anyio
+import attrs
+
+from agent.config.loader import AgentConfig
+from agent.errors import journal_error
+from agent.host.adapter import AgentHost
+from agent.host.lock import HostLock
+from journal import JournalFullError, JournalPoisonedError, JournalWriter
+from upgrade_core import EVENT_CODEC, Event, Policy, Ports, Recorded
+from upgrade_core.ports import ArchiveSource
+
+if TYPE_CHECKING:
+    from agent.release.fetch import FetchPolicy
+    from agent.release.trust import ReleaseTrust
+    from agent.systemd.manager import SystemdServiceManager
+
+KILL_HOOK_ENV = "UPGRADE_AGENT_TEST_KILL_AFTER"
+
+
+def journal_dir(cfg: AgentConfig) -> str:
+    """``state_dir/journal``: where the journal's segments live."""
+    return os.path.join(cfg.host.state_dir, "journal")
+
+
+def _parse_kill_hook(value: str | None) -> tuple[str, int] | None:
+    if not value:
+        return None
+    tag, _, nth = value.partition("#")
+    return tag, int(nth) if nth else 1
+
+
+_CRASH_AT = _parse_kill_hook(os.environ.get(KILL_HOOK_ENV))
+_CRASH_SEEN: dict[str, int] = {}
+
+
+def crash_point(tag: str) -> None:
+    """The test-only crash hook (see the module docstring) at a step that is not a journal append: the
+    operator calls it after each status it publishes (``operator-InProgress``, ``operator-terminal``), so a
+    test can SIGKILL it right after the source acknowledged. Does nothing when the variable is unset."""
+    if _CRASH_AT is None:
+        return
+    _CRASH_SEEN[tag] = _CRASH_SEEN.get(tag, 0) + 1
+    if (tag, _CRASH_SEEN[tag]) == _CRASH_AT:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class JournalPort:
+    """:class:`upgrade_core.ports.Journal` over a :class:`journal.JournalWriter`.
+
+    Maps the journal's durability failures (ENOSPC, a poisoning fsync error) to
+    :class:`~upgrade_core.errors.JournalDurabilityError` (exit 3), naming the journal directory.
+
+    Args:
+        writer: an open writer (the caller holds the host lock).
+        on_event: called after each durable append (progress lines on stderr).
+    """
+
+    def __init__(
+        self,
+        writer: JournalWriter[Event],
+        on_event: Callable[[Recorded], None] | None = None,
+        lock: HostLock | None = None,
+    ) -> None:
+        self._writer = writer
+        self._on_event = on_event
+        self._lock = lock
+        self._reread: Sequence[Recorded] | None = None
+        self._relinquished = False
+
+    @property
+    def writer(self) -> JournalWriter[Event]:
+        """The underlying writer (for sealing and compaction)."""
+        return self._writer
+
+    def records(self) -> Sequence[Recorded]:
+        """Every durable record in sequence order (as last re-read, after :meth:`relinquish`)."""
+        if self._relinquished and self._reread is not None:
+            return self._reread
+        return self._writer.records()
+
+    @property
+    def relinquished(self) -> bool:
+        """True after :meth:`relinquish`: this process no longer owns the journal."""
+        return self._relinquished
+
+    async def relinquish(self) -> None:
+        """Close the writer and release the host lock (a handed-off recovery unit takes both over)."""
+        await self._writer.aclose()
+        if self._lock is not None:
+            self._lock.release()
+        self._relinquished = True
+        self._reread = self._writer.records()
+
+    async def reread(self) -> Sequence[Recorded]:
+        """Replay the journal from disk, read-only (other processes' appends included).
+
+        Raises:
+            JournalUnreadableError: a corrupt or undecodable record; names its file and offset (exit 3).
+        """
+        from journal import JournalError as StoreError
+        from journal import replay
+
+        try:
+            rep = await anyio.to_thread.run_sync(replay, self._writer.directory, EVENT_CODEC)
+        except StoreError as exc:
+            raise journal_error(exc, self._writer.directory) from None
+        self._reread = rep.records
+        return rep.records
+
+    async def append(self, episode_id: str, event: Event) -> Recorded:
+        """Append durably; see :meth:`upgrade_core.ports.Journal.append`.
+
+        Raises:
+            JournalDurabilityError: ENOSPC, or the journal is poisoned by an fsync error.
+        """
+        try:
+            record = await self._writer.append(episode_id, event)
+        except (JournalFullError, JournalPoisonedError) as exc:
+            raise journal_error(exc, self._writer.directory) from None
+        if self._on_event is not None:
+            self._on_event(record)
+        crash_point(type(event).TAG)
+        return record
+
+
+class Ids:
+    """:class:`upgrade_core.ports.IdSource` from :mod:`secrets`."""
+
+    def token_hex(self, nbytes: int) -> str:
+        """``2 * nbytes`` lowercase hex characters."""
+        return secrets.token_hex(nbytes)
+
+
+def recover_executable() -> str:
+    """Absolute path of the installed ``recover-agent-upgrade`` (beside this interpreter, else on PATH).
+
+    Units and transient units run it by absolute path (SPEC 6).
+    """
+    beside = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "recover-agent-upgrade")
+    if os.access(beside, os.X_OK):
+        return beside
+    found = shutil.which("recover-agent-upgrade")
+    return os.path.abspath(found) if found else beside
+
+
+def policy_from(cfg: AgentConfig) -> Policy:
+    """The orchestrator's :class:`~upgrade_core.Policy` from ``[agent]``, ``[health]``, ``[journal]``."""
+    return Policy(
+        agent=cfg.agent.name,
+        unit=cfg.agent.unit,
+        stability_s=cfg.health.stability_s,
+        health_timeout_s=cfg.health.timeout_s,
+        max_attempts=cfg.health.max_attempts,
+        keep_episodes=cfg.journal.keep_episodes,
+    )
+
+
+def release_trust(cfg: AgentConfig, download: FetchPolicy, signature: str | None) -> ReleaseTrust | None:
+    """``[trust]`` at work for one request (issue 12), or None when no key is configured."""
+    from agent.release.minisign import parse_public_key
+    from agent.release.trust import ReleaseTrust
+
+    if not cfg.trust.root_keys:
+        return None
+    return ReleaseTrust(
+        roots=tuple(parse_public_key(k) for k in cfg.trust.root_keys),
+        keyring_source=cfg.trust.keyring,
+        require=cfg.trust.required,
+        state_dir=cfg.host.state_dir,
+        download=download,
+        signature=signature,
+    )
+
+
+def service_manager(cfg: AgentConfig, config_path: str) -> SystemdServiceManager:
+    """The systemd binding for ``agent.unit`` (``host.systemctl_prefix``, ``host.unit_dir``)."""
+    from agent.systemd.manager import SystemdServiceManager
+
+    return SystemdServiceManager(
+        cfg.agent.unit,
+        unit_dir=cfg.host.unit_dir,
+        recover_exe=recover_executable(),
+        config_path=os.path.abspath(config_path),
+        prefix=cfg.host.systemctl_prefix,
+    )
+
+
+@attrs.define
+class Wired:
+    """The ports of one process plus the objects the CLI needs beyond them."""
+
+    ports: Ports
+    policy: Policy
+    host: AgentHost
+    journal: JournalPort
+
+
+async def wire(
+    cfg: AgentConfig,
+    config_path: str,
+    *,
+    progress: Callable[[int, int | None], None] | None = None,
+    on_event: Callable[[Recorded], None] | None = None,
+    source_override: ArchiveSource | None = None,
+    lock: HostLock | None = None,
+    signature: str | None = None,
+) -> Wired:
+    """Open the journal (the caller holds the host lock) and build every port.
+
+    Args:
+        cfg: the loaded configuration.
+        config_path: the configuration file (absolute path used in units and hand-offs).
+        progress: ``progress(bytes_so_far, total_or_None)`` during downloads.
+        on_event: called after each durable journal append.
+        source_override: an :class:`~upgrade_core.ports.ArchiveSource` to use instead of the fetcher
+            (adoption of a plain binary).
+        lock: the host lock the caller holds; released by :meth:`JournalPort.relinquish` on a hand-off.
+        signature: ``--signature`` (None: ``<archive>.minisig``), used when ``[trust]`` has keys.
+
+    Raises:
+        JournalError: the journal cannot be trusted (corrupt: :class:`JournalUnreadableError` with file and
+            offset; a newer format), exit 3.
+    """
+    from agent.host.clock import SystemClock
+    from agent.host.ownership import journal_owner, owner_error, prepare_state
+    from agent.host.results import FileResultSink
+    from agent.release.extract import ExtractLimits
+    from agent.release.fetch import FetchPolicy
+    from agent.release.source import ArchiveSourceImpl
+    from agent.release.verify import VerifierImpl
+    from agent.systemd.probes import make_probe
+
+    host = AgentHost.from_config(cfg)
+    # SPEC 3 and 10: missing parents of state_dir are 0755, state_dir itself 0700; an existing one (and
+    # every ancestor) is checked before anything is created in it (exit 4).
+    prepare_state(cfg)
+    from journal import JournalError as StoreError
+    from journal import JournalOwnerError
+
+    try:
+        writer: JournalWriter[Event] = await JournalWriter.open(
+            journal_dir(cfg), EVENT_CODEC, owner=journal_owner(cfg)
+        )
+    except JournalOwnerError as exc:
+        raise owner_error(exc, cfg) from None
+    except StoreError as exc:
+        raise journal_error(exc, journal_dir(cfg)) from None
+    journal = JournalPort(writer, on_event, lock)
+    download = FetchPolicy(
+        allow_http=cfg.download.allow_http,
+        max_redirects=cfg.download.max_redirects,
+        timeout_s=cfg.download.timeout_s,
+    )
+    source = source_override or ArchiveSourceImpl(
+        download=download,
+        limits=ExtractLimits(
+            max_archive_bytes=cfg.limits.max_archive_bytes,
+            max_member_bytes=cfg.limits.max_member_bytes,
+            max_total_bytes=cfg.limits.max_total_bytes,
+            max_entries=cfg.limits.max_entries,
+            max_zstd_window_bytes=cfg.limits.max_zstd_window_bytes,
+        ),
+        member=cfg.agent.member,
+        member_policy=cfg.agent.member_policy,
+        progress=progress,
+        trust=release_trust(cfg, download, signature),
+    )
+    ports = Ports(
+        journal=journal,
+        clock=SystemClock(),
+        host=host,
+        source=source,
+        verifier=VerifierImpl(
+            version_args=cfg.agent.version_args,
+            timeout_s=cfg.verify.timeout_s,
+            max_output_bytes=cfg.verify.max_output_bytes,
+            version_regex=cfg.verify.version_regex,
+        ),
+        service=service_manager(cfg, config_path),
+        probe=make_probe(cfg.health.http_probe, cfg.health.command_probe),
+        sink=FileResultSink(cfg.host.state_dir),
+        ids=Ids(),
+    )
+    return Wired(ports=ports, policy=policy_from(cfg), host=host, journal=journal)
