@@ -33,7 +33,6 @@ from ._orchestrator import (
     CheckedJournal,
     HandedOff,
     Policy,
-    Ports,
     RestartScheduled,
     ResumeOutcome,
     UpgradeRequest,
@@ -48,3 +47,4 @@ from ._orchestrator import (
 )
 from ._state import TRANSITIONS, EpisodeContext, EpisodeState, advance, diagram_mermaid, next_state
 from .codec import EVENT_CODEC, EventCodec, EventDecodeError
+from .ports import Ports

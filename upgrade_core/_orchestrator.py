@@ -61,38 +61,12 @@ from .errors import (
     UpgradeError,
     VerifyError,
 )
-from .ports import (
-    ArchiveSource,
-    Clock,
-    HealthProbe,
-    Host,
-    IdSource,
-    Journal,
-    LinkState,
-    ResultSink,
-    ServiceManager,
-    Verifier,
-)
+from .ports import Host, Journal, LinkState, Ports
 
 _S = EpisodeState
 _R = TypeVar("_R")
 OPERATION_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
 """The operation-id rule (SPEC 4.3 step 1): use ``OPERATION_ID_RE.fullmatch(value)``. The one copy."""
-
-
-@attrs.frozen
-class Ports:
-    """Everything the orchestrator may touch (SPEC 2). ``agent.wiring`` and ``tests/sim`` build one."""
-
-    journal: Journal
-    clock: Clock
-    host: Host
-    source: ArchiveSource
-    verifier: Verifier
-    service: ServiceManager
-    probe: HealthProbe
-    sink: ResultSink
-    ids: IdSource
 
 
 @attrs.frozen
