@@ -17,6 +17,7 @@ from ._decide import (
 )
 from ._events import *  # noqa: F403
 from ._events import ALL_EVENTS, SLOTS, Event, Recorded, Slot, UpgradeResult, other_slot
+from ._flow_types import OPERATION_ID_RE, HandedOff, Policy, RestartScheduled, ResumeOutcome, UpgradeRequest
 from ._fold import EpisodeView, Folder, JournalView, fold
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, Verdict
 from ._history import summarize_history
@@ -29,13 +30,7 @@ from ._operations import (
     refused_status,
 )
 from ._orchestrator import (
-    OPERATION_ID_RE,
     CheckedJournal,
-    HandedOff,
-    Policy,
-    RestartScheduled,
-    ResumeOutcome,
-    UpgradeRequest,
     record_quarantine,
     recover,
     resume_self_upgrade,
