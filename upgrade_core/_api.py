@@ -17,6 +17,7 @@ from ._decide import (
 )
 from ._events import *  # noqa: F403
 from ._events import ALL_EVENTS, SLOTS, Event, Recorded, Slot, UpgradeResult, other_slot
+from ._executor import CheckedJournal
 from ._flow_types import OPERATION_ID_RE, HandedOff, Policy, RestartScheduled, ResumeOutcome, UpgradeRequest
 from ._fold import EpisodeView, Folder, JournalView, fold
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, Verdict
@@ -30,7 +31,6 @@ from ._operations import (
     refused_status,
 )
 from ._orchestrator import (
-    CheckedJournal,
     record_quarantine,
     recover,
     resume_self_upgrade,

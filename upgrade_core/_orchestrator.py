@@ -1,8 +1,8 @@
 """The async flows of SPEC 4.3-4.5, against the ports of :mod:`upgrade_core.ports` only. No I/O of its own.
 
-Every append goes through one helper, :class:`CheckedJournal`: the event is checked with THE rule
-(:func:`upgrade_core.next_state`, table and context) *before* the append, so an event that breaks a rule
-never becomes durable. Every effect goes through one bracket (``_Run.bracket``): an intent event is durable
+Every append and every effect goes through :mod:`upgrade_core._executor`: an append is checked with THE
+rule before it is made durable (:class:`~upgrade_core._executor.CheckedJournal`), and an effect goes
+through one bracket (:meth:`~upgrade_core._executor.StepExecutor.bracket`): an intent event is durable
 before an effect that recovery must re-check (``SwitchIntended``, ``RestartRequested``,
 ``HealthAttemptStarted``, ``RollbackStarted``), the completion is checked before the effect (h11's
 "validate before send") and appended after it. Journal appends and link flips are shielded from
@@ -24,7 +24,7 @@ The caller holds the host lock (SPEC 4.3 step 1, 4.6 inv. 7); signals are the CL
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Final, Literal, TypeVar
+from typing import Final, Literal
 
 import anyio
 
@@ -42,11 +42,12 @@ from ._decide import (
     Rollback,
     decide,
 )
-from ._events import EpisodeKind, HealthTarget, Recorded, Slot, Trigger, UpgradeResult, other_slot
+from ._events import EpisodeKind, HealthTarget, Slot, Trigger, UpgradeResult, other_slot
+from ._executor import CheckedJournal, StepExecutor
 from ._flow_types import HandedOff, Policy, RestartScheduled, ResumeOutcome, UpgradeRequest
 from ._fold import EpisodeView, Folder
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, backoff_gap
-from ._state import EpisodeState, advance
+from ._state import EpisodeState
 from .errors import (
     AlreadyInstalledError,
     HostError,
@@ -60,65 +61,9 @@ from .errors import (
     UpgradeError,
     VerifyError,
 )
-from .ports import Host, Journal, LinkState, Ports
+from .ports import Host, LinkState, Ports
 
 _S = EpisodeState
-_R = TypeVar("_R")
-class CheckedJournal:
-    """The one way a flow appends: check with THE rule, append durably (shielded), fold the record.
-
-    Holds the journal port and the :class:`Folder` that mirrors it. :meth:`append` checks the event with
-    :func:`upgrade_core.next_state` against the folder's state and :class:`~upgrade_core.EpisodeContext`
-    *before* anything reaches the journal (h11's "validate before send"), so an event breaking a lifecycle
-    rule raises and the journal is left byte-identical and replayable.
-
-    Args:
-        journal: the journal port (the caller holds the host lock).
-        folder: the folded journal; every append is applied to it.
-    """
-
-    def __init__(self, journal: Journal, folder: Folder) -> None:
-        self.journal = journal
-        self.folder = folder
-
-    def check(self, episode_id: str, event: ev.Event) -> EpisodeState:
-        """The state ``event`` would lead to; appends nothing.
-
-        Raises:
-            IllegalTransitionError: the event breaks a lifecycle rule (SPEC 4.2) in this state and context.
-        """
-        return self.folder.check(episode_id, event)
-
-    def check_kind(self, episode_id: str, event_type: type[ev.Event]) -> None:
-        """The table allows an event of ``event_type`` next (used before an effect whose completion event
-        depends on the effect's outcome; the full rule is checked again at :meth:`append`).
-
-        Raises:
-            IllegalTransitionError: the table has no such transition from the episode's state.
-        """
-        advance(self.folder.state_of(episode_id), event_type.TAG)
-
-    async def append(self, episode_id: str, event: ev.Event) -> Recorded:
-        """Check, append durably (shielded from cancellation), apply to the folder.
-
-        Args:
-            episode_id: the episode (= operation id).
-            event: the event.
-
-        Returns:
-            The durable record.
-
-        Raises:
-            IllegalTransitionError: the event breaks a lifecycle rule; nothing was appended.
-            JournalDurabilityError: the append failed (ENOSPC, poisoned journal); the journal port's error.
-        """
-        self.check(episode_id, event)
-        with anyio.CancelScope(shield=True):
-            record = await self.journal.append(episode_id, event)
-        self.folder.apply(record)
-        return record
-
-
 _PRE_SWITCH_STATES: Final = frozenset({_S.OPENED, _S.FETCHED, _S.STAGED, _S.VERIFIED})
 
 
@@ -127,7 +72,7 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-class _Run:
+class _Run(StepExecutor):
     """One flow's view of the journal (folded once) plus the helpers every flow shares."""
 
     def __init__(self, ports: Ports, policy: Policy, folder: Folder | None) -> None:
@@ -142,51 +87,11 @@ class _Run:
                 f"the caller's folder stops at seq {folder.last_seq}, the journal does not: fold it first"
             )
         self.folder = folder
-        self.journal = CheckedJournal(ports.journal, folder)
+        super().__init__(CheckedJournal(ports.journal, folder))
 
     # -- journal -----------------------------------------------------------------------------------------
     def ep(self, op: str) -> EpisodeView:
         return self.folder.episode(op)
-
-    async def emit(self, op: str, event: ev.Event) -> None:
-        await self.journal.append(op, event)
-
-    async def bracket(
-        self,
-        op: str,
-        effect: Callable[[], Awaitable[_R]],
-        completion: ev.Event | Callable[[_R], ev.Event],
-        *,
-        kind: type[ev.Event] | None = None,
-        intent: ev.Event | None = None,
-        shield: bool = False,
-    ) -> _R:
-        """intent (durable) -> effect -> completion, the completion checked before the effect.
-
-        Args:
-            op: the episode.
-            effect: the side effect.
-            completion: the completion event, or a function of the effect's outcome building it (then
-                ``kind`` names its class, checked against the table before the effect).
-            kind: the completion's class when ``completion`` is a function.
-            intent: an event made durable before the effect (recovery re-checks the host for it).
-            shield: shield the effect and the completion from cancellation.
-
-        Returns:
-            The effect's outcome.
-        """
-        if intent is not None:
-            await self.emit(op, intent)
-        if isinstance(completion, ev.Event):
-            self.journal.check(op, completion)
-        else:
-            assert kind is not None, "bracket: a completion built from the outcome needs its kind"
-            self.journal.check_kind(op, kind)
-        with anyio.CancelScope(shield=shield):
-            outcome = await effect()
-            event = completion if isinstance(completion, ev.Event) else completion(outcome)
-            await self.emit(op, event)
-        return outcome
 
     def unit_name(self, purpose: Literal["restart", "recover"], op: str, attempt: int | None = None) -> str:
         """The one builder of transient unit names (SPEC 4.3 step 6): ``NAME-restart-<op8>-<n>-<rand4>``,
@@ -976,7 +881,6 @@ async def record_quarantine(
 
 
 __all__ = [
-    "CheckedJournal",
     "record_quarantine",
     "recover",
     "resume_self_upgrade",
