@@ -884,7 +884,9 @@ __all__ = [
     "record_quarantine",
     "recover",
     "resume_self_upgrade",
+    "rollback_target",
     "run_install",
+    "run_rollback",
     "run_upgrade",
     "self_upgrade_prepare",
 ]
