@@ -1,11 +1,11 @@
-"""The step executor: every journal append and every effect of a flow goes through here.
+"""The step executor: the checked append every flow uses, and the bracket around one effect.
 
 :class:`CheckedJournal` is the one way to append: the event is checked with THE rule
 (:func:`upgrade_core.next_state`, table and context) *before* the append, so an event that breaks a rule
-never becomes durable. :class:`StepExecutor` runs one step as a bracket: an intent event made durable
-before an effect that recovery must re-check, then the effect, then its completion event, checked before
-the effect (h11's "validate before send") and appended after it. Appends are shielded from cancellation.
-No I/O of its own: the journal and the effects are the ports'.
+never becomes durable. :class:`StepExecutor` runs one step as a bracket: an intent event (when recovery
+must re-check the host for the effect) made durable first, then the effect, then its completion event,
+checked before the effect (h11's "validate before send") and appended after it. Appends are shielded from
+cancellation. No I/O of its own: the journal and the effects are the ports'.
 """
 
 from __future__ import annotations

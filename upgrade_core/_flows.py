@@ -1,11 +1,11 @@
-"""The seven flows, against the ports of :mod:`upgrade_core.ports` only: upgrade, install, operator rollback,
-self-upgrade (prepare and resume), recovery and the quarantine record (SPEC 4.3-4.5, 7, 10). No I/O of its
-own.
+"""The seven flows: upgrade, install, operator rollback, self-upgrade (prepare, then resume in the new
+process), recovery and the quarantine record (SPEC 4.3-4.5, 7, 10). Against the ports of
+:mod:`upgrade_core.ports` only; no I/O of its own.
 
 Each flow settles what an earlier run left open, checks its preconditions, then strings together the steps
-of :class:`~upgrade_core._steps.FlowRun`; every append and every effect goes through
-:mod:`upgrade_core._executor` (the append checked with THE rule first; an effect recovery must re-check
-bracketed by its intent and completion events).
+of :class:`~upgrade_core._steps.FlowRun`. Every append goes through :mod:`upgrade_core._executor`, checked
+with THE rule before it is made durable; an effect that recovery must re-check follows a durable intent
+event.
 
 Phases: once an episode is open and before ``SwitchIntended``, ANY exception aborts it (``Aborted``
 published and closed): an :class:`~upgrade_core.errors.UpgradeError` then returns the ``aborted`` result, a

@@ -1,12 +1,13 @@
-"""The steps the flows are made of, as :class:`FlowRun`: one flow's ports, policy and folded journal, and
-every step of SPEC 4.3-4.5 that more than one flow takes. No I/O of its own.
+"""The steps the flows of :mod:`upgrade_core._flows` are made of, as :class:`FlowRun`: one flow's ports,
+policy and folded journal, and the steps of SPEC 4.3-4.5 the flows share. No I/O of its own.
 
 Opening an episode, staging and verifying a candidate, the switch, mirrors, the health phase, rollback,
-publishing and closing, and carrying out a recovery plan. Every append and every effect goes through
-:class:`~upgrade_core._executor.StepExecutor`, which :class:`FlowRun` extends. One loop runs health attempts
-(candidate, rollback, self-upgrade resume); one builder names transient units; recovery carries out the
-fields of the plan :func:`decide` returned; :meth:`FlowRun.guard_pre_switch` is the one copy of the
-pre-switch phase rule described in :mod:`upgrade_core._flows`.
+publishing and closing, and carrying out a recovery plan. Every append goes through
+:class:`~upgrade_core._executor.StepExecutor`, which :class:`FlowRun` extends, and most effects through its
+bracket. One loop runs health attempts (candidate, rollback, self-upgrade resume); one builder names
+transient units; recovery carries out the fields of the plan :func:`decide` returned;
+:meth:`FlowRun.guard_pre_switch` is the one copy of the pre-switch phase rule described in
+:mod:`upgrade_core._flows`.
 """
 
 from __future__ import annotations
