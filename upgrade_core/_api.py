@@ -17,6 +17,18 @@ from ._decide import (
 )
 from ._events import *  # noqa: F403
 from ._events import ALL_EVENTS, SLOTS, Event, Recorded, Slot, UpgradeResult, other_slot
+from ._executor import CheckedJournal
+from ._flow_types import OPERATION_ID_RE, HandedOff, Policy, RestartScheduled, ResumeOutcome, UpgradeRequest
+from ._flows import (
+    record_quarantine,
+    recover,
+    resume_self_upgrade,
+    rollback_target,
+    run_install,
+    run_rollback,
+    run_upgrade,
+    self_upgrade_prepare,
+)
 from ._fold import EpisodeView, Folder, JournalView, fold
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, Verdict
 from ._history import summarize_history
@@ -28,23 +40,6 @@ from ._operations import (
     operation_status,
     refused_status,
 )
-from ._orchestrator import (
-    OPERATION_ID_RE,
-    CheckedJournal,
-    HandedOff,
-    Policy,
-    Ports,
-    RestartScheduled,
-    ResumeOutcome,
-    UpgradeRequest,
-    record_quarantine,
-    recover,
-    resume_self_upgrade,
-    rollback_target,
-    run_install,
-    run_rollback,
-    run_upgrade,
-    self_upgrade_prepare,
-)
 from ._state import TRANSITIONS, EpisodeContext, EpisodeState, advance, diagram_mermaid, next_state
 from .codec import EVENT_CODEC, EventCodec, EventDecodeError
+from .ports import Ports

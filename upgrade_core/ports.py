@@ -8,6 +8,8 @@ what a cancellation leaves behind (trio style):
 - "no effect if cancelled": cancelling the call leaves the host as before the call;
 - "may have partly happened": recovery must re-check the host (the orchestrator brackets such calls with
   an intent event before and a completion event after).
+
+:class:`Ports` bundles one implementation of each; every flow takes one.
 """
 
 from __future__ import annotations
@@ -346,3 +348,19 @@ class ResultSink(Protocol):
             upgrade_core.errors.HostError: the sink could not store it (the episode then stays open).
         """
         ...
+
+
+@attrs.frozen
+class Ports:
+    """Everything the orchestrator may touch (SPEC 2). ``agent.session.wiring`` and ``tests/sim`` build
+    one."""
+
+    journal: Journal
+    clock: Clock
+    host: Host
+    source: ArchiveSource
+    verifier: Verifier
+    service: ServiceManager
+    probe: HealthProbe
+    sink: ResultSink
+    ids: IdSource
