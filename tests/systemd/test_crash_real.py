@@ -98,7 +98,7 @@ def _new_agent(sandbox: PrivateSystemd, base: Path, releases: Releases) -> CliAg
     """A fresh agent with 1.0.0 installed through the CLI (committed, serving)."""
     agent = CliAgent.create(sandbox, base, prefix="crash", member=MEMBER, stability_s=0.3, timeout_s=6.0,
                             max_attempts=2)
-    done = agent.cli.main("install", *releases.args(OLD), "--expect-version", OLD)
+    done = agent.cli("install", *releases.args(OLD), "--expect-version", OLD)
     assert done.returncode == 0, f"install of {OLD} failed ({done.returncode}): {done.stderr[-800:]}"
     return agent
 
@@ -119,7 +119,7 @@ def recorded(sandbox: PrivateSystemd, releases: Releases,
     for path, version, expect in (("success", GOOD, 0), ("rollback", BAD, 1)):
         agent = _new_agent(sandbox, tmp_path_factory.mktemp(f"recorded-{path}"), releases)
         try:
-            done = agent.cli.main("upgrade", *releases.args(version), "--operation", OPERATION)
+            done = agent.cli("upgrade", *releases.args(version), "--operation", OPERATION)
             assert done.returncode == expect, f"recorded {path} run: exit {done.returncode}: {done.stderr}"
             points = list(tags_with_occurrence(agent.episode(OPERATION)))
             runs[path] = RecordedRun(points, json.loads(done.stdout)["result"])
@@ -250,7 +250,7 @@ def run_kill_point(sandbox: PrivateSystemd, releases: Releases, base: Path, path
     agent = None
     try:
         agent = _new_agent(sandbox, base, releases)
-        done = agent.cli.main("upgrade", *releases.args(candidate), "--operation", OPERATION,
+        done = agent.cli("upgrade", *releases.args(candidate), "--operation", OPERATION,
                          env={KILL_ENV: f"{tag}#{nth}"})
         if done.returncode == -9:
             row.killed = "SIGKILL"
@@ -323,10 +323,10 @@ def test_crash_during_recovery(sandbox: PrivateSystemd, releases: Releases, tmp_
     candidate = GOOD if path == "success" else BAD
     agent = _new_agent(sandbox, tmp_path / secrets.token_hex(2), releases)
     try:
-        done = agent.cli.main("upgrade", *releases.args(candidate), "--operation", OPERATION,
+        done = agent.cli("upgrade", *releases.args(candidate), "--operation", OPERATION,
                          env={KILL_ENV: upgrade_kill})
         assert done.returncode == -9, f"upgrader not killed after {upgrade_kill}: {done.returncode}"
-        first = agent.cli.main("recover", "--trigger", "manual", env={KILL_ENV: recover_kill})
+        first = agent.cli("recover", "--trigger", "manual", env={KILL_ENV: recover_kill})
         assert first.returncode == -9, f"recover not killed after {recover_kill}: {first.returncode}"
         assert agent.open_episodes() == [OPERATION]
         recovery_tags = [f"{t}#{n}" for t, n in tags_with_occurrence(agent.episode(OPERATION))]

@@ -78,9 +78,9 @@ def prepare(sandbox: PrivateSystemd, base: Path, path: str) -> Prepared:
     agent = CliAgent.create(sandbox, base / "agent", prefix="rb", member=MEMBER, stability_s=0.3,
                             timeout_s=10.0, max_attempts=2)
     try:
-        done = agent.cli.main("install", *_args(old_archive), "--expect-version", old)
+        done = agent.cli("install", *_args(old_archive), "--expect-version", old)
         assert done.returncode == 0, f"install of {old}: exit {done.returncode}: {done.stderr[-600:]}"
-        done = agent.cli.main("upgrade", *_args(new_archive), "--operation", "up-op")
+        done = agent.cli("upgrade", *_args(new_archive), "--operation", "up-op")
         assert done.returncode == 0, f"upgrade to {GOOD}: exit {done.returncode}: {done.stderr[-600:]}"
         assert (_slot(agent, "current"), _slot(agent, "last-good")) == ("green", "blue")
         if marker is not None:
@@ -120,7 +120,7 @@ def test_rollback_commits_to_last_good(sandbox: PrivateSystemd, tmp_path: Path) 
     agent = prep.agent
     try:
         records = len(agent.records())
-        pre = agent.cli.main("rollback", "--preflight", "--operation", OPERATION)
+        pre = agent.cli("rollback", "--preflight", "--operation", OPERATION)
         assert pre.returncode == 0, pre.stderr
         plan = json.loads(pre.stdout)
         assert plan["preflight"] is True and plan["inactive_slot"] == "blue" and plan["lock"] == "free"
@@ -128,7 +128,7 @@ def test_rollback_commits_to_last_good(sandbox: PrivateSystemd, tmp_path: Path) 
         assert len(agent.records()) == records and _slot(agent, "current") == "green"
         assert agent.result_file(OPERATION) is None
 
-        done = agent.cli.main("rollback", "--operation", OPERATION)
+        done = agent.cli("rollback", "--operation", OPERATION)
         assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-800:]}"
         out = json.loads(done.stdout)
         assert (out["result"], out["slot"], out["from_version"], out["to_version"]) == (
@@ -144,12 +144,12 @@ def test_rollback_commits_to_last_good(sandbox: PrivateSystemd, tmp_path: Path) 
 
         # Nothing left to roll back to: refused before any episode opens, the journal unchanged.
         records = len(agent.records())
-        again = agent.cli.main("rollback")
+        again = agent.cli("rollback")
         assert again.returncode == 2, again.stdout
         assert "nothing to roll back to" in json.loads(again.stdout)["error"]
         assert len(agent.records()) == records
         # The same operation id prints its recorded result and does nothing.
-        same = agent.cli.main("rollback", "--operation", OPERATION)
+        same = agent.cli("rollback", "--operation", OPERATION)
         assert same.returncode == 0 and json.loads(same.stdout) == out
     finally:
         agent.teardown()
@@ -159,7 +159,7 @@ def test_failing_last_good_returns_to_the_previous_current(sandbox: PrivateSyste
     prep = prepare(sandbox, tmp_path, "failing")
     agent = prep.agent
     try:
-        done = agent.cli.main("rollback", "--operation", OPERATION, timeout_s=120)
+        done = agent.cli("rollback", "--operation", OPERATION, timeout_s=120)
         assert done.returncode == 1, f"exit {done.returncode}: {done.stdout} {done.stderr[-800:]}"
         out = json.loads(done.stdout)
         assert (out["result"], out["slot"], out["from_version"], out["to_version"]) == (

@@ -79,7 +79,7 @@ def daemon(sandbox: PrivateSystemd, releases: Releases, tmp_path: Path) -> Itera
     agent = CliAgent.create(sandbox, tmp_path, prefix="selfup", member=MEMBER, exec_args=EXEC_ARGS,
                             stability_s=0.5, timeout_s=3.0, max_attempts=2)
     try:
-        done = agent.cli.main("install", "--archive", releases.url(V1),
+        done = agent.cli("install", "--archive", releases.url(V1),
                          "--sha256", sha256_file(releases.files[V1]), "--expect-version", V1)
         assert done.returncode == 0, f"install failed ({done.returncode}): {done.stderr[-1500:]}"
         yield agent
@@ -114,7 +114,7 @@ def _served(agent: CliAgent) -> tuple[int, str | None] | None:
 
 def _diagnose(agent: CliAgent) -> str:
     """What to read when the flow does not end: the journal dump, the units' status, their log."""
-    dump = agent.cli.main("journal", "dump").stdout[-3000:]
+    dump = agent.cli("journal", "dump").stdout[-3000:]
     status = agent.sandbox.run("systemctl", "status", "--no-pager", "-n", "30", agent.unit,
                                f"{agent.name}-recover.service", check=False).stdout[-4000:]
     return f"journal:\n{dump}\nsystemctl status:\n{status}"
