@@ -31,7 +31,7 @@ bench: $(STAMP)
 mutants: $(STAMP)
 	@$(PY) -m tests.mutants
 
-# README "Installing on a host": the wheel built from this checkout, in a venv at PREFIX (scripts/install_prefix.sh)
+# docs/install.md: the wheel built from this checkout, in a venv at PREFIX (scripts/install_prefix.sh)
 install: $(STAMP)
 	@./scripts/install_prefix.sh "$(PREFIX)"
 

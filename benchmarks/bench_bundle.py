@@ -11,8 +11,9 @@ as it would on a host without Python.
 
 Target: <= 4x ``python -c pass``. A frozen program pays what the interpreter pays plus its bootloader
 (which maps the bundled ``libpython`` and sets up the archive importer) and, unlike a venv, it reads its
-modules from one compressed archive: measured 3.1x to 3.4x on a loaded two-core machine (BENCHMARKS.md);
-4x leaves room for machine noise and is still far below what a boot unit notices.
+modules from one compressed archive: measured 3.1x to 3.4x on a loaded two-core machine
+(docs/benchmarks-history.md); 4x leaves room for machine noise and is still far below what a boot unit
+notices.
 
 ``BENCHMARKS = {"recover.noop.bundle": ...}``.
 """

@@ -188,7 +188,7 @@ class SpoolSource:
         thread that returns to the event loop only when there is something to read: an idle poll is one
         ``lstat`` woken from a timed wait. Waking the event loop, a task and a thread hop for every poll cost
         0.4 to 0.8 ms of CPU each on a cold cache, and issue 13's idle budget of 2 CPU seconds an hour is
-        1.1 ms per 2 s poll; side by side this wait costs 39 to 53% of that loop (BENCHMARKS.md).
+        1.1 ms per 2 s poll; side by side this wait costs 39 to 53% of that loop (docs/benchmarks-history.md).
 
         Cancellation: returns at once; the thread sees its stop flag and ends within microseconds.
         """

@@ -17,7 +17,7 @@ Bounds:
 - ``ETXTBSY`` on exec (the file was just written, and another thread's fork may still hold a write
   descriptor for a moment, a known race of fork+exec) is retried a few times, milliseconds apart.
 
-Reading the version (case C29, the candidate contract in the README):
+Reading the version (case C29, the candidate contract in docs/candidate.md):
 
 - stdout is read first; stderr only when stdout holds no version (tools print ``--version`` to either);
 - output must be UTF-8 text: invalid UTF-8, a NUL or another control character (anything below U+0020

@@ -4,7 +4,7 @@ run ``recover-agent-upgrade`` (or ``upgrade-agent``) from a temporary or per-use
 Why: the recovery units run the tool by absolute path at boot and on failure. A path under ``/tmp``, a home
 directory or a git checkout's ``.venv`` works while installing and breaks recovery silently once that
 directory is cleaned, unmounted or moved. A stable install is ``make install PREFIX=/opt/upgrade-core`` or
-the self-contained runtime unpacked under the host root (README "Installing on a host").
+the self-contained runtime unpacked under the host root (docs/install.md).
 
 Override: ``install --allow-unstable-paths``, or ``UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS=1`` in the environment
 (the test harness, the demo and the benchmarks set it: they install agents from a checkout's venv into

@@ -130,7 +130,7 @@ def test_generated_archives(case: Case) -> None:
     if case.cut is not None and case.policy != "none" and not complete:
         # A cut compressed stream is the one truncated/corrupt error. A plain tar: empty is truncated; cut
         # before its ustar magic (offset 257) it cannot be told from any other short file, "not an
-        # archive" (README, candidate contract); later, a cut inside a header may also be read as an
+        # archive" (docs/candidate.md); later, a cut inside a header may also be read as an
         # invalid header.
         if case.how != "tar" or cut_at == 0:
             allowed |= {ArchiveTruncatedError}

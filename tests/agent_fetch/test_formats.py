@@ -161,7 +161,7 @@ def _cuts(name: str, data: bytes, tar_end: int) -> list[int]:
     """Ten cut offsets spread over the archive, from inside the magic number to one byte short.
 
     A plain tar is recognised by its ``ustar`` magic at offset 257 and is complete once its two zero end
-    blocks are in, so its ten cuts lie between 300 and the end blocks (README: candidate contract)."""
+    blocks are in, so its ten cuts lie between 300 and the end blocks (docs/candidate.md)."""
     if name == "tar":
         return [300 + (tar_end - 300) * k // 9 for k in range(10)]
     n = len(data)

@@ -1,4 +1,4 @@
-"""``make install PREFIX=...`` (README "Installing on a host", classic host): the wheel built from this
+"""``make install PREFIX=...`` (docs/install.md, classic host): the wheel built from this
 checkout lands in a venv at the prefix, runs without the checkout, and the units it renders name the prefix's
 ``recover-agent-upgrade``. The prefix here is a temporary directory, so ``install`` itself refuses it unless
 told otherwise (:mod:`agent.systemd.stable_paths`), which is checked too. Bad prefixes: exit 2, one line.

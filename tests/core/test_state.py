@@ -109,11 +109,12 @@ def test_diagram_is_generated_from_the_table() -> None:
     assert len(body) == sum(1 for (_s, tag) in TRANSITIONS if tag != ev.RecoveryStarted.TAG)
 
 
-def test_readme_shows_the_diagram_of_the_current_table() -> None:
-    """The README's lifecycle diagram is generated from TRANSITIONS; regenerate it when the table changes."""
+def test_design_doc_shows_the_diagram_of_the_current_table() -> None:
+    """The lifecycle diagram of docs/design.md (section 4.2) is generated from TRANSITIONS; regenerate it when
+    the table changes."""
     from pathlib import Path
 
     from upgrade_core import diagram_mermaid
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    assert diagram_mermaid().rstrip() in readme
+    design = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
+    assert diagram_mermaid().rstrip() in design

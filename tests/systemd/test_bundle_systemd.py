@@ -4,7 +4,7 @@ units it writes name the bundle's ``recover-agent-upgrade``, and systemd runs th
 
 The bundle is unpacked in the session's temporary directory, so ``install`` is told to accept an unstable
 path (the suite's ``UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS=1``, tests/conftest.py); on a host it lives under the
-host root (README "Installing on a host").
+host root (docs/install.md).
 """
 
 from __future__ import annotations

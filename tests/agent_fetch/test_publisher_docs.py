@@ -1,4 +1,4 @@
-"""The README's publisher commands (issue 12), run as written with Debian's real ``minisign``.
+"""The publisher commands of docs/trust.md (signed releases), run as written with Debian's real ``minisign``.
 
 The two ```sh blocks after "Publisher, with Debian's `minisign`" are executed line for line by ``sh`` in an
 empty directory holding only a release archive; then the host side (the agent's own ``ReleaseTrust`` and
@@ -22,22 +22,22 @@ from .test_signatures import key_id, release, stage, trust
 
 pytestmark = pytest.mark.anyio
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+TRUST_DOC = Path(__file__).resolve().parents[2] / "docs" / "trust.md"
 
 
 def publisher_blocks() -> list[str]:
-    """The ```sh blocks of the README's publisher section, in order."""
-    text = README.read_text()
-    section = text.split("Publisher, with Debian's `minisign`", 1)[1].split("\n### ", 1)[0]
+    """The ```sh blocks of the publisher section of docs/trust.md, in order."""
+    text = TRUST_DOC.read_text()
+    section = text.split("Publisher, with Debian's `minisign`", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
-    assert len(blocks) == 2, "README: expected the key-making block and the rotation block"
+    assert len(blocks) == 2, "docs/trust.md: expected the key-making block and the rotation block"
     return blocks
 
 
 def run_block(block: str, cwd: Path) -> None:
     done = subprocess.run(["sh", "-e", "-c", block], cwd=cwd, capture_output=True, text=True, timeout=60,
                           check=False)
-    assert done.returncode == 0, f"README block failed:\n{block}\n{done.stderr}"
+    assert done.returncode == 0, f"docs/trust.md block failed:\n{block}\n{done.stderr}"
 
 
 def fresh(base: Path, n: int) -> Path:
@@ -51,11 +51,11 @@ def pub_line(cwd: Path, name: str) -> str:
     return (cwd / f"{name}.pub").read_text().splitlines()[1]
 
 
-async def test_readme_publisher_commands_make_keys_sign_and_rotate(tmp_path: Path) -> None:
+async def test_documented_publisher_commands_make_keys_sign_and_rotate(tmp_path: Path) -> None:
     make, rotate = publisher_blocks()
     work = tmp_path / "publisher"
     work.mkdir()
-    archive = release(work)  # demo-agent.tar.gz, the file the README signs
+    archive = release(work)  # demo-agent.tar.gz, the file the publisher blocks sign
     run_block(make, work)
     root = pub_line(work, "root")
     host = trust(tmp_path, [root], str(work / "keyring.json"))
