@@ -2,7 +2,7 @@
 live outside the pure core, which never sees a command line or a TOML file).
 
 Both subclass :class:`upgrade_core.errors.UpgradeError`, so the CLI maps every expected failure through
-one ``exit_code`` attribute (SPEC 7). This module imports nothing heavy: the boot-time no-op recovery
+one ``exit_code`` attribute (design §7). This module imports nothing heavy: the boot-time no-op recovery
 raises :class:`ConfigError` from its lean path.
 """
 
@@ -33,7 +33,7 @@ __all__ = ["ConfigError", "UsageError", "journal_error"]
 class ConfigError(UpgradeError):
     """The configuration file is missing, ambiguous, not TOML, or has an unknown key or a bad value.
 
-    The message names the file and the dotted key (SPEC 3). Exit 2.
+    The message names the file and the dotted key (design §3). Exit 2.
     """
 
     exit_code: ClassVar[int] = 2

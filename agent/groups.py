@@ -1,7 +1,7 @@
 """Exception groups from anyio task groups, reduced to the one error they stand for.
 
 A task group wraps its children's errors in a ``BaseExceptionGroup`` even when only one child failed; the
-CLI maps exceptions to one line and an exit code (SPEC 7), and the extractor's worker/producer pair must
+CLI maps exceptions to one line and an exit code (design §7), and the extractor's worker/producer pair must
 surface the one meaningful error, so both unwrap the same way here.
 """
 

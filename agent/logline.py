@@ -1,5 +1,5 @@
 """One ``upgrade-agent: ...`` line on stderr: the only way the agent talks to a person outside ``--json``
-(progress and logs go to stderr only, SPEC 7)."""
+(progress and logs go to stderr only, design §7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Redaction of source URLs before they are printed, stored or put in an exception (SPEC 6, case C08).
+"""Redaction of source URLs before they are printed, stored or put in an exception (design §6, case C08).
 
 A source such as ``https://user:SECRET@host/a.tar.gz?sig=TOKEN#frag`` may carry a password in its
 userinfo and a signed token in its query. Only scheme, host, port and path survive redaction, so the

@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--json] [NAME...]``: run benchmarks, each in its own child process (SPEC 9).
+"""``python -m benchmarks [--json] [NAME...]``: run benchmarks, each in its own child process (design §9).
 
 Discovery: every module ``benchmarks/bench_*.py`` exposes ``BENCHMARKS: dict[str, Callable[[], dict]]``
 (name -> function returning a row made with :func:`benchmarks._harness.row`). Without ``--json`` a rich

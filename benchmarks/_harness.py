@@ -1,4 +1,5 @@
-"""Helpers shared by the benchmarks (SPEC 9): timing, result rows, child-process peak RSS, file-system type.
+"""Helpers shared by the benchmarks (design §9): timing, result rows, child-process peak RSS, file-system
+type.
 
 Every benchmark measures our figure and its baseline in the same run on the same data and reports
 ``ratio = our cost / baseline cost`` (lower is better).

@@ -1,4 +1,4 @@
-"""Whole-process benchmarks (SPEC 9): ``recover.noop`` and ``upgrade.end_to_end``.
+"""Whole-process benchmarks (design §9): ``recover.noop`` and ``upgrade.end_to_end``.
 
 ``recover.noop``: the installed ``recover-agent-upgrade`` entry script (the sibling of ``sys.executable``, as
 the boot unit runs it) against a config whose journal holds 50 closed episodes, compacted as ``upgrade``
@@ -9,7 +9,7 @@ when the target is missed, the five costliest top-level imports from ``-X import
 ``upgrade.end_to_end``: a whole supervised upgrade of a 50 MiB binary under the private systemd
 (``agent.testing.sandbox.PrivateSystemd``), through the ``upgrade-agent`` entry script, versus
 ``benchmarks/baselines/upgrade_naive.sh`` doing the same steps with no journal and no checks on a twin agent
-in the same sandbox; both wait the same stability window (``health.stability_s``, the SPEC 3 default 3 s
+in the same sandbox; both wait the same stability window (``health.stability_s``, the design §3 default 3 s
 unless ``$UPGRADE_CORE_BENCH_STABILITY_S``). Each side alternates between two releases, interleaved, best of
 3. The 50 MiB binary is the sample agent as a zip application (:mod:`zipapp`, a ``#!/usr/bin/env python3``
 line followed by a stored zip): ``__main__.py`` is the sample agent and a stored 50 MiB member of random bytes
@@ -43,8 +43,8 @@ BIN = Path(sys.executable).parent
 NAIVE = _harness.REPO_ROOT / "benchmarks" / "baselines" / "upgrade_naive.sh"
 EPISODES = 50
 NOOP_RUNS = 25
-NOOP_TARGET = 1.8  # issue 16 (SPEC 9: 3)
-E2E_TARGET = 1.15  # issue 16 (SPEC 9: 1.5)
+NOOP_TARGET = 1.8  # issue 16 (design §9: 3)
+E2E_TARGET = 1.15  # issue 16 (design §9: 1.5)
 E2E_ROUNDS = 3
 PAD_BYTES = 50 << 20
 
@@ -106,7 +106,7 @@ def _peak_rss_mib(argv: list[str], **kwargs: Any) -> float:
 # -- recover.noop --------------------------------------------------------------------------------------
 def _closed_episode(op: str, n: int) -> list[Any]:
     """The events of the ``n``-th committed upgrade (0-based), opened -> ... -> closed, in the order the
-    agent writes them (SPEC 4.3); slots alternate blue -> green -> blue as on a real host."""
+    agent writes them (design §4.3); slots alternate blue -> green -> blue as on a real host."""
     import upgrade_core as ev
     from upgrade_core import Slot
 
@@ -174,7 +174,7 @@ def _top_imports(argv: list[str], env: dict[str, str]) -> list[str]:
 
 def recover_noop() -> dict[str, Any]:
     """``recover-agent-upgrade --trigger boot`` with nothing to do vs ``python -c pass`` (target <= 1.8:
-    issue 16; SPEC 9's was 3)."""
+    issue 16; design §9's was 3)."""
     import anyio
 
     work = _harness.disk_dir("recover-noop")
@@ -241,7 +241,7 @@ def _fat_release(out: Path, version: str, name: str, arch: str, pad: bytes) -> P
 
 def _config(work: Path, name: str, sandbox: Any, port: int, stability_s: float) -> Path:
     """The agent's config. ``max_attempts = 10`` only raises the unit's ``StartLimitBurst`` (12 in 60 s,
-    SPEC 6) above the benchmark's restarts; every measured upgrade passes its first attempt."""
+    design §6) above the benchmark's restarts; every measured upgrade passes its first attempt."""
 
     config = work / f"{name}.toml"
     config.write_text(
@@ -263,7 +263,7 @@ def _config(work: Path, name: str, sandbox: Any, port: int, stability_s: float) 
 
 def upgrade_end_to_end() -> dict[str, Any]:
     """A supervised 50 MiB upgrade vs ``upgrade_naive.sh``, same sandbox, same window (target <= 1.15:
-    issue 16; SPEC 9's was 1.5)."""
+    issue 16; design §9's was 1.5)."""
     from agent.config.boot import machine_arch
     from agent.testing.releases import sha256_file
     from agent.testing.sandbox import PrivateSystemd

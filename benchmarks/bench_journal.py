@@ -1,4 +1,4 @@
-"""Journal benchmarks (SPEC 9): durable append, group commit, replay. Run on a disk-backed directory
+"""Journal benchmarks (design §9): durable append, group commit, replay. Run on a disk-backed directory
 (never tmpfs); each row reports the file-system type. Our side runs on anyio's asyncio backend (the
 agent's backend); times are per event, in microseconds.
 """
@@ -20,7 +20,8 @@ REPLAY_EVENTS = 100_000
 
 
 def _episode(op: str) -> list[Any]:
-    """The events of one successful supervised upgrade, in the order a real run journals them (SPEC 4.3)."""
+    """The events of one successful supervised upgrade, in the order a real run journals them (design
+    §4.3)."""
     import upgrade_core as ev
 
     sha = "3f" * 32

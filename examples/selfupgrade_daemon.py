@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A daemon that embeds upgrade-core and upgrades itself (the self-upgrade flow, SPEC 4.4).
+"""A daemon that embeds upgrade-core and upgrades itself (the self-upgrade flow, design §4.4).
 
 Shipped like any agent binary: this single file, with ``VERSION`` and ``BEHAVIOUR`` baked in and its
 shebang pointed at an interpreter that can import the project (``agent/testing/releases.py`` does both).
@@ -46,7 +46,7 @@ def _config_path(argv: list[str]) -> str:
 
 
 def resume(config_path: str) -> int:
-    """The start-up call: 0 to serve, 1 to exit without serving (SPEC 4.4)."""
+    """The start-up call: 0 to serve, 1 to exit without serving (design §4.4)."""
     import anyio
 
     from agent.session.session import open_session

@@ -1,4 +1,4 @@
-"""journal: an append-only, framed, checksummed, fsynced record log (SPEC 5).
+"""journal: an append-only, framed, checksummed, fsynced record log (design §5).
 
 Readers call :func:`replay` (sync, no event loop, never writes). The host-lock holder opens a
 :class:`JournalWriter` (async, anyio). The journal knows nothing of upgrade events: the caller supplies a
@@ -6,7 +6,7 @@ Readers call :func:`replay` (sync, no event loop, never writes). The host-lock h
 
 Imports are lazy (PEP 562) so that ``from journal import replay`` loads neither anyio nor zstandard, and
 ``import journal`` loads neither typing nor attrs: a boot-time recovery with nothing to do must start fast
-(SPEC 9, ``recover.noop``). :func:`scan` gives the validated, undecoded records (codec bytes) with no
+(design §9, ``recover.noop``). :func:`scan` gives the validated, undecoded records (codec bytes) with no
 attrs at all, for a caller that only needs to look at the tail; :func:`live_tail` gives just the newest
 episode record's payload (or :data:`UNSURE`), for the boot-time no-op recovery.
 """

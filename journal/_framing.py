@@ -1,4 +1,4 @@
-"""Pure byte layout of journal segments (SPEC 5): no I/O, no imports beyond the standard library.
+"""Pure byte layout of journal segments (design §5): no I/O, no imports beyond the standard library.
 
 Segment file (every offset is a multiple of 8; all integers little-endian)::
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 import struct
 from zlib import crc32
 
-# Not ``typing.TYPE_CHECKING``: this module is on the boot-time no-op path (SPEC 9 ``recover.noop``).
+# Not ``typing.TYPE_CHECKING``: this module is on the boot-time no-op path (design §9 ``recover.noop``).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -55,7 +55,7 @@ _ZERO_HEAD = bytes(FRAME_HEADER_SIZE)
 
 
 # Small tuple types written out by hand: typing.NamedTuple would import ``typing`` (several ms) on the
-# boot-time recovery path, which must start fast (SPEC 9, ``recover.noop``).
+# boot-time recovery path, which must start fast (design §9, ``recover.noop``).
 class BadFrame(tuple[int, str]):
     """The first frame (or header) that failed validation: (offset, reason).
 
@@ -233,7 +233,7 @@ def valid_frame_after(buf: bytes, bad_offset: int) -> int | None:
     """Scan the 8-aligned offsets after a bad frame for a frame that is valid on its own.
 
     A frame is valid on its own when its header CRC holds, it fits in ``buf`` and its padding is zero (its
-    chain CRC cannot be checked: the frame before it is bad). A torn tail has no such frame (SPEC 5).
+    chain CRC cannot be checked: the frame before it is bad). A torn tail has no such frame (design §5).
 
     Returns:
         The offset of the first such frame, or None.

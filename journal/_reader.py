@@ -1,4 +1,4 @@
-"""Reading a journal directory without an event loop (SPEC 5): scan, classify, decode. Never writes.
+"""Reading a journal directory without an event loop (design §5): scan, classify, decode. Never writes.
 
 Directory layout (``state_dir/journal/``):
 
@@ -8,7 +8,7 @@ Directory layout (``state_dir/journal/``):
   sealed one is read and the live one is a leftover: replay never sees a record twice.
 - ``*.tmp``: unfinished temp files of sealing; ignored here, removed by the next writer.
 
-Classification (SPEC 5, cases C12, C13): a bad frame (or header) in the *last* segment, when it is live and
+Classification (design §5, cases C12, C13): a bad frame (or header) in the *last* segment, when it is live and
 no frame valid on its own follows at an 8-aligned offset, is a torn tail: reported, and the records before
 it are the replay. Anything else bad raises :class:`JournalCorruptError` naming the file and offset. A
 zero-length or header-less last segment is a torn write at offset 0 (evidence of a crash, not a valid empty
@@ -171,7 +171,7 @@ def open_journal_dir(directory: str) -> int | None:
     The parent must pass :func:`journal.safefs.check_parent` (owned by root or us, not writable by others
     unless sticky and root-owned), the directory itself :func:`journal.safefs.check_owned`; it is opened
     ``O_NOFOLLOW`` relative to the parent's descriptor, so neither a symlink nor a swapped directory is
-    followed (SPEC 10, case C23).
+    followed (design §10, case C23).
 
     Returns:
         Its descriptor, or None when the directory (or its parent) does not exist.
@@ -297,7 +297,7 @@ def zstd_frame_intact(data: bytes) -> bool:
         return False
     fcs_flag, single, checksum, did_flag = fhd >> 6, (fhd >> 5) & 1, (fhd >> 2) & 1, fhd & 3
     fcs = _FCS_SIZES[fcs_flag] if fcs_flag or not single else 1
-    if fcs == 0:  # no declared content size: SPEC 5's sealer always writes one (scan requires it)
+    if fcs == 0:  # no declared content size: design §5's sealer always writes one (scan requires it)
         return False
     pos = 5 + (0 if single else 1) + _DID_SIZES[did_flag] + fcs
     while True:
@@ -328,7 +328,7 @@ UNSURE = "unsure"
 
 
 def live_tail(directory: str | os.PathLike[str]) -> bytes | str | None:
-    """The newest episode record of the live segment, read with the standard library only (SPEC 9).
+    """The newest episode record of the live segment, read with the standard library only (design §9).
 
     For the boot-time no-op recovery, which must not pay for a replay: it reads only the live segment,
     never writes, never creates a file and never raises for the journal's contents.
@@ -336,7 +336,7 @@ def live_tail(directory: str | os.PathLike[str]) -> bytes | str | None:
     Returns:
         None when no episode record is live: no directory or no segment, an intact and empty live
         segment, or one holding compaction snapshots only (sealing only ever happens once every episode
-        is closed, SPEC 5). The codec payload (bytes) of the newest record that is not a snapshot, when
+        is closed, design §5). The codec payload (bytes) of the newest record that is not a snapshot, when
         the live segment is intact. :data:`UNSURE` for anything else (a torn or corrupt tail, a newer
         format, a sealed newest segment, a shadowed segment or a leftover temporary file, an unreadable
         file, an older segment that is not a structurally whole sealed frame): the caller must take the
@@ -549,7 +549,7 @@ def decode_records(raw: list[RawRecord], codec: Codec[Any]) -> list[Any]:
 
 
 def replay(directory: str | os.PathLike[str], codec: Codec[Any]) -> Replay[Any]:
-    """Replay a journal directory: every visible record, decoded, plus any torn tail (SPEC 5).
+    """Replay a journal directory: every visible record, decoded, plus any torn tail (design §5).
 
     Sync, needs no event loop, never writes or creates anything (usable by ``status``, ``history``,
     ``journal verify`` and by recovery at boot).

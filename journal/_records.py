@@ -48,7 +48,7 @@ class Record(Generic[T]):
 
 @attrs.frozen
 class TornTail:
-    """A torn write found at the end of the last live segment (reported, not raised; SPEC 5).
+    """A torn write found at the end of the last live segment (reported, not raised; design §5).
 
     Attributes:
         file: absolute path of the segment.

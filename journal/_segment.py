@@ -1,11 +1,11 @@
 """Blocking file-system steps of the writer (run in worker threads): durable create, write, truncate,
 rename and remove. The order of every step follows case C12: file data fsynced -> renamed -> directory
-fsynced; a segment created, renamed or removed is followed by a directory fsync (SPEC 5).
+fsynced; a segment created, renamed or removed is followed by a directory fsync (design §5).
 
 Every step works relative to the writer's checked, locked directory descriptor (``dir_fd``) and checks each
 file through :mod:`journal.safefs` before changing it: a symlink, FIFO, device, directory or hard link where a
 segment belongs is refused (:class:`~journal.errors.JournalRefusedError`), never followed, truncated or
-removed (SPEC 10, case C23). ``path`` arguments are the full paths, for messages; the entry used is their
+removed (design §10, case C23). ``path`` arguments are the full paths, for messages; the entry used is their
 base name.
 """
 

@@ -1,6 +1,6 @@
 """The journal writer: durable appends with group commit, torn-tail repair, sealing and compaction.
 
-Only the host-lock holder creates a :class:`JournalWriter` (SPEC 4.6 rule 7); readers use
+Only the host-lock holder creates a :class:`JournalWriter` (design §4.6 rule 7); readers use
 :func:`journal.replay`. Every blocking step runs off the event loop, and an append or a seal that has
 started finishes: the caller's wait is shielded and a cancellation is delivered after it (trio's rule that a
 cancelled operation either had no effect or completed is kept by making the write itself uncancellable).
@@ -116,13 +116,13 @@ class _Live:
 
 
 OWNER_FILE = "owner.json"
-"""The journal's owner record in its directory (SPEC 10): a JSON object of strings (the agent writes
+"""The journal's owner record in its directory (design §10): a JSON object of strings (the agent writes
 ``{"agent": NAME, "unit": UNIT}``), written 0600 and atomically when the journal is created, or by the first
 writer of a journal that has none (one written before owners were recorded is adopted, never refused)."""
 
 
 def _lock_dir(dir_fd: int, directory: str) -> None:
-    """Take the journal directory's own exclusive lock, non-blocking: one writer per journal (SPEC 10).
+    """Take the journal directory's own exclusive lock, non-blocking: one writer per journal (design §10).
 
     Independent of any host lock: two configurations that share a journal directory never interleave.
     """
@@ -234,7 +234,7 @@ def _decode(result: Scan, codec: Codec[T]) -> list[Record[T]]:
 
 
 class JournalWriter(Generic[T]):
-    """The append side of a journal directory (SPEC 5). Create with :meth:`open`.
+    """The append side of a journal directory (design §5). Create with :meth:`open`.
 
     Attributes:
         directory: absolute path of the journal directory.
@@ -285,7 +285,8 @@ class JournalWriter(Generic[T]):
         takes its exclusive lock (held until :meth:`aclose`: one writer per journal), compares the recorded
         owner with ``owner``, replays it, removes leftovers of an interrupted seal or compaction, truncates a
         torn tail durably (exposed as :attr:`repaired`), makes sure a live segment exists and records
-        ``owner`` when none is recorded yet. Every file is checked before it is opened or changed (SPEC 10).
+        ``owner`` when none is recorded yet. Every file is checked before it is opened or changed (design
+        §10).
         Then starts the writer's thread (``journal-writer <directory>``), which every append goes through
         until :meth:`aclose`. Cancellation: shielded; it completes, then the cancel is seen.
 
@@ -614,7 +615,7 @@ class JournalWriter(Generic[T]):
         is_closed: Callable[[str], bool],
         summarize: Callable[[Sequence[Record[T]]], T],
     ) -> CompactStats:
-        """Seal, then drop the oldest sealed segments that hold only old closed episodes (SPEC 5).
+        """Seal, then drop the oldest sealed segments that hold only old closed episodes (design §5).
 
         An episode is old when it is closed and not among the newest ``keep_episodes`` closed episodes
         (ordered by their last record). Only a prefix of the sealed segments is dropped, and only segments

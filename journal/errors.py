@@ -1,5 +1,5 @@
-"""Typed errors of the journal (SPEC 5). Every message names the segment file and, where one applies, the
-byte offset; the CLI maps these to exit codes (SPEC 7), so this package imports nothing from upgrade_core.
+"""Typed errors of the journal (design §5). Every message names the segment file and, where one applies, the
+byte offset; the CLI maps these to exit codes (design §7), so this package imports nothing from upgrade_core.
 
 Split by cause, in the manner of trio's Closed/Broken pair:
 
@@ -92,7 +92,8 @@ class JournalFullError(JournalError):
 
 
 class JournalRefusedError(JournalError):
-    """A path of the journal is not ours (SPEC 10, case C23): a symlink, FIFO, device, directory or hard link
+    """A path of the journal is not ours (design §10, case C23): a symlink, FIFO, device, directory or hard
+    link
     where a file belongs, a foreign owner, a group/world-writable mode, or permission denied. Nothing was
     opened through it, written or removed. The agent maps it to exit 4.
 
@@ -107,7 +108,7 @@ class JournalRefusedError(JournalError):
 
 
 class JournalBusyError(JournalError):
-    """Another writer holds the journal directory's own lock (one writer per journal, SPEC 10). Exit 75."""
+    """Another writer holds the journal directory's own lock (one writer per journal, design §10). Exit 75."""
 
 
 class JournalOwnerError(JournalError):

@@ -1,4 +1,4 @@
-"""Opening only what is ours (SPEC 10, case C23): directories and files checked through their descriptors.
+"""Opening only what is ours (design §10, case C23): directories and files checked through their descriptors.
 
 A root-run tool that follows a symlink, opens a FIFO or writes through a hard link planted by someone else
 can be turned against root. So every path of the journal (and, through :mod:`agent.host.ownership`, of

@@ -51,7 +51,7 @@ def project_version() -> str:
 
 
 def arch() -> str:
-    """``amd64`` or ``arm64`` (the names SPEC 3 uses for ``{arch}``); the machine name otherwise."""
+    """``amd64`` or ``arm64`` (the names design §3 uses for ``{arch}``); the machine name otherwise."""
     machine = platform.machine().lower()
     return _ARCH.get(machine, machine)
 

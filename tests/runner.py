@@ -1,6 +1,6 @@
 """``make test``: run the whole suite and report how many real-systemd tests ran.
 
-As root, a run in which no test marked ``systemd`` passed is a failure (SPEC 8): the private systemd
+As root, a run in which no test marked ``systemd`` passed is a failure (design §8): the private systemd
 harness must boot, never silently skip. Extra arguments are passed to pytest.
 """
 

@@ -1,10 +1,10 @@
-"""upgrade-core: the pure logic of crash-safe blue/green agent upgrades (SPEC 2).
+"""upgrade-core: the pure logic of crash-safe blue/green agent upgrades (design §2).
 
 No I/O here: events, the lifecycle table, ``fold`` and ``decide``, and the async orchestrator that drives
 the ports of :mod:`upgrade_core.ports`.
 """
 
-# Lazy (PEP 562), like ``journal``: the boot-time no-op recovery (SPEC 9 ``recover.noop``) reads one tag
+# Lazy (PEP 562), like ``journal``: the boot-time no-op recovery (design §9 ``recover.noop``) reads one tag
 # with :mod:`upgrade_core.wire`, and importing any submodule runs this file first; loading attrs, cattrs
 # and transitions here would cost it ~90 ms. The public names are those of :mod:`upgrade_core._api`.
 # Not ``typing.TYPE_CHECKING``: importing typing costs several ms at boot (mypy treats this name as True).

@@ -1,9 +1,9 @@
-"""``decide(view, facts) -> Plan``: the recovery decision of SPEC 4.5, pure and exhaustive.
+"""``decide(view, facts) -> Plan``: the recovery decision of design §4.5, pure and exhaustive.
 
 The fold *raises* on an illegal history; the decider *chooses* (python-tuf's split between the trusted set
 and the updater). The decision never trusts a stored flag: it combines what the journal's durable prefix
 says (:class:`~upgrade_core._fold.JournalView`) with what the host shows (:class:`HostFacts`). Every row of
-the SPEC 4.5 table maps to one branch below and to a row of ``tests/core/test_decide.py::RECOVERY_CASES``.
+the design §4.5 table maps to one branch below and to a row of ``tests/core/test_decide.py::RECOVERY_CASES``.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ Plan = NoOp | Abort | ResumeHealth | Commit | Rollback | FinishRollback | Publis
 
 
 def decide(view: JournalView, facts: HostFacts) -> Plan:
-    """Choose what recovery does, from the journal's durable prefix and the host (SPEC 4.5).
+    """Choose what recovery does, from the journal's durable prefix and the host (design §4.5).
 
     A journal unreadable in the middle never reaches here: reading it raises
     :class:`~upgrade_core.errors.JournalUnreadableError` (file and offset, exit 3) and nothing is touched.
@@ -135,7 +135,7 @@ def decide(view: JournalView, facts: HostFacts) -> Plan:
         facts: what the host shows.
 
     Returns:
-        One plan. The rules, in SPEC 4.5's order:
+        One plan. The rules, in design §4.5's order:
 
         - no open episode -> :class:`NoOp`;
         - opened, never reached ``SwitchIntended`` -> :class:`Abort`;

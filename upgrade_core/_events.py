@@ -1,4 +1,4 @@
-"""The journal's vocabulary: one frozen attrs class per fact, named in the past tense (SPEC 4.1).
+"""The journal's vocabulary: one frozen attrs class per fact, named in the past tense (design §4.1).
 
 Events hold facts, never conclusions: whether a rollback is needed is derived by ``fold`` + ``decide``
 from these facts and what the host shows. The envelope (sequence number, episode id, wall-clock time) is
@@ -66,7 +66,7 @@ class Event:
 
 @attrs.frozen
 class UpgradeResult:
-    """The terminal result of an episode: the ``upgrade``/``recover``/``install`` JSON of SPEC 7.
+    """The terminal result of an episode: the ``upgrade``/``recover``/``install`` JSON of design §7.
 
     Attributes:
         operation: the operation id, or None for a ``recover`` that found nothing open.
@@ -88,7 +88,7 @@ class UpgradeResult:
 # -- the episode's events, in the order a successful upgrade writes them ----------------------------
 @attrs.frozen
 class EpisodeOpened(Event):
-    """An episode began. Durable before anything is reported as in progress (SPEC 4.3 step 2).
+    """An episode began. Durable before anything is reported as in progress (design §4.3 step 2).
 
     ``source`` is already redacted (no userinfo, query or fragment). The health policy is recorded here so
     that recovery, perhaps under another configuration, spends exactly the attempts this episode had.
@@ -226,7 +226,7 @@ class MirrorsSynced(Event):
 
 @attrs.frozen
 class RestartRequested(Event):
-    """Intent: a transient unit named ``unit`` was asked to restart the agent unit (SPEC 4.3 step 6).
+    """Intent: a transient unit named ``unit`` was asked to restart the agent unit (design §4.3 step 6).
 
     Attributes:
         unit: the transient unit's name, ``NAME-restart-<op8>-<attempt>-<rand4>``.
@@ -250,7 +250,7 @@ class RestartObserved(Event):
 
 @attrs.frozen
 class HealthAttemptStarted(Event):
-    """A health attempt began; durable first, so a crash loop spends its attempts (SPEC 4.3 step 7).
+    """A health attempt began; durable first, so a crash loop spends its attempts (design §4.3 step 7).
 
     Attributes:
         attempt: 1-based attempt number for ``target``.
@@ -290,7 +290,7 @@ class HealthFailed(Event):
 
 @attrs.frozen
 class UpgradeCommitted(Event):
-    """The one-way door: the candidate is good. Nothing after this may roll back (SPEC 4.6 inv. 4)."""
+    """The one-way door: the candidate is good. Nothing after this may roll back (design §4.6 inv. 4)."""
 
     TAG: ClassVar[str] = "UpgradeCommitted"
     slot: Slot
@@ -339,7 +339,7 @@ class Aborted(Event):
 
 @attrs.frozen
 class ResultPublished(Event):
-    """The terminal result reached the result sink durably (SPEC 4.3 step 9)."""
+    """The terminal result reached the result sink durably (design §4.3 step 9)."""
 
     TAG: ClassVar[str] = "ResultPublished"
     result: UpgradeResult
@@ -347,7 +347,7 @@ class ResultPublished(Event):
 
 @attrs.frozen
 class EpisodeClosed(Event):
-    """The episode is over; only after ``ResultPublished`` (SPEC 4.6 inv. 5)."""
+    """The episode is over; only after ``ResultPublished`` (design §4.6 inv. 5)."""
 
     TAG: ClassVar[str] = "EpisodeClosed"
     result: ResultValue
@@ -364,7 +364,7 @@ class RecoveryStarted(Event):
 @attrs.frozen
 class JournalQuarantined(Event):
     """The previous journal directory was moved aside and this journal started from what the host shows
-    (``upgrade-agent journal quarantine``, SPEC 10): the only event of a ``quarantine`` episode besides its
+    (``upgrade-agent journal quarantine``, design §10): the only event of a ``quarantine`` episode besides its
     opening, result and close. A fact about the host, read under the host lock: both links, the slots they
     name, each slot's sha256 and the version its binary reported when run for this record.
 
@@ -391,7 +391,7 @@ class EpisodeSummary:
 
     Attributes:
         operation / result / opened_at / closed_at: the episode's id, published result and times.
-        candidate_sha256: the staged member's digest (known-bad memory, SPEC 4.6 inv. 6).
+        candidate_sha256: the staged member's digest (known-bad memory, design §4.6 inv. 6).
         security_version: the ``ReleaseTrusted`` security version of a signed release, None for an unsigned
             one (the anti-rollback watermark counts it when ``result`` is committed, issue 12 item 3).
             Written only when set, so snapshots without one keep their bytes and old ones decode.

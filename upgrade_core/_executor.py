@@ -45,7 +45,7 @@ class CheckedJournal:
         """The state ``event`` would lead to; appends nothing.
 
         Raises:
-            IllegalTransitionError: the event breaks a lifecycle rule (SPEC 4.2) in this state and context.
+            IllegalTransitionError: the event breaks a lifecycle rule (design §4.2) in this state and context.
         """
         return self.folder.check(episode_id, event)
 

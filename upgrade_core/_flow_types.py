@@ -16,7 +16,7 @@ import attrs
 from ._events import UpgradeResult
 
 OPERATION_ID_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
-"""The operation-id rule (SPEC 4.3 step 1): use ``OPERATION_ID_RE.fullmatch(value)``. The one copy."""
+"""The operation-id rule (design §4.3 step 1): use ``OPERATION_ID_RE.fullmatch(value)``. The one copy."""
 
 
 @attrs.frozen
@@ -29,7 +29,7 @@ class Policy:
         stability_s: seconds the new process must hold every health condition.
         health_timeout_s: seconds per health attempt.
         max_attempts: health attempts per episode (recorded in ``EpisodeOpened``).
-        poll_interval_s: the longest gap between health samples, seconds (SPEC 4.3 step 7: 0.25); waits
+        poll_interval_s: the longest gap between health samples, seconds (design §4.3 step 7: 0.25); waits
             for a restart job or a first healthy sample start with shorter gaps (:func:`backoff_gap`).
         keep_episodes: closed episodes the journal keeps (compaction; informational here).
     """
@@ -82,7 +82,7 @@ class UpgradeRequest:
 
 @attrs.frozen
 class RestartScheduled:
-    """The self-upgrade flow switched and scheduled its own restart (SPEC 4.4); the episode stays open.
+    """The self-upgrade flow switched and scheduled its own restart (design §4.4); the episode stays open.
 
     Attributes:
         operation: the episode.
@@ -95,7 +95,7 @@ class RestartScheduled:
 
 @attrs.frozen
 class HandedOff:
-    """A ``boot`` recovery handed the health check to a transient unit (SPEC 4.5); the episode stays open.
+    """A ``boot`` recovery handed the health check to a transient unit (design §4.5); the episode stays open.
 
     That unit (``recover-agent-upgrade --trigger manual``, ordered after the agent unit) owns the episode
     from now on; the caller reports ``handed_off`` and exits 0.

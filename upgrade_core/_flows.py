@@ -1,5 +1,5 @@
 """The seven flows: upgrade, install, operator rollback, self-upgrade (prepare, then resume in the new
-process), recovery and the quarantine record (SPEC 4.3-4.5, 7, 10). Against the ports of
+process), recovery and the quarantine record (design §4.3-4.5, 7, 10). Against the ports of
 :mod:`upgrade_core.ports` only; no I/O of its own.
 
 Each flow settles what an earlier run left open, checks its preconditions, then strings together the steps
@@ -16,7 +16,7 @@ cancellation or another exception (a bug) is re-raised after the abort; only a
 Each flow folds the journal once (or uses the caller's :class:`Folder`) and reads ``host.links()`` once at
 its start, again only after a recovery may have changed the host.
 
-The caller holds the host lock (SPEC 4.3 step 1, 4.6 inv. 7); signals are the CLI's.
+The caller holds the host lock (design §4.3 step 1, 4.6 inv. 7); signals are the CLI's.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _installed_links(host: Host) -> LinkState:
 
 
 async def _settle(run: FlowRun, op: str) -> UpgradeResult | None:
-    """SPEC 4.3 step 1: a closed ``op`` returns its result; an open episode is recovered first."""
+    """design §4.3 step 1: a closed ``op`` returns its result; an open episode is recovered first."""
     view = run.folder.view()
     prior = view.result_of(op)
     if prior is not None:
@@ -59,7 +59,7 @@ async def _settle(run: FlowRun, op: str) -> UpgradeResult | None:
 async def run_upgrade(
     ports: Ports, policy: Policy, request: UpgradeRequest, *, folder: Folder | None = None
 ) -> UpgradeResult:
-    """The supervised flow, SPEC 4.3 steps 2-9 (the caller holds the host lock).
+    """The supervised flow, design §4.3 steps 2-9 (the caller holds the host lock).
 
     Args:
         ports: the world.
@@ -103,7 +103,7 @@ async def run_upgrade(
 async def run_install(
     ports: Ports, policy: Policy, request: UpgradeRequest, *, folder: Folder | None = None
 ) -> UpgradeResult:
-    """Install on a bare host (SPEC 7 ``install``): stage into blue, point ``current`` AND ``last-good``
+    """Install on a bare host (design §7 ``install``): stage into blue, point ``current`` AND ``last-good``
     at blue, health-check; on failure abort and report (the agent removes what it created).
 
     Args:
@@ -156,7 +156,7 @@ def rollback_target(links: LinkState, current_link: str) -> Slot:
 async def run_rollback(
     ports: Ports, policy: Policy, operation: str, *, folder: Folder | None = None
 ) -> UpgradeResult:
-    """Operator rollback (issue 12 item 5, SPEC 10 ``rollback``): ``current`` to ``last-good``'s slot as an
+    """Operator rollback (issue 12 item 5, design §10 ``rollback``): ``current`` to ``last-good``'s slot as an
     episode of kind ``rollback`` (the caller holds the host lock).
 
     The flow is the upgrade's from step 4 on, with the last-good slot as the candidate: ``EpisodeOpened``
@@ -217,7 +217,7 @@ async def run_rollback(
 async def self_upgrade_prepare(
     ports: Ports, policy: Policy, request: UpgradeRequest, *, folder: Folder | None = None
 ) -> UpgradeResult | RestartScheduled:
-    """The self-upgrade flow (SPEC 4.4): steps 1-5 in the running daemon, then schedule its own restart.
+    """The self-upgrade flow (design §4.4): steps 1-5 in the running daemon, then schedule its own restart.
 
     Args:
         ports, policy, request, folder: as :func:`run_upgrade`.
@@ -253,7 +253,7 @@ async def self_upgrade_prepare(
 
 
 async def resume_self_upgrade(ports: Ports, policy: Policy, *, folder: Folder | None = None) -> ResumeOutcome:
-    """The new process's start-up check (SPEC 4.4): am I the candidate, healthy for the window? Commit.
+    """The new process's start-up check (design §4.4): am I the candidate, healthy for the window? Commit.
 
     Spends one candidate attempt (journaled before it runs) through the same loop as every health check.
     Rollbacks are never run from here (this process lives inside the unit it would restart): on
@@ -304,7 +304,8 @@ async def resume_self_upgrade(ports: Ports, policy: Policy, *, folder: Folder | 
 async def recover(
     ports: Ports, policy: Policy, trigger: Trigger, *, folder: Folder | None = None
 ) -> UpgradeResult | HandedOff:
-    """``recover-agent-upgrade`` (SPEC 4.5): replay, look at the host, decide, act; crash-safe and repeatable.
+    """``recover-agent-upgrade`` (design §4.5): replay, look at the host, decide, act; crash-safe and
+    repeatable.
 
     Args:
         ports: the world (the caller holds the lock).
@@ -334,7 +335,7 @@ async def record_quarantine(
     *,
     folder: Folder | None = None,
 ) -> UpgradeResult:
-    """Record a quarantine (SPEC 10 ``journal quarantine``) as the new journal's first episode.
+    """Record a quarantine (design §10 ``journal quarantine``) as the new journal's first episode.
 
     The caller holds the host lock, has moved the old journal directory aside and read ``facts`` from the
     host (links, slot digests, versions). One closed ``quarantine`` episode: ``EpisodeOpened`` ->

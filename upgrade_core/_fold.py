@@ -1,4 +1,4 @@
-"""``fold(records) -> JournalView``: the journal's history, derived (SPEC 2, 4.2). Pure, no I/O.
+"""``fold(records) -> JournalView``: the journal's history, derived (design §2, 4.2). Pure, no I/O.
 
 Each record is checked before it is applied (eventsourcing's "validate before mutating"): its ``seq``
 must be the previous one + 1, and its event must be legal for its episode by THE rule,
@@ -262,8 +262,8 @@ class JournalView:
         episodes: every episode still in the journal, in opening order, by episode id.
         open_episode: the one open episode, or None (the lifecycle allows at most one).
         closed_results: operation id -> published result, for closed episodes and history summaries
-            (operation-id idempotency, SPEC 4.3 step 1).
-        failed_digests: candidate sha256s that were rolled back or needed attention (SPEC 4.6 inv. 6).
+            (operation-id idempotency, design §4.3 step 1).
+        failed_digests: candidate sha256s that were rolled back or needed attention (design §4.6 inv. 6).
         history: summaries kept by compaction (``HistorySnapshot``), oldest first.
         slot_versions: slot -> the version its current binary reported, as far as the journal knows.
         last_seq: the last sequence number, 0 for an empty journal.
@@ -341,7 +341,7 @@ class Folder:
         """
         seq = record.seq
         # The first record may start past 1: compaction drops old records once a snapshot summarises them,
-        # and the journal itself refuses any gap a snapshot does not cover (SPEC 5).
+        # and the journal itself refuses any gap a snapshot does not cover (design §5).
         if seq != self._last_seq + 1 and self._last_seq != 0:
             raise HistoryError(f"journal sequence gap: record {seq} follows {self._last_seq}")
         event = record.event

@@ -1,4 +1,4 @@
-"""Judging one health attempt from unit samples (SPEC 4.3 step 7, cases C16, C19). Pure, no I/O.
+"""Judging one health attempt from unit samples (design §4.3 step 7, cases C16, C19). Pure, no I/O.
 
 The orchestrator polls ``ServiceManager.snapshot()`` and the probe at most ``poll_interval_s`` (0.25 s)
 apart (sooner while it waits for a first healthy sample, and exactly when a window ends:
@@ -143,7 +143,7 @@ class HealthJudge:
 
         Args:
             now: CLOCK_MONOTONIC seconds.
-            poll_interval_s: the longest gap between samples (SPEC 4.3 step 7: 0.25 s).
+            poll_interval_s: the longest gap between samples (design §4.3 step 7: 0.25 s).
 
         Returns:
             Seconds, at least 0.01 (a clock that does not advance by tiny sleeps still reaches the end).

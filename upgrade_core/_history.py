@@ -1,9 +1,9 @@
-"""What compaction keeps of dropped episodes: :func:`summarize_history` (SPEC 5 retention).
+"""What compaction keeps of dropped episodes: :func:`summarize_history` (design §5 retention).
 
 The journal drops old sealed segments only after a snapshot record summarising them is durable; this is
 the summariser it is given. A summary keeps what later decisions and ``history`` need: the operation id
-and its published result (operation-id idempotency, SPEC 4.3 step 1), the times, and the candidate's
-digest (a rolled-back candidate is never selected again, SPEC 4.6 inv. 6) and a signed release's
+and its published result (operation-id idempotency, design §4.3 step 1), the times, and the candidate's
+digest (a rolled-back candidate is never selected again, design §4.6 inv. 6) and a signed release's
 security version (the anti-rollback watermark, issue 12 item 3).
 """
 

@@ -1,4 +1,4 @@
-"""Managed operations (issue 13, SPEC 10): the status of an operation, derived from the journal alone.
+"""Managed operations (issue 13, design §10): the status of an operation, derived from the journal alone.
 
 A control plane (a spool directory, a Kubernetes ``UpgradeOperation``) asks for an upgrade under an operation
 id; the operator runs it as an episode whose id *is* that operation id and reports one terminal status. The
@@ -6,7 +6,7 @@ status is never stored anywhere but the source: it is recomputed from the journa
 between the result and its acknowledgement republishes exactly the same fields (same ``journal_seq``,
 same times, same boot id) and never runs host effects again.
 
-Phases follow the ``UpgradeOperation`` status contract of SPEC 10: ``Pending`` (seen, not started),
+Phases follow the ``UpgradeOperation`` status contract of design §10: ``Pending`` (seen, not started),
 ``InProgress`` (its episode is open), and the terminal ``Succeeded`` (``committed`` or ``noop``),
 ``Failed`` (``aborted``, or refused before any episode opened), ``RolledBack`` and ``NeedsAttention``.
 """
@@ -40,7 +40,7 @@ PHASE_OF_RESULT: Final[dict[ResultValue, OperationPhase]] = {
     "rolled_back": "RolledBack",
     "needs_attention": "NeedsAttention",
 }
-"""The terminal phase of each published result (SPEC 7 result values -> SPEC 10 phases)."""
+"""The terminal phase of each published result (design §7 result values -> design §10 phases)."""
 
 
 @attrs.frozen

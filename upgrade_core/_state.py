@@ -1,4 +1,4 @@
-"""The episode lifecycle (SPEC 4.2) as one literal table.
+"""The episode lifecycle (design §4.2) as one literal table.
 
 Rule 1: everything that decides which event may follow which episode state lives in this file, as data.
 Nothing here performs I/O or calls back into anything.
@@ -16,7 +16,7 @@ Nothing here performs I/O or calls back into anything.
   attempt number, the installed candidate, the published result, one open episode at a time. The fold
   replays with it and the orchestrator checks every event with it *before* the append
   (:class:`upgrade_core.CheckedJournal`), so an event that breaks a rule never becomes durable.
-- The one-way door (SPEC 4.6 inv. 4): no path starting at ``committed`` reaches ``rolling_back``; checked
+- The one-way door (design §4.6 inv. 4): no path starting at ``committed`` reaches ``rolling_back``; checked
   at import (:func:`_check_one_way_door`) and in ``tests/core/test_state.py``.
 """
 
@@ -36,7 +36,7 @@ from .errors import IllegalTransitionError
 
 
 class EpisodeState(enum.Enum):
-    """Where an episode stands, derived by folding its events (SPEC 4.2).
+    """Where an episode stands, derived by folding its events (design §4.2).
 
     ``new`` is the state before ``EpisodeOpened``; no journal ever shows an episode in it.
     """
@@ -84,9 +84,10 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     (S.FETCHED, ev.Aborted.TAG): S.ABORTED,
     (S.STAGED, ev.Aborted.TAG): S.ABORTED,
     (S.VERIFIED, ev.Aborted.TAG): S.ABORTED,
-    # noop: the candidate's digest equals current's slot (SPEC 4.3 step 4); a fact, durable before publishing.
+    # noop: the candidate's digest equals current's slot (design §4.3 step 4); a fact, durable before
+    # publishing.
     (S.STAGED, ev.CandidateUnchanged.TAG): S.UNCHANGED,
-    # ``journal quarantine`` (SPEC 10): a new journal records what the host shows; nothing changed (noop).
+    # ``journal quarantine`` (design §10): a new journal records what the host shows; nothing changed (noop).
     (S.OPENED, ev.JournalQuarantined.TAG): S.UNCHANGED,
     # rollback (operator, ``upgrade-agent rollback``): nothing is fetched or staged; the last-good slot's
     # version command is run (next_state: only a rollback episode verifies straight after opening).
@@ -124,7 +125,7 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     (S.ROLLING_BACK, ev.HealthPassed.TAG): S.ROLLING_BACK,
     (S.ROLLING_BACK, ev.RolledBack.TAG): S.ROLLED_BACK,
     (S.ROLLING_BACK, ev.AttentionNeeded.TAG): S.NEEDS_ATTENTION,
-    # -- terminal results: published first, closed after (SPEC 4.6 inv. 5) ------------------------------
+    # -- terminal results: published first, closed after (design §4.6 inv. 5) ------------------------------
     (S.COMMITTED, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.ABORTED, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.UNCHANGED, ev.ResultPublished.TAG): S.PUBLISHED,
@@ -188,7 +189,7 @@ def reachable_from(start: EpisodeState) -> frozenset[EpisodeState]:
 
 
 def _check_one_way_door() -> None:
-    """SPEC 4.6 inv. 4 and STYLE "catch-all rollback": nothing after ``committed`` rolls back."""
+    """design §4.6 inv. 4 and STYLE "catch-all rollback": nothing after ``committed`` rolls back."""
     after = reachable_from(S.COMMITTED)
     if S.ROLLING_BACK in after or S.ROLLED_BACK in after:
         raise AssertionError("lifecycle table: a path from committed reaches a rollback")
@@ -215,7 +216,7 @@ def advance(state: EpisodeState, event_tag: str, seq: int | None = None) -> Epis
 
     Raises:
         IllegalTransitionError: the table has no such transition (an illegal order in a journal, or a
-            bug in a flow that tried to journal it; SPEC 4.2).
+            bug in a flow that tried to journal it; design §4.2).
     """
     try:
         return _NEXT[(state, event_tag)]
@@ -275,7 +276,7 @@ def _health_rule(
     ctx: EpisodeContext,
     event: ev.HealthAttemptStarted | ev.HealthPassed | ev.HealthFailed,
 ) -> str | None:
-    """A health event's target must fit the state; an attempt must be the one due (SPEC 4.3 steps 7-8)."""
+    """A health event's target must fit the state; an attempt must be the one due (design §4.3 steps 7-8)."""
     if state is _ROLLING_BACK:
         if event.target != "last_good":
             return "candidate health event during a rollback"
@@ -291,7 +292,7 @@ def _health_rule(
 
 def _opened_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.EpisodeOpened) -> str | None:
     """An episode id opens once, names its own operation, and only while no other episode is open
-    (SPEC 4.3 step 1, 4.6 inv. 7)."""
+    (design §4.3 step 1, 4.6 inv. 7)."""
     if event.operation != ctx.episode_id:
         return f"EpisodeOpened names {event.operation!r} in episode {ctx.episode_id!r}"
     if ctx.closed_before:
@@ -302,7 +303,7 @@ def _opened_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.EpisodeOpen
 
 
 def _installed_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.CandidateInstalled) -> str | None:
-    """SPEC 4.3 step 3: the bytes renamed onto the slot are the ones staged and verified."""
+    """design §4.3 step 3: the bytes renamed onto the slot are the ones staged and verified."""
     if event.slot != ctx.candidate_slot or event.sha256 != ctx.candidate_sha256:
         return "CandidateInstalled does not match the staged candidate"
     return None
@@ -320,7 +321,7 @@ def _release_trusted_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Re
 
 
 def _switch_intended_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.SwitchIntended) -> str | None:
-    """SPEC 4.3 step 5: only an installed candidate is switched to, in its own slot. A ``rollback`` episode
+    """design §4.3 step 5: only an installed candidate is switched to, in its own slot. A ``rollback`` episode
     switches ``current`` to the slot ``last-good`` names, away from another slot (issue 12 item 5)."""
     if ctx.kind == "rollback":
         if event.candidate_slot != event.last_good or event.previous_slot in (None, event.candidate_slot):
@@ -332,15 +333,15 @@ def _switch_intended_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Sw
 
 
 def _switch_committed_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.SwitchCommitted) -> str | None:
-    """SPEC 4.3 step 5: the flip that landed is the candidate's."""
+    """design §4.3 step 5: the flip that landed is the candidate's."""
     if event.slot != ctx.candidate_slot:
         return f"SwitchCommitted names {event.slot}, not the candidate slot"
     return None
 
 
 def _aborted_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Aborted) -> str | None:
-    """SPEC 4.2: ``aborted`` is a pre-switch verdict; after the switch only a bare-host install (nothing to
-    roll back to) aborts; every other kind must roll back (SPEC 4.3 step 8)."""
+    """design §4.2: ``aborted`` is a pre-switch verdict; after the switch only a bare-host install (nothing to
+    roll back to) aborts; every other kind must roll back (design §4.3 step 8)."""
     if state in _ACTIVE and ctx.kind != "install":
         return f"Aborted after the switch of a {ctx.kind} episode"
     return None
@@ -363,21 +364,22 @@ def _rollback_kind_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Even
 
 
 def _quarantined_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.JournalQuarantined) -> str | None:
-    """SPEC 10: only a ``quarantine`` episode records a quarantine (and nothing else makes one unchanged)."""
+    """design §10: only a ``quarantine`` episode records a quarantine (and nothing else makes one
+    unchanged)."""
     if ctx.kind != "quarantine":
         return f"JournalQuarantined in a {ctx.kind} episode"
     return None
 
 
 def _published_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.ResultPublished) -> str | None:
-    """SPEC 4.3 step 4: an unchanged candidate publishes ``noop``, nothing else."""
+    """design §4.3 step 4: an unchanged candidate publishes ``noop``, nothing else."""
     if state is _UNCHANGED and event.result.result != "noop":
         return f"{event.result.result} published for an unchanged candidate"
     return None
 
 
 def _closed_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.EpisodeClosed) -> str | None:
-    """SPEC 4.6 inv. 5: an episode closes with the one result it published."""
+    """design §4.6 inv. 5: an episode closes with the one result it published."""
     if event.result != ctx.published:
         return f"closed as {event.result} but published {ctx.published}"
     return None
@@ -410,7 +412,7 @@ def next_state(
     """The state after ``event`` happens in an episode at ``state`` with facts ``context``: THE rule.
 
     Every transition rule of the lifecycle is checked here and nowhere else: the table
-    (:data:`TRANSITIONS`, SPEC 4.2) and the rules that need the episode's facts (see
+    (:data:`TRANSITIONS`, design §4.2) and the rules that need the episode's facts (see
     :class:`EpisodeContext`). Pure; the fold replays with it and the orchestrator checks with it before it
     appends.
 

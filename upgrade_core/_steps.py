@@ -1,5 +1,5 @@
 """The steps the flows of :mod:`upgrade_core._flows` are made of, as :class:`FlowRun`: one flow's ports,
-policy and folded journal, and the steps of SPEC 4.3-4.5 the flows share. No I/O of its own.
+policy and folded journal, and the steps of design §4.3-4.5 the flows share. No I/O of its own.
 
 Opening an episode, staging and verifying a candidate, the switch, mirrors, the health phase, rollback,
 publishing and closing, and carrying out a recovery plan. Every append goes through
@@ -80,14 +80,14 @@ class FlowRun(StepExecutor):
         return self.folder.episode(op)
 
     def unit_name(self, purpose: Literal["restart", "recover"], op: str, attempt: int | None = None) -> str:
-        """The one builder of transient unit names (SPEC 4.3 step 6): ``NAME-restart-<op8>-<n>-<rand4>``,
+        """The one builder of transient unit names (design §4.3 step 6): ``NAME-restart-<op8>-<n>-<rand4>``,
         ``NAME-recover-<op8>-<rand4>``."""
         middle = f"{op[:8]}-{attempt}" if attempt is not None else op[:8]
         return f"{self.policy.agent}-{purpose}-{middle}-{self.p.ids.token_hex(2)}"
 
     # -- publishing ----------------------------------------------------------------------------------------
     async def publish_close(self, op: str, result: UpgradeResult | None = None) -> UpgradeResult:
-        """Result to the sink, then ``ResultPublished``, then ``EpisodeClosed`` (SPEC 4.3 step 9, inv. 5).
+        """Result to the sink, then ``ResultPublished``, then ``EpisodeClosed`` (design §4.3 step 9, inv. 5).
 
         ``result`` is the plan's (recovery), else the episode's terminal result.
         """
@@ -285,7 +285,7 @@ class FlowRun(StepExecutor):
     async def health_attempts(
         self, op: str, target: HealthTarget, slot: Slot, budget: int, *, restart: bool = True
     ) -> Passed | Failed | None:
-        """THE health-attempt loop (SPEC 4.3 steps 6-8): up to ``budget`` attempts on ``slot``.
+        """THE health-attempt loop (design §4.3 steps 6-8): up to ``budget`` attempts on ``slot``.
 
         Each attempt is journaled before it runs (``HealthAttemptStarted``, so a crash loop spends its
         attempts) and after its verdict (``HealthPassed``/``HealthFailed``).
@@ -370,7 +370,8 @@ class FlowRun(StepExecutor):
         return await self.publish_close(op)
 
     async def attempt(self, op: str, n: int, slot: Slot, *, restart: bool) -> Passed | Failed:
-        """One health attempt (SPEC 4.3 steps 6-7): restart through a transient unit, then judge samples."""
+        """One health attempt (design §4.3 steps 6-7): restart through a transient unit, then judge
+        samples."""
         p = self.p
         ep = self.ep(op)
         baseline_pid: int | None = None
@@ -461,7 +462,8 @@ class FlowRun(StepExecutor):
                 raise ServiceError(f"handed-off recovery unit {name} did not close episode {op} in time")
             await p.clock.sleep(self.policy.poll_interval_s)
 
-    # -- recovery (SPEC 4.5) -------------------------------------------------------------------------------
+    # -- recovery (design §4.5)
+    # -------------------------------------------------------------------------------
     async def recover_open(self, trigger: Trigger) -> UpgradeResult | HandedOff:
         open_ep = self.folder.view().open_episode
         if open_ep is None:

@@ -1,4 +1,4 @@
-"""Event (de)serialisation for the journal: a cattrs tagged union over :data:`ALL_EVENTS` (SPEC 2).
+"""Event (de)serialisation for the journal: a cattrs tagged union over :data:`ALL_EVENTS` (design §2).
 
 Wire form (:mod:`upgrade_core.wire`, which also gives the stdlib-only :func:`event_tag`): compact JSON
 of ``{"_type": TAG, **fields}`` (UTF-8), plus ``"_v": N`` when the class's ``VERSION`` is above 1.
@@ -6,7 +6,7 @@ Tags are the classes' stable ``TAG`` strings, pinned by ``tests/test_codec.py``.
 An unknown tag or a payload that does not fit its class raises :class:`EventDecodeError`; nothing is
 dropped. A payload written with a newer ``_v`` than this code knows is refused the same way.
 
-Speed (SPEC 9 ``journal.replay``, issue 16): decoding parses with ``orjson`` (falling back to the standard
+Speed (design §9 ``journal.replay``, issue 16): decoding parses with ``orjson`` (falling back to the standard
 library's parser for whatever it refuses, so the accepted inputs and results are the standard parser's) and
 structures through one constructor per event class, built once at import from the class's fields
 (:func:`_fast_structurer`). Encoding keeps the standard library's serialiser, so the bytes on disk are the

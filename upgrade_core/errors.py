@@ -1,4 +1,4 @@
-"""The project's error hierarchy, split by cause, each class carrying its CLI exit code (SPEC 7).
+"""The project's error hierarchy, split by cause, each class carrying its CLI exit code (design §7).
 
 Roots (in the spirit of python-tuf's data-vs-transport split):
 
@@ -24,7 +24,7 @@ from typing import ClassVar
 
 
 class UpgradeError(Exception):
-    """Base of every expected failure. ``exit_code`` is the CLI exit status (SPEC 7)."""
+    """Base of every expected failure. ``exit_code`` is the CLI exit status (design §7)."""
 
     exit_code: ClassVar[int] = 1
 
@@ -35,7 +35,7 @@ class CandidateError(UpgradeError):
 
 
 class ArchiveRejectedError(CandidateError):
-    """The archive breaks a member rule (SPEC 6, cases K1): escaping names, links, devices, duplicates."""
+    """The archive breaks a member rule (design §6, cases K1): escaping names, links, devices, duplicates."""
 
 
 class ArchiveTruncatedError(CandidateError):
@@ -129,7 +129,7 @@ class FetchContentEncodingError(FetchError):
 
 
 class FetchRedirectError(FetchError):
-    """A redirect broke SPEC 6: scheme change other than http->https, too many hops (case C08)."""
+    """A redirect broke design §6: scheme change other than http->https, too many hops (case C08)."""
 
 
 class FetchTimeoutError(FetchError):
@@ -188,7 +188,7 @@ class NoExecError(HostError):
 class HostRefusedError(HostError):
     """The host refused: permission, ownership, file type, read-only file system; nothing was changed.
 
-    Exit 4 (SPEC 10). Raised before any write when a path the agent would open, create or remove fails its
+    Exit 4 (design §10). Raised before any write when a path the agent would open, create or remove fails its
     checks (case C23): a symlink, FIFO, device, directory or hard link where a regular file of ours must
     be; a directory owned by another user or writable by group or others; EACCES, EPERM or EROFS.
 
@@ -206,7 +206,7 @@ class HostRefusedError(HostError):
 class CleanupIncompleteError(HostError):
     """``reset``/``uninstall`` (or a failed install's clean-up) removed part of what it made and could not
     remove the rest: the message names the first path and why; an operator must look. Exit 3 (exit 1 keeps
-    its one meaning: rolled back or aborted, SPEC 10)."""
+    its one meaning: rolled back or aborted, design §10)."""
 
     exit_code: ClassVar[int] = 3
 
@@ -227,7 +227,7 @@ class JournalDurabilityError(JournalError):
 
 
 class JournalUnreadableError(JournalError):
-    """The journal cannot be read past a record in the middle (SPEC 4.5 "do not guess", SPEC 5). Exit 3.
+    """The journal cannot be read past a record in the middle (design §4.5 "do not guess", design §5). Exit 3.
 
     Links are left as they are. Raised by the journal port (``agent.session.wiring.JournalPort``), never
     guessed around.

@@ -1,4 +1,4 @@
-"""The small ports through which ``upgrade_core`` touches the world (SPEC 2).
+"""The small ports through which ``upgrade_core`` touches the world (design §2).
 
 ``upgrade_core`` never imports ``journal`` or ``agent``; ``agent.session.wiring`` builds real
 implementations of
@@ -108,9 +108,9 @@ class Journal(Protocol):
     async def relinquish(self) -> None:
         """Stop writing and release the host lock, so that a handed-off recovery unit can own the episode.
 
-        Called just before :meth:`ServiceManager.hand_off_recovery` (SPEC 4.3 step 6, case C15): the
+        Called just before :meth:`ServiceManager.hand_off_recovery` (design §4.3 step 6, case C15): the
         transient unit takes the lock non-blocking, so the caller must let it go first. Afterwards only
-        :meth:`reread` is allowed (SPEC 4.6 inv. 7: only the lock holder appends).
+        :meth:`reread` is allowed (design §4.6 inv. 7: only the lock holder appends).
 
         Cancellation: no effect beyond the release.
         """
@@ -120,7 +120,7 @@ class Journal(Protocol):
         """Read every durable record again from stable storage, including other processes' appends.
 
         Used by a caller that handed an episode to a transient recovery unit and waits for it to close
-        (SPEC 4.3 step 6). Never writes, never repairs a torn tail. Afterwards ``records()`` and the next
+        (design §4.3 step 6). Never writes, never repairs a torn tail. Afterwards ``records()`` and the next
         ``append`` continue from what was read (the next ``seq`` follows the last record read).
 
         Raises:
@@ -161,7 +161,7 @@ class Clock(Protocol):
 
 
 class Host(Protocol):
-    """The host layout of SPEC 3: two slots, ``current`` and ``last-good`` links, mirrors."""
+    """The host layout of design §3: two slots, ``current`` and ``last-good`` links, mirrors."""
 
     def links(self) -> LinkState:
         """Resolve ``current`` and ``last-good``.
@@ -228,7 +228,7 @@ class Host(Protocol):
 
 
 class ArchiveSource(Protocol):
-    """Fetches an archive and extracts its member into a staging file in one streaming pass (SPEC 6)."""
+    """Fetches an archive and extracts its member into a staging file in one streaming pass (design §6)."""
 
     async def stage(self, source: str, expected_sha256: str | None, staging_path: str, slot: Slot) -> (
         StagedCandidate
@@ -250,7 +250,7 @@ class ArchiveSource(Protocol):
 
 
 class Verifier(Protocol):
-    """Runs a candidate's version command (SPEC 4.3 step 4, case C10)."""
+    """Runs a candidate's version command (design §4.3 step 4, case C10)."""
 
     async def verify(self, path: str, expected_version: str | None) -> str:
         """Run ``path`` with the configured version arguments; return the reported version, normalised
@@ -265,7 +265,7 @@ class Verifier(Protocol):
 
 
 class ServiceManager(Protocol):
-    """The agent unit under systemd (SPEC 6), via ``systemctl``/``systemd-run``."""
+    """The agent unit under systemd (design §6), via ``systemctl``/``systemd-run``."""
 
     @property
     def unit(self) -> str:
@@ -312,7 +312,7 @@ class ServiceManager(Protocol):
         ...
 
     async def hand_off_recovery(self, transient_name: str, after_unit: bool) -> None:
-        """Start ``recover-agent-upgrade --trigger manual`` in a transient unit (SPEC 4.3 step 6, 4.5).
+        """Start ``recover-agent-upgrade --trigger manual`` in a transient unit (design §4.3 step 6, 4.5).
 
         Args:
             transient_name: the transient unit's name.
@@ -339,7 +339,7 @@ class HealthProbe(Protocol):
 
 
 class ResultSink(Protocol):
-    """Where terminal results go (SPEC 4.3 step 9). Must be idempotent: it may receive a result twice."""
+    """Where terminal results go (design §4.3 step 9). Must be idempotent: it may receive a result twice."""
 
     async def publish(self, result: UpgradeResult) -> None:
         """Make ``result`` durable at the sink before returning.
@@ -352,7 +352,7 @@ class ResultSink(Protocol):
 
 @attrs.frozen
 class Ports:
-    """Everything the orchestrator may touch (SPEC 2). ``agent.session.wiring`` and ``tests/sim`` build
+    """Everything the orchestrator may touch (design §2). ``agent.session.wiring`` and ``tests/sim`` build
     one."""
 
     journal: Journal

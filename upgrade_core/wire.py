@@ -1,4 +1,4 @@
-"""The codec's wire format, readable with the standard library alone (SPEC 2, SPEC 9 ``recover.noop``).
+"""The codec's wire format, readable with the standard library alone (design §2, design §9 ``recover.noop``).
 
 An event is stored as compact UTF-8 JSON of ``{"_type": TAG, **fields}`` plus ``"_v": N`` when the class's
 ``VERSION`` is above 1 (:mod:`upgrade_core.codec` writes and reads it with cattrs). The boot-time no-op

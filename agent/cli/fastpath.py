@@ -1,4 +1,4 @@
-"""The lean no-op path of ``recover`` (SPEC 9 ``recover.noop``: within 3x ``python -c pass``).
+"""The lean no-op path of ``recover`` (design §9 ``recover.noop``: within 3x ``python -c pass``).
 
 At boot, ``recover-agent-upgrade`` almost always finds nothing to do. This module answers that case with
 the standard library only: the three paths from the TOML (:mod:`agent.config.boot`), the newest episode
@@ -7,7 +7,7 @@ tag (:func:`upgrade_core.wire.event_tag`; the package imports lazily). It return
 when it is *certain* that no episode is open:
 
 - no journal directory, or no segment at all;
-- the live segment is intact and empty (sealing only ever happens once every episode is closed, SPEC 5);
+- the live segment is intact and empty (sealing only ever happens once every episode is closed, design §5);
 - the live segment's newest record that is not a compaction snapshot is ``EpisodeClosed`` (or there is
   none: a segment of snapshots only follows a seal).
 
@@ -51,7 +51,7 @@ def _plain_recover(argv: list[str]) -> bool:
     """True when ``argv`` is exactly ``recover`` plus well-formed ``--config``, ``--json``, ``--trigger``.
 
     Anything else (an unknown option, a bad trigger, a second command word) goes to argparse on the full
-    path, so that a usage error exits 2 there instead of being answered with a noop here (SPEC 7).
+    path, so that a usage error exits 2 there instead of being answered with a noop here (design §7).
     """
     i, commands = 0, 0
     while i < len(argv):

@@ -15,7 +15,7 @@ import sys
 
 
 def main() -> None:
-    """Run the command named by ``basename(argv[0])``; exits with its code (SPEC 7)."""
+    """Run the command named by ``basename(argv[0])``; exits with its code (design §7)."""
     from agent.cli import main as cli
     name = os.path.basename(sys.argv[0])
     if name == "recover-agent-upgrade":

@@ -1,14 +1,14 @@
-"""The command line of SPEC 7: ``upgrade-agent`` with subcommands, plus ``agent-upgrade`` and
+"""The command line of design §7: ``upgrade-agent`` with subcommands, plus ``agent-upgrade`` and
 ``recover-agent-upgrade``.
 
 Output contract: with ``--json`` every exit prints exactly one JSON object on stdout (errors add ``error``
 and ``exit_code``); progress and logs go to stderr only. Without ``--json`` a short human summary goes to
 stdout. Every expected failure is one line on stderr (``upgrade-agent: <message>``) and a documented exit
 code, never a traceback. Exit codes: 0 committed/noop, 1 rolled_back/aborted, 2 usage/config/not
-installed/already installed, 3 needs_attention/journal corrupt or poisoned, 4 the host refused (SPEC 10),
+installed/already installed, 3 needs_attention/journal corrupt or poisoned, 4 the host refused (design §10),
 75 busy, 130 interrupted twice.
 
-The no-op ``recover`` path stays lean (SPEC 9 ``recover.noop``): it imports only the standard library until
+The no-op ``recover`` path stays lean (design §9 ``recover.noop``): it imports only the standard library until
 it knows there is work, and not even argparse (the grammar is :mod:`agent.cli.parser`, loaded after it).
 """
 
@@ -85,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         outcome = commands.run_command(args)
     except KeyboardInterrupt:
         return _fail(args, "interrupted", EXIT_INTERRUPTED)
-    except Exception as exc:  # the one place where errors become exit codes (SPEC 7)
+    except Exception as exc:  # the one place where errors become exit codes (design §7)
         code, message = commands.describe_error(exc)
         if code is None:
             raise

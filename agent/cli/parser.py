@@ -1,6 +1,6 @@
-"""The command-line grammar of SPEC 7 (argparse), apart from :mod:`agent.cli.main` so that the no-op
+"""The command-line grammar of design §7 (argparse), apart from :mod:`agent.cli.main` so that the no-op
 ``recover``
-path, answered before any parsing, does not load argparse (SPEC 9 ``recover.noop``, issue 16)."""
+path, answered before any parsing, does not load argparse (design §9 ``recover.noop``, issue 16)."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def own_version() -> str:
 
 class _VersionAction(argparse.Action):
     """``--version``: ``upgrade-agent X.Y.Z``, or with ``--json`` anywhere on the line one JSON object
-    ``{"version": "X.Y.Z"}`` (SPEC 7: with ``--json`` every exit prints exactly one JSON object)."""
+    ``{"version": "X.Y.Z"}`` (design §7: with ``--json`` every exit prints exactly one JSON object)."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, wants_json: bool = False, **kw: Any) -> None:
         super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
@@ -83,7 +83,7 @@ _RETRY_HELP = "offer a release that failed its health check or verification befo
 
 
 def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
-    """The whole command-line grammar (SPEC 7); ``wants_json``: ``--json`` is on the command line (for
+    """The whole command-line grammar (design §7); ``wants_json``: ``--json`` is on the command line (for
     ``--version``, which acts as soon as it is parsed)."""
     parser = _ArgumentParser(
         prog=PROG,

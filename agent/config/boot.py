@@ -1,4 +1,5 @@
-"""Configuration discovery and the lean path reader of the no-op recovery (SPEC 3, SPEC 9 ``recover.noop``).
+"""Configuration discovery and the lean path reader of the no-op recovery (design §3, design §9
+``recover.noop``).
 
 This module imports only the standard library (``os``, ``re``, ``tomllib``): ``recover-agent-upgrade`` at
 boot with nothing to do must finish within 3x ``python -c pass``, so it reads just the three values it needs
@@ -39,7 +40,7 @@ DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 """``[operations] node_name`` / ``namespace``: a DNS subdomain (RFC 1123, at most 253 characters), as a
 Kubernetes node name."""
 
-# platform.machine() spellings -> the release-archive spelling of SPEC 3 ``{arch}``.
+# platform.machine() spellings -> the release-archive spelling of design §3 ``{arch}``.
 _ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
 
 
@@ -86,7 +87,7 @@ def discover_config_path(
     env: Mapping[str, str] | None = None,
     config_dir: str = CONFIG_DIR,
 ) -> str:
-    """Find the configuration file (SPEC 3): ``--config``, else ``$UPGRADE_AGENT_CONFIG``, else the only
+    """Find the configuration file (design §3): ``--config``, else ``$UPGRADE_AGENT_CONFIG``, else the only
     ``*.toml`` in ``config_dir``.
 
     Args:
@@ -200,8 +201,8 @@ def quick_paths(path: str) -> tuple[str, str, str] | None:
 
 # -- a conservative, stdlib-only pre-check of the whole file (the no-op recovery path) ----------------
 # Why a second description of the schema: the full loader (attrs + cattrs, agent/config/loader.py) costs about
-# three times the whole SPEC 9 ``recover.noop`` budget to import, yet a boot-time recovery with nothing to
-# do must still refuse a configuration the full loader would refuse (SPEC 7: exit 2 naming the key). This
+# three times the whole design §9 ``recover.noop`` budget to import, yet a boot-time recovery with nothing to
+# do must still refuse a configuration the full loader would refuse (design §7: exit 2 naming the key). This
 # table only has to be at least as strict as the full loader: anything it does not recognise sends the run
 # to the full loader, which produces the one precise error line. ``tests/agent_host`` pins its keys to the
 # attrs classes, and the generated-config agreement test checks "fast accepts => full accepts".
@@ -344,7 +345,7 @@ def _fast_values(doc: dict[str, Any]) -> tuple[str, str, str]:
         if not os.path.isabs(value):
             raise ValueError(key)
         out.append(os.path.normpath(value))
-    from agent.config.pathrules import (  # SPEC 10: never accept what the full loader refuses
+    from agent.config.pathrules import (  # design §10: never accept what the full loader refuses
         path_problem,
         spool_problem,
     )

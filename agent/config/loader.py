@@ -1,6 +1,7 @@
-"""The agent's configuration: one TOML file -> frozen attrs classes, via ``tomllib`` and ``cattrs`` (SPEC 3).
+"""The agent's configuration: one TOML file -> frozen attrs classes, via ``tomllib`` and ``cattrs`` (design
+§3).
 
-Every key but ``agent.name`` has the default SPEC 3 gives. Unknown keys and bad values are refused with one
+Every key but ``agent.name`` has the default design §3 gives. Unknown keys and bad values are refused with one
 :class:`~agent.errors.ConfigError` line naming the file and the dotted key, e.g.::
 
     /etc/upgrade-agent/demo.toml: agent.member_policy: must be "exact", "select" or "none"
@@ -137,9 +138,9 @@ class AgentSection:
         name: NAME, ``[a-z0-9][a-z0-9._-]{0,62}``; required.
         unit: the agent's systemd unit name.
         exec_args: arguments after the current link in ``ExecStart``.
-        version_args: arguments of the candidate's version command (SPEC 4.3 step 4).
+        version_args: arguments of the candidate's version command (design §4.3 step 4).
         member: the archive member path; ``{arch}`` is ``amd64`` or ``arm64``.
-        member_policy: ``exact`` (the archive holds only the member), ``select`` (SPEC 6) or ``none``
+        member_policy: ``exact`` (the archive holds only the member), ``select`` (design §6) or ``none``
             (no archive: the downloaded file itself is the candidate; ``member`` is not used).
     """
 
@@ -153,7 +154,7 @@ class AgentSection:
 
 @attrs.frozen
 class HostSection:
-    """``[host]``: where things live on the host (SPEC 3 layout table).
+    """``[host]``: where things live on the host (design §3 layout table).
 
     Attributes:
         root: the host root R.
@@ -226,7 +227,7 @@ class VerifySection:
 
 @attrs.frozen
 class HealthSection:
-    """``[health]`` (SPEC 4.3 step 7).
+    """``[health]`` (design §4.3 step 7).
 
     Attributes:
         stability_s: monotonic seconds the new process must hold.
@@ -270,7 +271,7 @@ def _keyring_source(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
 
 @attrs.frozen
 class TrustSection:
-    """``[trust]`` (SPEC 10, issue 12): who may sign releases.
+    """``[trust]`` (design §10, issue 12): who may sign releases.
 
     Attributes:
         root_keys: minisign public keys (the ``RW...`` line of a ``.pub`` file).
@@ -303,7 +304,7 @@ def _node_name(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
 
 @attrs.frozen
 class OperationsSection:
-    """``[operations]`` (SPEC 10, issue 13): where ``upgrade-agent operator`` takes operations from.
+    """``[operations]`` (design §10, issue 13): where ``upgrade-agent operator`` takes operations from.
 
     Attributes:
         source: "" (no operator), "spool" or "kubernetes".
@@ -348,8 +349,8 @@ class AgentConfig:
 
     Attributes:
         source: the file it was loaded from (for messages).
-        agent, host, download, limits, verify, health, journal: the sections of SPEC 3.
-        trust, operations: the sections of SPEC 10.
+        agent, host, download, limits, verify, health, journal: the sections of design §3.
+        trust, operations: the sections of design §10.
         mirrors: the ``[[mirrors]]`` entries, in file order.
     """
 
@@ -510,7 +511,7 @@ def _substituted(cfg: AgentConfig, machine: str | None) -> AgentConfig:
 
 
 def _check_paths(host: HostSection, operations: OperationsSection) -> None:
-    """SPEC 10 rules across keys (:func:`agent.config.pathrules.path_problem`), after substitution and
+    """design §10 rules across keys (:func:`agent.config.pathrules.path_problem`), after substitution and
     normalisation: no system directory itself, no ``host.root``/``host.state_dir`` overlap, no lock file
     inside ``host.root``.
 
@@ -538,7 +539,7 @@ def parse_config(doc: Mapping[str, Any], source: str, machine: str | None = None
     Raises:
         ConfigError: ``source: dotted.key: message`` for the first problem in file order (unknown key,
             missing ``agent.name``, wrong type, bad value, ``{arch}`` on an unsupported machine), then the
-            cross-key path rules of SPEC 10 (a system directory, ``host.root``/``host.state_dir`` overlap,
+            cross-key path rules of design §10 (a system directory, ``host.root``/``host.state_dir`` overlap,
             a lock inside ``host.root``).
     """
     if "source" in doc:
@@ -560,7 +561,7 @@ def parse_config(doc: Mapping[str, Any], source: str, machine: str | None = None
 
 
 def load_config(path: str, machine: str | None = None) -> AgentConfig:
-    """Load one configuration file (SPEC 3).
+    """Load one configuration file (design §3).
 
     Args:
         path: the TOML file (see :func:`discover_config_path`).

@@ -1,4 +1,5 @@
-"""The cross-key path rules of the configuration (SPEC 10), standard library only: shared by the full loader
+"""The cross-key path rules of the configuration (design §10), standard library only: shared by the full
+loader
 (:mod:`agent.config.loader`) and the boot path's quick reader (:mod:`agent.config.boot`), which must never
 accept what the full loader refuses.
 

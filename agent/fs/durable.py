@@ -89,7 +89,7 @@ def _temp_name(path: str, kind: str) -> str:
 
 def _conflict(message: str) -> Exception:
     # Imported on use: the lock and the no-op recovery path import this module and must stay lean
-    # (upgrade_core pulls in attrs and cattrs; SPEC 9 ``recover.noop``).
+    # (upgrade_core pulls in attrs and cattrs; design §9 ``recover.noop``).
     from upgrade_core.errors import LayoutConflictError
 
     return LayoutConflictError(message)
@@ -178,7 +178,7 @@ def atomic_symlink(target: str, link_path: str) -> bool:
 
     Raises:
         upgrade_core.errors.LayoutConflictError: a real file or directory stands at ``link_path``; nothing
-            was changed (SPEC 6 "Switch").
+            was changed (design §6 "Switch").
         OSError: creating, renaming or fsyncing failed; the temp link is removed and ``link_path`` is as
             before.
     """
@@ -324,7 +324,7 @@ def missing_dirs(path: str) -> list[str]:
 
 
 def make_dirs(path: str, mode: int = 0o755, leaf_mode: int | None = None) -> list[str]:
-    """Create ``path`` and its missing parents durably (SPEC 3: missing parents are created 0755).
+    """Create ``path`` and its missing parents durably (design §3: missing parents are created 0755).
 
     Each created directory gets its mode with ``chmod`` (so the umask does not narrow it) and its parent is
     fsynced. Existing directories are left as they are, modes included.

@@ -117,7 +117,8 @@ def open_state_dir(state_dir: str, *, create: bool) -> int | None:
 
 
 STATE_FILE_MODE = 0o600
-"""SPEC 10: the mode of every file the agent creates under ``state_dir`` (and of a spool's status files)."""
+"""design §10: the mode of every file the agent creates under ``state_dir`` (and of a spool's status
+files)."""
 
 
 def read_regular(path: str, *, follow: bool, limit: int | None = None) -> bytes | None:
@@ -172,7 +173,8 @@ def write_checked_file(dir_fd: int, path: str, data: bytes) -> bool:
 
 
 def write_state_file(state_dir: str, sub: str, name: str, data: bytes) -> bool:
-    """Replace ``state_dir/sub/name`` with ``data`` durably, through checked directory handles (SPEC 10): the
+    """Replace ``state_dir/sub/name`` with ``data`` durably, through checked directory handles (design §10):
+    the
     write twin of :func:`read_state_file`. ``state_dir`` and ``sub`` are created 0700 when missing; the
     file is written by :func:`write_checked_file` (temp 0600 + fsync + rename + directory fsync; identical
     content is not rewritten).
@@ -202,7 +204,7 @@ def write_state_file(state_dir: str, sub: str, name: str, data: bytes) -> bool:
 
 
 def read_state_file(state_dir: str, sub: str, name: str) -> bytes | None:
-    """The bytes of ``state_dir/sub/name``, read through checked directory handles (SPEC 10): None when
+    """The bytes of ``state_dir/sub/name``, read through checked directory handles (design §10): None when
     ``state_dir``, ``sub`` or the file does not exist; creates nothing.
 
     Raises:

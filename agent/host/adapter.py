@@ -1,4 +1,4 @@
-"""The real host layout: the ``upgrade_core.ports.Host`` port (SPEC 3, 6). Install, adoption and removal,
+"""The real host layout: the ``upgrade_core.ports.Host`` port (design §3, 6). Install, adoption and removal,
 which only the CLI does, are :mod:`agent.host.provision`.
 
 Every change follows the C12 order of :mod:`agent.fs.durable` (data fsync, rename, directory fsync) and is
@@ -39,12 +39,13 @@ T = TypeVar("T")
 
 
 class SlotInUseError(HostError):
-    """A candidate was about to be renamed onto the slot ``current`` or ``last-good`` names (SPEC 4.3 step 3:
+    """A candidate was about to be renamed onto the slot ``current`` or ``last-good`` names (design §4.3
+    step 3:
     ``last-good`` is repointed first). Refused; nothing changed. Exit 1."""
 
 
 class ProtectedPathError(HostError):
-    """A write would land under ``/usr`` outside ``/usr/local`` (SPEC 3, case C14). Refused. Exit 2."""
+    """A write would land under ``/usr`` outside ``/usr/local`` (design §3, case C14). Refused. Exit 2."""
 
     exit_code = 2
 
@@ -76,7 +77,7 @@ class AgentHost:
         max_member_bytes: ``limits.max_member_bytes``; free space on the slot filesystem must exceed it.
         mirrors: ``[[mirrors]].path`` values (absolute).
         protected_prefix: writes are refused under this prefix unless under ``protected_prefix/local``
-            (SPEC 3 "nothing under /usr"); tests pass a fake prefix.
+            (design §3 "nothing under /usr"); tests pass a fake prefix.
     """
 
     def __init__(
@@ -146,7 +147,7 @@ class AgentHost:
         return slot
 
     def links(self) -> LinkState:
-        """Resolve ``current`` and ``last-good`` (SPEC 3).
+        """Resolve ``current`` and ``last-good`` (design §3).
 
         Returns:
             The slot each link names, None for an absent link.
@@ -254,7 +255,7 @@ class AgentHost:
         return await _in_thread_shielded(self._sweep_sync)
 
     def refuse_protected(self, path: str) -> None:
-        """Refuse a write at ``path`` under ``/usr`` outside ``/usr/local`` (SPEC 3, case C14).
+        """Refuse a write at ``path`` under ``/usr`` outside ``/usr/local`` (design §3, case C14).
 
         Raises:
             ProtectedPathError: ``path`` resolves there (exit 2); nothing was changed.
@@ -292,7 +293,7 @@ class AgentHost:
         """Check the slot filesystem and return a fresh staging path for ``slot`` (not created).
 
         Raises:
-            NoExecError: the slot filesystem is mounted ``noexec`` (SPEC 3).
+            NoExecError: the slot filesystem is mounted ``noexec`` (design §3).
             NoSpaceError: free space (``f_bavail * f_frsize``, bytes) does not exceed
                 ``limits.max_member_bytes`` (case C05); nothing was written.
             ProtectedPathError: the layout resolves under ``/usr`` outside ``/usr/local``.
@@ -344,7 +345,7 @@ class AgentHost:
                 raise HostError(
                     f"{path}: staged file is {st.st_size} bytes, expected {staged.size}; not installed"
                 )
-            # Slots are 0755 whoever wrote the file (SPEC 3). The archive source fsynced it already; fsync
+            # Slots are 0755 whoever wrote the file (design §3). The archive source fsynced it already; fsync
             # again (cheap when clean) so the C12 order holds whoever wrote it.
             os.chmod(path, 0o755)
             durable.fsync_file(path)

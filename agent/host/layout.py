@@ -1,4 +1,4 @@
-"""Path arithmetic of the host layout (SPEC 3), no I/O.
+"""Path arithmetic of the host layout (design §3), no I/O.
 
 For an agent NAME under host root R::
 

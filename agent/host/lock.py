@@ -1,4 +1,4 @@
-"""The host lock (SPEC 4.3 step 1, 4.6 invariant 7): one upgrade or recovery at a time on a host.
+"""The host lock (design §4.3 step 1, 4.6 invariant 7): one upgrade or recovery at a time on a host.
 
 ``flock(2)`` on ``lock_path``, exclusive and non-blocking. The kernel drops a flock when the last descriptor
 of its open file description closes, so a holder killed by SIGKILL or a power cut never leaves a stale lock
@@ -22,7 +22,7 @@ __all__ = ["HostLock", "probe_lock"]
 
 
 # The errors are imported on use: ``recover`` with nothing to do takes this lock, and upgrade_core pulls in
-# attrs and cattrs, which that path must not pay for (SPEC 9 ``recover.noop``).
+# attrs and cattrs, which that path must not pay for (design §9 ``recover.noop``).
 def _host_error(message: str) -> Exception:
     from upgrade_core.errors import HostError
 
@@ -36,7 +36,7 @@ def _refused(path: str, what: str) -> Exception:
 
 
 def _open_lock_file(path: str) -> int:
-    """Open (creating 0600) the lock file through its checked directory (SPEC 10): every existing
+    """Open (creating 0600) the lock file through its checked directory (design §10): every existing
     ancestor passes :func:`agent.fs.statefile.check_ancestors`, a missing directory is created 0755, and the
     file must be a regular file of ours, never a symlink, FIFO or hard link
     (:func:`journal.safefs.open_file`).
@@ -148,7 +148,7 @@ def _read_holder(fd: int) -> int | None:
 
 
 def probe_lock(path: str) -> Literal["free", "busy"]:
-    """Tell whether the host lock is held, creating nothing (``upgrade --preflight``, SPEC 7).
+    """Tell whether the host lock is held, creating nothing (``upgrade --preflight``, design §7).
 
     A missing file (or directory) is "free". An existing one is opened ``O_RDONLY`` and tried with a shared,
     non-blocking flock, which conflicts with a holder's exclusive lock but not with other probes; it is

@@ -1,4 +1,4 @@
-"""Ownership of the agent's state (SPEC 10, case C23): touch only what is ours, and check before touching.
+"""Ownership of the agent's state (design §10, case C23): touch only what is ours, and check before touching.
 
 The rules, and where each one is enforced:
 
@@ -10,7 +10,7 @@ The rules, and where each one is enforced:
   follow the same rule (:func:`agent.fs.statefile.check_ancestors`).
 - **Our directories** (``state_dir``, ``state_dir/journal``, ``state_dir/results``): directories, not
   symlinks (opened ``O_NOFOLLOW``), owned by the effective user, not writable by group or others. Created
-  0700 when missing (missing parents of ``state_dir`` 0755, SPEC 3)
+  0700 when missing (missing parents of ``state_dir`` 0755, design §3)
   (:func:`agent.fs.statefile.open_state_dir`,
   :func:`journal.safefs.make_dir`).
 - **Our files** (journal segments, ``journal/owner.json``, ``results/<op>.json``, the lock): opened relative

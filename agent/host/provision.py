@@ -1,4 +1,4 @@
-"""Install, adoption and removal of an agent's host layout (SPEC 3, 7): what only the CLI does.
+"""Install, adoption and removal of an agent's host layout (design §3, 7): what only the CLI does.
 
 The ``upgrade_core.ports.Host`` port (links, slots, staging, switch, mirrors) is
 :class:`agent.host.adapter.AgentHost`; a :class:`Provisioner` works over the same layout and uses the host
@@ -26,7 +26,7 @@ __all__ = ["Adoption", "Provisioner", "is_plain_executable"]
 
 @attrs.frozen
 class Adoption:
-    """Something found on the host that ``install`` without ``--archive`` takes over (SPEC 3).
+    """Something found on the host that ``install`` without ``--archive`` takes over (design §3).
 
     Attributes:
         kind: ``legacy_layout`` (R is absent; a layout under LEGACY is linked as R) or ``binary`` (a plain
@@ -50,7 +50,7 @@ def is_plain_executable(path: str) -> bool:
 
 
 class Provisioner:
-    """Install, adopt and remove the layout of ``host`` (SPEC 3, 7).
+    """Install, adopt and remove the layout of ``host`` (design §3, 7).
 
     Args:
         host: the agent's host; its root, name, legacy root and layout are the ones worked on.
@@ -61,7 +61,7 @@ class Provisioner:
         self.layout = host.layout
 
     def check_bare(self) -> None:
-        """Refuse to install unless the host is bare: ``R/lib/NAME`` absent or empty (SPEC 6, 7).
+        """Refuse to install unless the host is bare: ``R/lib/NAME`` absent or empty (design §6, 7).
 
         A failed install removes the layout it made, so it must never start over slots, links or files it
         did not create.
@@ -86,7 +86,7 @@ class Provisioner:
             )
 
     def create_layout_dirs(self) -> list[str]:
-        """Create ``R/lib/NAME`` and ``R/bin`` with missing parents, 0755, durably (SPEC 3).
+        """Create ``R/lib/NAME`` and ``R/bin`` with missing parents, 0755, durably (design §3).
 
         Returns:
             The directories created, outermost first.
@@ -148,7 +148,7 @@ class Provisioner:
         return True
 
     def find_adoptable(self) -> Adoption | None:
-        """What :meth:`adopt` would take over, without changing anything (SPEC 3 adoption).
+        """What :meth:`adopt` would take over, without changing anything (design §3 adoption).
 
         Order: a legacy layout under LEGACY while R is absent; else a plain executable regular file at
         ``R/bin/NAME``; else one at ``LEGACY/bin/NAME``. Paths are compared after resolving symlinks, so
@@ -177,7 +177,7 @@ class Provisioner:
         return None
 
     def adopt(self) -> Adoption | None:
-        """Take over what :meth:`find_adoptable` found; idempotent (SPEC 3).
+        """Take over what :meth:`find_adoptable` found; idempotent (design §3).
 
         - ``legacy_layout``: R's missing parents are created 0755, then R becomes a relative symlink to
           LEGACY (atomic). Nothing is written under LEGACY.

@@ -1,8 +1,8 @@
-"""The default result sink: ``state_dir/results/<operation>.json`` (SPEC 4.3 step 9, SPEC 7).
+"""The default result sink: ``state_dir/results/<operation>.json`` (design §4.3 step 9, design §7).
 
 The orchestrator publishes a terminal result here *before* it appends ``result published`` and closes the
 episode, so a crash in between re-publishes the same bytes: rewriting an identical result changes nothing
-(SPEC 4.6 invariant 5: the sink may receive a result more than once). Each write is temp + fsync + rename
+(design §4.6 invariant 5: the sink may receive a result more than once). Each write is temp + fsync + rename
 + directory fsync (case C12).
 """
 
@@ -29,7 +29,7 @@ def result_path(state_dir: str, operation: str) -> str:
     """``state_dir/results/<operation>.json``.
 
     Raises:
-        HostError: ``operation`` does not match ``[A-Za-z0-9._-]{1,64}`` (SPEC 4.3 step 1).
+        HostError: ``operation`` does not match ``[A-Za-z0-9._-]{1,64}`` (design §4.3 step 1).
     """
     if not OPERATION_ID_RE.fullmatch(operation):
         raise HostError(f"{operation!r}: not an operation id ([A-Za-z0-9._-]{{1,64}})")
@@ -37,7 +37,7 @@ def result_path(state_dir: str, operation: str) -> str:
 
 
 def encode_result(result: UpgradeResult) -> bytes:
-    """The SPEC 7 ``upgrade`` JSON of ``result``: fixed keys in a fixed order, one trailing newline."""
+    """The design §7 ``upgrade`` JSON of ``result``: fixed keys in a fixed order, one trailing newline."""
     doc = {k: getattr(result, k) for k in _KEYS}
     return (json.dumps(doc, indent=2) + "\n").encode()
 
@@ -47,7 +47,7 @@ class FileResultSink:
 
     Args:
         state_dir: ``host.state_dir``; created 0700 (missing parents 0755) on first publish, checked
-            (SPEC 10, :mod:`agent.host.ownership`) on every publish.
+            (design §10, :mod:`agent.host.ownership`) on every publish.
     """
 
     def __init__(self, state_dir: str) -> None:
@@ -59,7 +59,7 @@ class FileResultSink:
         ``state_dir`` and ``results/`` are opened checked (created 0700 when missing) and the file is
         written relative to the ``results/`` descriptor: a temp file (0600, ``O_EXCL | O_NOFOLLOW``) is
         fsynced and renamed over the result, then the directory is fsynced. An existing result must be a
-        regular file of ours (SPEC 10): a symlink, FIFO, directory or hard link there is refused (exit 4)
+        regular file of ours (design §10): a symlink, FIFO, directory or hard link there is refused (exit 4)
         and its target keeps its bytes.
         """
         if result.operation is None:

@@ -1,4 +1,5 @@
-"""Managed upgrades (issue 13, SPEC 10): ``upgrade-agent operator`` and the sources it takes operations from.
+"""Managed upgrades (issue 13, design §10): ``upgrade-agent operator`` and the sources it takes operations
+from.
 
 - :mod:`.model`: one operation as a source holds it (:class:`~.model.Operation`), the
   :class:`~.model.OperationSource` port both sources implement, the checks that turn a spec into a

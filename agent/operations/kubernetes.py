@@ -1,4 +1,4 @@
-"""The Kubernetes source (issue 13, SPEC 10): ``UpgradeOperation`` objects through ``kubernetes_asyncio``.
+"""The Kubernetes source (issue 13, design §10): ``UpgradeOperation`` objects through ``kubernetes_asyncio``.
 
 One :class:`KubernetesSource` watches the namespaced custom resource ``upgradeoperations`` (group
 ``upgrades.upgrade-core.io``, version ``v1alpha1``) in one namespace, only the objects whose
@@ -169,7 +169,7 @@ class KubernetesSource:
 
     @classmethod
     async def create(cls, operations: Any) -> KubernetesSource:
-        """Connect as ``[operations]`` says (SPEC 10).
+        """Connect as ``[operations]`` says (design §10).
 
         Args:
             operations: an :class:`agent.config.loader.OperationsSection`: ``kubeconfig`` "" for the

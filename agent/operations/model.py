@@ -1,6 +1,6 @@
 """One managed operation as a source holds it, the port sources implement, and the status documents.
 
-An operation's *spec* has the same keys in both sources (SPEC 10, the ``UpgradeOperation`` spec)::
+An operation's *spec* has the same keys in both sources (design §10, the ``UpgradeOperation`` spec)::
 
     {"nodeName": "web-1", "agent": "demo-agent",
      "archive": {"url": "https://releases.example/demo-agent-1.1.0.tar.gz", "sha256": "<64 hex>",
@@ -240,7 +240,7 @@ def _conditions(status: OperationStatus, generation: int) -> list[dict[str, Any]
 
 
 def k8s_status(status: OperationStatus, generation: int) -> dict[str, Any]:
-    """The ``UpgradeOperation`` status subresource (SPEC 10, camelCase); unknown fields are left out (the
+    """The ``UpgradeOperation`` status subresource (design §10, camelCase); unknown fields are left out (the
     CRD's schema has no nullable fields)."""
     doc: dict[str, Any] = {
         "observedGeneration": generation,
@@ -259,8 +259,8 @@ def k8s_status(status: OperationStatus, generation: int) -> dict[str, Any]:
 
 
 def spool_status(status: OperationStatus, generation: int = 1) -> dict[str, Any]:
-    """The spool's ``<id>.status.json`` (SPEC 10: the same fields in snake_case, every key present, null
-    when unknown), plus ``result`` (the SPEC 7 result value)."""
+    """The spool's ``<id>.status.json`` (design §10: the same fields in snake_case, every key present, null
+    when unknown), plus ``result`` (the design §7 result value)."""
     return {
         "operation": status.operation,
         "phase": status.phase,

@@ -5,7 +5,7 @@ status once.
 The loop, and why it is exactly-once:
 
 1. **Start-up gate.** An episode left open (the operator or a CLI upgrade died) is recovered first
-   (``recover``, SPEC 4.5). Then every operation the source holds whose result the journal already has is
+   (``recover``, design §4.5). Then every operation the source holds whose result the journal already has is
    published, before any new operation is accepted.
 2. **Derived status.** An operation's status is never stored by the operator: it is
    :func:`upgrade_core.operation_status` of the journal, which names the ``ResultPublished`` record's sequence
@@ -27,7 +27,7 @@ statuses.
 Stopping (:meth:`Operator.request_stop`, which the CLI calls on SIGTERM/SIGINT/SIGHUP): idle, the loop ends at
 once; during an operation before ``SwitchIntended`` the operation is cancelled (the orchestrator aborts and
 publishes ``aborted``; the source is told ``Failed``); after it, the operation runs to its terminal state and
-is published first (SPEC 4.3 step 10, as the CLI).
+is published first (design §4.3 step 10, as the CLI).
 """
 
 from __future__ import annotations

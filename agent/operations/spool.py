@@ -1,4 +1,4 @@
-"""The spool source (issue 13, SPEC 10): a directory of operations, on any host.
+"""The spool source (issue 13, design §10): a directory of operations, on any host.
 
 ``[operations] spool_dir`` holds ``<id>.json`` (an operation's spec, see :mod:`.model`) placed atomically by
 whoever drives the host (cloud-init, Ignition, a configuration manager, a human: write a temp file, then
@@ -7,7 +7,7 @@ case C12). ``<id>`` is the operation id (``[A-Za-z0-9._-]{1,64}``, without the `
 starting with ``.`` (temp files) and anything else are ignored.
 
 The spool is root's: the directory and every file in it must be owned by the effective user and not
-writable by group or others, and each file a regular file with one link (SPEC 10's rule for state paths, so
+writable by group or others, and each file a regular file with one link (design §10's rule for state paths, so
 nobody else can slip an operation in or turn a status write against another file). A file that breaks it
 is refused (its status says why, when one can be written); nothing is followed, opened as a FIFO or
 removed: the operator never deletes an operation or a status file.

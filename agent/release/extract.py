@@ -1,4 +1,4 @@
-"""One streaming pass from archive bytes to a staged candidate file (SPEC 4.3 step 3, SPEC 6 Extract).
+"""One streaming pass from archive bytes to a staged candidate file (design §4.3 step 3, design §6 Extract).
 
 Pipeline (constant memory, whatever the archive size)::
 
@@ -115,7 +115,7 @@ _REGULAR_TYPES = (tarfile.REGTYPE, tarfile.AREGTYPE)
 
 @attrs.frozen
 class ExtractLimits:
-    """The ``[limits]`` of SPEC 3, in bytes and entries (case C04).
+    """The ``[limits]`` of design §3, in bytes and entries (case C04).
 
     Attributes:
         max_archive_bytes: compressed bytes read from the source.

@@ -1,4 +1,4 @@
-"""Fetching an archive from ``https://``, ``http://``, ``file://`` or a plain path (SPEC 6 Fetch, K3, K4).
+"""Fetching an archive from ``https://``, ``http://``, ``file://`` or a plain path (design §6 Fetch, K3, K4).
 
 The bytes are handed, as they arrive, to an async *sink* (the extraction pipeline of
 :mod:`agent.release.extract`), so nothing is buffered whole. Rules enforced here:
@@ -99,7 +99,7 @@ SUPPORTED_CODINGS = frozenset({"gzip", "x-gzip", "deflate", "zstd"})
 
 @attrs.frozen
 class FetchPolicy:
-    """The ``[download]`` rules of SPEC 3 as the fetcher needs them.
+    """The ``[download]`` rules of design §3 as the fetcher needs them.
 
     Attributes:
         allow_http: ``"never"``, ``"loopback"`` or ``"always"``.
@@ -168,7 +168,7 @@ class SourceTarget:
 
 
 def parse_source(source: str) -> SourceTarget:
-    """Classify an archive source by its syntax (SPEC 6 Fetch): the one place that knows the schemes.
+    """Classify an archive source by its syntax (design §6 Fetch): the one place that knows the schemes.
 
     Args:
         source: ``https://``/``http://``/``file://`` URL or a plain path; may carry secrets.
@@ -280,7 +280,7 @@ def check_http_allowed(url: str, allow_http: AllowHttp) -> None:
 
 
 def check_redirect(from_url: str, to_url: str) -> None:
-    """Apply SPEC 6's scheme rule to one redirect hop (case C08).
+    """Apply design §6's scheme rule to one redirect hop (case C08).
 
     A hop may keep its scheme (http -> http, https -> https) or upgrade http -> https. Everything else
     (https -> http, any hop to ``ftp:``, ``file:``, ``data:`` ...) is refused.
@@ -390,7 +390,7 @@ def _on_asyncio() -> bool:
 
 
 async def _open_binary(path: str) -> _AsyncBinaryFile:
-    """Open ``path`` for async reading: aiofiles on asyncio (the agent's loop, SPEC 2).
+    """Open ``path`` for async reading: aiofiles on asyncio (the agent's loop, design §2).
 
     aiofiles needs a running asyncio loop, so under trio (which the library's tests also exercise) the
     same reads go through ``anyio.open_file``; both run each read in a worker thread.

@@ -1,4 +1,4 @@
-"""``ArchiveSourceImpl``: the real :class:`upgrade_core.ports.ArchiveSource` (SPEC 4.3 step 3, SPEC 6).
+"""``ArchiveSourceImpl``: the real :class:`upgrade_core.ports.ArchiveSource` (design §4.3 step 3, design §6).
 
 Fetch (:mod:`agent.release.fetch`) and extraction (:mod:`agent.release.extract`) run as one streaming pass:
 the archive is never stored whole, its sha256 is taken on the way (over the file as published: a content
@@ -38,7 +38,7 @@ class ArchiveSourceImpl:
         download: ``[download]`` rules (http policy, redirects, timeouts).
         limits: ``[limits]`` bounds, bytes and entries.
         member: ``agent.member`` with ``{name}``/``{arch}`` already substituted.
-        member_policy: ``"exact"``, ``"select"`` (SPEC 6) or ``"none"`` (the file itself is the
+        member_policy: ``"exact"``, ``"select"`` (design §6) or ``"none"`` (the file itself is the
             candidate, no archive).
         progress: optional ``progress(bytes_so_far, total_or_None)`` for the CLI's bar or log lines.
         headers: extra request headers (e.g. ``Authorization``), sent to the source's origin only.

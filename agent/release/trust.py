@@ -13,7 +13,7 @@ The keyring (``[trust] keyring``, a file or URL fetched under the archive's rule
 
 ``serial`` is a positive integer that never goes back: the verified keyring is cached in
 ``state_dir/trust/keyring.json`` (0600 in a 0700 directory, written like a result: temp, fsync, rename,
-directory fsync, SPEC 10 ownership) and replaced only by a higher serial. A served keyring with a lower
+directory fsync, design §10 ownership) and replaced only by a higher serial. A served keyring with a lower
 serial than the cache is refused (a mirror cannot resurrect a revoked key); the same serial must be the
 same bytes. Key ids are minisign's (16 hex digits, leading zeros optional).
 """
@@ -217,7 +217,7 @@ class ReleaseTrust:
             raise KeyringError(f"{path}: unreadable cached keyring: {type(exc).__name__}") from None
 
     def write_cache(self, data: bytes, sig: bytes) -> None:
-        """Replace the cache durably (SPEC 10 ownership, as results)."""
+        """Replace the cache durably (design §10 ownership, as results)."""
         from agent.fs.statefile import write_state_file
 
         path = self._cache_path()

@@ -1,4 +1,4 @@
-"""``VerifierImpl``: run a candidate's version command, bounded (SPEC 4.3 step 4, cases C10, C29).
+"""``VerifierImpl``: run a candidate's version command, bounded (design §4.3 step 4, cases C10, C29).
 
 The command ``[path, *version_args]`` runs in its own session (so it leads a new process group), with
 stdin on ``/dev/null``; stdout and stderr are two separate pipes, each read and bounded on its own.
@@ -119,7 +119,7 @@ def _line_tokens(line: str, pattern: re.Pattern[str] | None) -> list[str]:
 
 
 def parse_version(output: str, pattern: re.Pattern[str] | None = None) -> str | None:
-    """The normalised version printed in ``output`` (SPEC 4.3 step 4, case C29).
+    """The normalised version printed in ``output`` (design §4.3 step 4, case C29).
 
     Args:
         output: the decoded text of one stream.

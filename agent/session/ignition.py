@@ -1,4 +1,5 @@
-"""``upgrade-agent ignition`` (SPEC 10, issue 15): an Ignition config that provisions this configuration on a
+"""``upgrade-agent ignition`` (design §10, issue 15): an Ignition config that provisions this configuration
+on a
 new host whose ``/usr`` is read-only and which has no Python (Flatcar-family images).
 
 The config (Ignition spec :data:`SPEC_VERSION`, the newest stable 3.x that Debian's Ignition 2.14 accepts)

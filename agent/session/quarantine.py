@@ -1,4 +1,4 @@
-"""``upgrade-agent journal quarantine`` (SPEC 10): a way out of a journal that cannot be trusted.
+"""``upgrade-agent journal quarantine`` (design §10): a way out of a journal that cannot be trusted.
 
 The session (:meth:`agent.session.session.Session.quarantine`) runs it under the host lock, in this order:
 

@@ -1,4 +1,4 @@
-"""The typed results of the embedding session's readers and maintenance commands (SPEC 7 JSON shapes):
+"""The typed results of the embedding session's readers and maintenance commands (design §7 JSON shapes):
 what ``status``, ``upgrade --preflight`` and ``journal quarantine`` report. Plain frozen values; no I/O."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from upgrade_core import (
 # -- typed read results ---------------------------------------------------------------------------------
 @attrs.frozen
 class SlotInfo:
-    """One slot as ``status`` shows it (SPEC 7).
+    """One slot as ``status`` shows it (design §7).
 
     Attributes:
         slot: ``blue`` or ``green``.
@@ -49,10 +49,10 @@ class ServiceInfo:
 
 @attrs.frozen
 class EpisodeInfo:
-    """The open episode, if any (SPEC 7 ``status``, issue 10 item 4).
+    """The open episode, if any (design §7 ``status``, issue 10 item 4).
 
     Attributes:
-        operation / state: its operation id and lifecycle state (SPEC 4.2).
+        operation / state: its operation id and lifecycle state (design §4.2).
         upgrader_pid: the pid holding the host lock (the upgrader or recovery running it), None when the
             lock is free or the pid is unknown.
         abandoned: True when no process holds the host lock: its upgrader died (``recover`` finishes it;
@@ -80,7 +80,7 @@ class KnownBad:
 
 @attrs.frozen
 class Status:
-    """What ``status`` reports (SPEC 7), from the journal and the links; no binary is run.
+    """What ``status`` reports (design §7), from the journal and the links; no binary is run.
 
     Attributes:
         agent: NAME.
@@ -111,7 +111,7 @@ class Status:
     known_bad: tuple[KnownBad, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        """The SPEC 7 ``status`` JSON object (SPEC 10 adds ``security_watermark`` and ``known_bad``)."""
+        """The design §7 ``status`` JSON object (design §10 adds ``security_watermark`` and ``known_bad``)."""
         doc = attrs.asdict(self)
         doc.pop("service_error")
         return doc
@@ -119,7 +119,7 @@ class Status:
 
 @attrs.frozen
 class Preflight:
-    """What ``upgrade --preflight`` reports (SPEC 7).
+    """What ``upgrade --preflight`` reports (design §7).
 
     Attributes:
         plan: the steps an upgrade would take, one line each.
@@ -140,7 +140,7 @@ class Preflight:
     next: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The SPEC 7 ``upgrade --preflight`` JSON object, plus the issue 10 keys."""
+        """The design §7 ``upgrade --preflight`` JSON object, plus the issue 10 keys."""
         return {"preflight": True, "plan": list(self.plan), "inactive_slot": self.inactive_slot,
                 "lock": self.lock, "open_episode": self.open_episode,
                 "episode": None if self.episode is None else attrs.asdict(self.episode),
@@ -150,7 +150,7 @@ class Preflight:
 
 @attrs.frozen
 class Quarantined:
-    """What ``journal quarantine`` did (SPEC 10).
+    """What ``journal quarantine`` did (design §10).
 
     Attributes:
         quarantine_path: where the old journal directory is now.

@@ -65,7 +65,7 @@ def check_source(source: str, allow_http: AllowHttp, option: str = "--archive") 
 
 
 def operation_id(operation: str | None) -> str:
-    """``--operation``, checked (SPEC 4.3 step 1), or a fresh uuid4 hex when None.
+    """``--operation``, checked (design §4.3 step 1), or a fresh uuid4 hex when None.
 
     Raises:
         UsageError: not ``[A-Za-z0-9._-]{1,64}`` (exit 2).
@@ -92,7 +92,7 @@ def make_request(
         archive: the source (see :func:`check_source`).
         allow_http: ``download.allow_http``.
         sha256: 64 hex digits, optionally prefixed ``sha256:``; None or "" for none.
-        operation: ``[A-Za-z0-9._-]{1,64}`` (SPEC 4.3 step 1); None for a fresh uuid4 hex.
+        operation: ``[A-Za-z0-9._-]{1,64}`` (design §4.3 step 1); None for a fresh uuid4 hex.
         expect_version: a version token as the verifier reads it (an optional ``v``, two or more
             dot-separated numbers, an optional ``-pre.release`` and ``+build`` metadata; see
             ``agent.release.verify.normalise_version``), at most 128 characters; None for any. It is compared

@@ -20,7 +20,7 @@ Rules it keeps for every caller:
 - **Errors by phase.** A failure after ``SwitchIntended`` is re-raised as :class:`EpisodeLeftOpenError`
   (exit 3: the candidate may be active and ``recover`` finishes the episode), whatever its type; before it
   the orchestrator has already aborted the episode.
-- **Compaction** (SPEC 5) runs best effort after each closed episode, from the same fold.
+- **Compaction** (design §5) runs best effort after each closed episode, from the same fold.
 
 Readers (:meth:`Session.status`, :meth:`Session.view`) take no lock and never write or create anything.
 Signals are the caller's: a CLI cancels the running method (before the switch the episode is aborted and
@@ -175,7 +175,8 @@ class Session(SetupMixin):
 
     # -- writers -----------------------------------------------------------------------------------------
     async def upgrade(self, request: UpgradeRequest) -> UpgradeResult:
-        """The supervised flow (SPEC 4.3): fetch, verify, switch, restart, health-check, commit or roll back.
+        """The supervised flow (design §4.3): fetch, verify, switch, restart, health-check, commit or roll
+        back.
 
         Returns:
             The terminal result (``committed``, ``noop``, ``aborted``, ``rolled_back``, ``needs_attention``);
@@ -281,7 +282,7 @@ class Session(SetupMixin):
                          drift.drifted, next_)
 
     async def recover(self, trigger: Trigger = "manual") -> UpgradeResult | HandedOff:
-        """``recover`` (SPEC 4.5): replay, look at the host, finish or roll back the open episode.
+        """``recover`` (design §4.5): replay, look at the host, finish or roll back the open episode.
 
         Args:
             trigger: ``boot`` (never waits for the agent: any health check is handed to a transient unit,
@@ -312,7 +313,7 @@ class Session(SetupMixin):
         return UpgradeResult(None, "noop", reason=BUSY_REASON + (f" (pid {pid})" if pid else ""))
 
     async def self_upgrade(self, request: UpgradeRequest) -> UpgradeResult | RestartScheduled:
-        """The self-upgrade flow, steps 1-5 in this process (SPEC 4.4); the restart is scheduled.
+        """The self-upgrade flow, steps 1-5 in this process (design §4.4); the restart is scheduled.
 
         Returns:
             :class:`~upgrade_core.RestartScheduled` (the new process calls :meth:`resume_self_upgrade`), or a
@@ -329,7 +330,8 @@ class Session(SetupMixin):
         )
 
     async def resume_self_upgrade(self) -> ResumeOutcome:
-        """The new process's start-up check (SPEC 4.4): the candidate holds healthy for the window -> commit.
+        """The new process's start-up check (design §4.4): the candidate holds healthy for the window ->
+        commit.
 
         Raises:
             LockBusyError: another process (a recovery) owns the episode; the caller just serves.
@@ -340,7 +342,7 @@ class Session(SetupMixin):
         return await self._write(lambda p, pol, f: resume_self_upgrade(p, pol, folder=f))
 
     async def compact(self) -> int:
-        """Seal closed episodes and keep ``journal.keep_episodes`` (SPEC 5) under the host lock.
+        """Seal closed episodes and keep ``journal.keep_episodes`` (design §5) under the host lock.
 
         Returns:
             The number of records left in the journal.
@@ -354,7 +356,8 @@ class Session(SetupMixin):
         return len(self._journal.records())
 
     async def quarantine(self) -> Quarantined:
-        """``journal quarantine`` (SPEC 10), under the host lock: verify both links' slots, move the journal
+        """``journal quarantine`` (design §10), under the host lock: verify both links' slots, move the
+        journal
         directory to ``state_dir/quarantine/<UTC time>/journal``, and start a new journal whose first
         (closed) episode records what the host shows. Works on any journal, trusted or not.
 
@@ -422,7 +425,7 @@ class Session(SetupMixin):
         the module doc).
 
         Before the host lock is taken, ``state_dir`` (and its ancestors, ``journal/``, ``results/``, the
-        result file of ``operation``, the lock's directory) and the journal's owner are checked (SPEC 10):
+        result file of ``operation``, the lock's directory) and the journal's owner are checked (design §10):
         a refusal (exit 4) or a foreign journal (exit 2) leaves the host untouched. ``before_wire`` runs
         under the lock before the journal is opened (``journal quarantine`` moves an untrusted journal
         aside there).
@@ -494,7 +497,7 @@ class Session(SetupMixin):
             self._on_event(record)
 
     async def _compact(self, wired: Any, folder: Folder) -> None:
-        """Best effort after a close (SPEC 5): the episode is already closed and published."""
+        """Best effort after a close (design §5): the episode is already closed and published."""
         if wired.journal.relinquished:  # a handed-off recovery unit owns the journal now
             return
         view = folder.view()
@@ -510,7 +513,7 @@ class Session(SetupMixin):
             log(f"journal compaction skipped: {exc}")
 
     def view(self) -> JournalView:
-        """The folded journal, read-only: no lock, nothing written or created (SPEC 5 readers).
+        """The folded journal, read-only: no lock, nothing written or created (design §5 readers).
 
         Raises:
             HostRefusedError: ``state_dir``, the journal or a file in it is not ours (exit 4).
@@ -525,7 +528,7 @@ class Session(SetupMixin):
         from journal import replay
         from upgrade_core import EVENT_CODEC
 
-        check_state(self.config)  # SPEC 10: the same checks as a writer; creates nothing
+        check_state(self.config)  # design §10: the same checks as a writer; creates nothing
         directory = journal_dir(self.config)
         try:
             rep = replay(directory, EVENT_CODEC)
@@ -537,7 +540,7 @@ class Session(SetupMixin):
             raise _untrusted(exc) from None
 
     def preflight(self, request: UpgradeRequest) -> Preflight:
-        """``upgrade --preflight`` (SPEC 7): the plan, from the links, the journal and a lock probe.
+        """``upgrade --preflight`` (design §7): the plan, from the links, the journal and a lock probe.
 
         No fetch, no directory, no lock file created (an existing lock is tested with a shared flock on
         an ``O_RDONLY`` open).
@@ -606,7 +609,7 @@ class Session(SetupMixin):
         return episode, drift, next_
 
     async def status(self) -> Status:
-        """Slots, links, service and open episode (SPEC 7 ``status``); never runs a binary, never writes.
+        """Slots, links, service and open episode (design §7 ``status``); never runs a binary, never writes.
 
         Raises:
             LayoutConflictError: a real file stands where a link must be (exit 2).
@@ -653,7 +656,7 @@ async def open_session(
     progress: ProgressCallback | None = None,
     on_event: EventCallback | None = None,
 ) -> AsyncIterator[Session]:
-    """Open a :class:`Session` on one configuration (SPEC 3): ``async with open_session(path) as s: ...``.
+    """Open a :class:`Session` on one configuration (design §3): ``async with open_session(path) as s: ...``.
 
     Loading creates nothing and takes no lock; each writing method takes and releases the host lock itself.
 
@@ -673,7 +676,7 @@ async def open_session(
 
 
 def _untrusted(exc: UpgradeError) -> UpgradeError:
-    """A journal that cannot be trusted (corrupt, undecodable, an illegal order) names the way out, SPEC 10
+    """A journal that cannot be trusted (corrupt, undecodable, an illegal order) names the way out, design §10
     ``journal quarantine``; a newer format or a failed append does not (another tool version or the disk
     is the fix)."""
     from agent.session.quarantine import HINT

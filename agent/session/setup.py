@@ -1,5 +1,5 @@
 """The installation half of :class:`agent.session.session.Session`: ``install`` (bare host, adoption, repair),
-the unit files, ``reset`` and the removal of only what ``install`` made (its install record, SPEC 10).
+the unit files, ``reset`` and the removal of only what ``install`` made (its install record, design §10).
 
 A mixin so the session keeps one public surface while each file keeps one job; it relies on the session's
 ``config``, ``config_path``, ``host``, :meth:`~agent.session.session.Session.request` and its one
@@ -76,10 +76,10 @@ class SetupMixin:
         sha256: str | None = None,
         expect_version: str | None = None,
     ) -> UpgradeResult:
-        """``install`` (SPEC 7): a bare host -> blue, both links, the units, start and health-check.
+        """``install`` (design §7): a bare host -> blue, both links, the units, start and health-check.
 
         Without ``request``: adopt what is there (a plain executable at ``R/bin/NAME`` or under
-        ``host.legacy_root``, or a legacy layout, SPEC 3), checked against ``sha256`` (of the binary) and
+        ``host.legacy_root``, or a legacy layout, design §3), checked against ``sha256`` (of the binary) and
         ``expect_version`` as an archive would be. On an installed host: the same member digest as
         ``current`` is ``noop``. A failed install (any result but ``committed``/``noop``, or an error)
         removes the units and layout it made; the journal keeps the episode.
@@ -148,7 +148,7 @@ class SetupMixin:
                 await self._start_operator(ports.service)
             return result
         except BaseException as exc:
-            # SPEC 7: a failed install removes what it created (the journal keeps the episode). The first
+            # design §7: a failed install removes what it created (the journal keeps the episode). The first
             # error stays the result; what the clean-up could not do goes with it as ``cleanup_errors``.
             with anyio.CancelScope(shield=True):
                 await self._clean_up_failed_install(record)
@@ -253,7 +253,7 @@ class SetupMixin:
         return [recover, os.path.join(os.path.dirname(recover), "upgrade-agent")]
 
     def units(self, *, bin_dir: str | None = None, config_path: str | None = None) -> dict[str, str]:
-        """The rendered unit files, file name -> text (SPEC 6, 10): the agent unit, both recovery units,
+        """The rendered unit files, file name -> text (design §6, 10): the agent unit, both recovery units,
         ``NAME-recover.timer`` and its ``NAME-recover-timer.service``; ``NAME-operator.service`` too when
         ``[operations] source`` is set (issue 13).
 

@@ -1,8 +1,8 @@
-"""Wiring: build the real ports of :mod:`upgrade_core.ports` from a configuration (SPEC 2).
+"""Wiring: build the real ports of :mod:`upgrade_core.ports` from a configuration (design §2).
 
 ``upgrade_core`` knows only protocols; this module is the one place that picks the real implementations:
 the file journal, the host layout, the archive source, the verifier, systemd, the probe, the clock and the
-result sink. It also carries the documented test-only crash hook of SPEC 8.
+result sink. It also carries the documented test-only crash hook of design §8.
 
 Test-only crash hook: when ``UPGRADE_AGENT_TEST_KILL_AFTER=TAG`` (or ``TAG#N``) is set, the process
 SIGKILLs itself right after the journal append of the N-th (default first) event with stable tag ``TAG``
@@ -156,7 +156,7 @@ class Ids:
 def recover_executable() -> str:
     """Absolute path of the installed ``recover-agent-upgrade`` (beside this interpreter, else on PATH).
 
-    Units and transient units run it by absolute path (SPEC 6).
+    Units and transient units run it by absolute path (design §6).
     """
     beside = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "recover-agent-upgrade")
     if os.access(beside, os.X_OK):
@@ -253,7 +253,7 @@ async def wire(
     from agent.systemd.probes import make_probe
 
     host = AgentHost.from_config(cfg)
-    # SPEC 3 and 10: missing parents of state_dir are 0755, state_dir itself 0700; an existing one (and
+    # design §3 and 10: missing parents of state_dir are 0755, state_dir itself 0700; an existing one (and
     # every ancestor) is checked before anything is created in it (exit 4).
     prepare_state(cfg)
     from journal import JournalError as StoreError

@@ -1,10 +1,10 @@
-"""The agent unit under systemd: the ``ServiceManager`` port (SPEC 4.3 steps 6-7, 4.5, 6).
+"""The agent unit under systemd: the ``ServiceManager`` port (design §4.3 steps 6-7, 4.5, 6).
 
 The unit files it writes are rendered by :mod:`agent.systemd.units` (pure text).
 
 - **SystemdServiceManager**: every call is ``systemctl``/``systemd-run`` behind ``host.systemctl_prefix``
   (empty on a real host; ``nsenter -t PID -m -p -u -i --`` for the private test systemd), each with a
-  timeout; every call that starts a job uses ``--no-block`` and then polls (SPEC 4.5). We drive the
+  timeout; every call that starts a job uses ``--no-block`` and then polls (design §4.5). We drive the
   ``systemctl`` CLI rather than D-Bus: it is what an operator types, needs no bus library, and works
   through an ``nsenter`` prefix unchanged.
 """
@@ -73,7 +73,7 @@ def _own_cgroup_paths() -> list[str]:
 # ----------------------------------------------------------------------------------------------- manager
 @final
 class SystemdServiceManager:
-    """``upgrade_core.ports.ServiceManager`` over ``systemctl``/``systemd-run`` (SPEC 4.3 steps 6-7, 6).
+    """``upgrade_core.ports.ServiceManager`` over ``systemctl``/``systemd-run`` (design §4.3 steps 6-7, 6).
 
     Args:
         unit: the agent unit, e.g. ``demo-agent.service``.
@@ -195,7 +195,7 @@ class SystemdServiceManager:
         return exe, cmdline
 
     async def restart(self, transient_name: str) -> None:
-        """``reset-failed`` the agent unit, then restart it from a transient unit (SPEC 4.3 step 6).
+        """``reset-failed`` the agent unit, then restart it from a transient unit (design §4.3 step 6).
 
         Runs ``systemd-run --unit=TRANSIENT --collect --no-block --quiet systemctl restart UNIT``. The
         transient unit lives outside the agent's cgroup, so the restart survives the caller being killed by
@@ -255,7 +255,8 @@ class SystemdServiceManager:
         return any(path == control_group or path.startswith(control_group + "/") for path in ours)
 
     async def hand_off_recovery(self, transient_name: str, after_unit: bool) -> None:
-        """Start ``recover-agent-upgrade --config CFG --trigger manual`` in a transient unit (SPEC 4.3, 4.5).
+        """Start ``recover-agent-upgrade --config CFG --trigger manual`` in a transient unit (design §4.3,
+        4.5).
 
         Args:
             transient_name: the transient unit's name (unique; systemd refuses a name in use).
@@ -341,7 +342,7 @@ class SystemdServiceManager:
         Returns:
             The settled ``ActiveState``: ``active``, ``failed``, ``inactive`` (a oneshot that ran), or
             ``activating`` when the process already died and ``Restart=`` is pending (SubState
-            ``auto-restart``). Judging it is the caller's business (SPEC 4.3 step 7, case C16).
+            ``auto-restart``). Judging it is the caller's business (design §4.3 step 7, case C16).
 
         Raises:
             ServiceError: the unit cannot be started (not found, bad unit file), or it did not settle

@@ -1,4 +1,4 @@
-"""Application health probes: the ``HealthProbe`` port (SPEC 3 ``[health]``, SPEC 4.3 step 7).
+"""Application health probes: the ``HealthProbe`` port (design §3 ``[health]``, design §4.3 step 7).
 
 A probe answers None (healthy) or a one-line reason; it never raises for an unhealthy service, because a
 failing probe only restarts the stability window. Configuration errors are raised when a probe is built.
@@ -30,7 +30,7 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 @final
 class NullProbe:
-    """No application probe configured: always healthy (the unit checks of SPEC 4.3 step 7 still apply)."""
+    """No application probe configured: always healthy (the unit checks of design §4.3 step 7 still apply)."""
 
     async def check(self) -> str | None:
         """Always None."""

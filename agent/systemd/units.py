@@ -1,4 +1,4 @@
-"""The agent's systemd unit files, rendered as text (SPEC 3, 6, 10): no I/O, no systemd needed.
+"""The agent's systemd unit files, rendered as text (design §3, 6, 10): no I/O, no systemd needed.
 
 The agent unit, ``NAME-recover.service`` (its ``OnFailure=``), ``NAME-recover-boot.service`` (ordered
 before it), ``NAME-recover.timer`` with the service it starts, ``NAME-recover-timer.service`` (issue 10:
@@ -137,12 +137,12 @@ def check_abs(path: str, key: str) -> None:
 
 
 def recover_unit_name(name: str) -> str:
-    """``NAME-recover.service``: the agent unit's ``OnFailure=`` target (SPEC 3, 6)."""
+    """``NAME-recover.service``: the agent unit's ``OnFailure=`` target (design §3, 6)."""
     return f"{name}-recover.service"
 
 
 def recover_boot_unit_name(name: str) -> str:
-    """``NAME-recover-boot.service``: boot-time recovery ordered before the agent unit (SPEC 3, 6)."""
+    """``NAME-recover-boot.service``: boot-time recovery ordered before the agent unit (design §3, 6)."""
     return f"{name}-recover-boot.service"
 
 
@@ -153,12 +153,13 @@ def recover_timer_name(name: str) -> str:
 
 
 def operator_unit_name(name: str) -> str:
-    """``NAME-operator.service``: ``upgrade-agent operator`` when ``[operations]`` is configured (SPEC 10)."""
+    """``NAME-operator.service``: ``upgrade-agent operator`` when ``[operations]`` is configured (design
+    §10)."""
     return f"{name}-operator.service"
 
 
 def bootstrap_unit_name(name: str) -> str:
-    """``NAME-bootstrap.service``: the first-boot install of a host provisioned by Ignition (SPEC 10)."""
+    """``NAME-bootstrap.service``: the first-boot install of a host provisioned by Ignition (design §10)."""
     return f"{name}-bootstrap.service"
 
 
@@ -228,18 +229,18 @@ def exec_line(executable: str, args: Sequence[str]) -> str:
 def render_agent_unit(
     *, name: str, unit: str, current_link: str, exec_args: Sequence[str], max_attempts: int
 ) -> str:
-    """Render the agent unit (SPEC 6): runs the ``current`` link, restarts on failure, recovers on failure.
+    """Render the agent unit (design §6): runs the ``current`` link, restarts on failure, recovers on failure.
 
     ``Type=exec`` (systemd >= 240), not ``simple``: the unit turns ``active`` only once ``execve`` of the
     ``current`` link succeeded. With ``simple`` it is ``active`` right after ``fork``, when
     ``/proc/<MainPID>/exe`` still names the systemd binary, and a health check that fails at once on an exe
-    mismatch (SPEC 4.3 step 7) could reject a good candidate; a missing or non-executable slot also fails
+    mismatch (design §4.3 step 7) could reject a good candidate; a missing or non-executable slot also fails
     the start job itself instead of passing as "started". Even then, for a few microseconds after exec the
     kernel may show an empty ``cmdline``: read that as "not known yet", never as a mismatch.
 
     ``StartLimitBurst=max_attempts+2`` within ``StartLimitIntervalSec=60``: a candidate that crash-loops
     (case C16c) exhausts the limit, the unit ends ``failed`` with ``Result=start-limit-hit``, and
-    ``OnFailure=NAME-recover.service`` runs ``recover-agent-upgrade --trigger on-failure`` (SPEC 4.4).
+    ``OnFailure=NAME-recover.service`` runs ``recover-agent-upgrade --trigger on-failure`` (design §4.4).
 
     Args:
         name: ``agent.name``.
@@ -300,7 +301,7 @@ def _recover_oneshot(
 
 
 def render_recover_unit(*, name: str, unit: str, recover_exe: str, config_path: str) -> str:
-    """Render ``NAME-recover.service``: oneshot ``recover-agent-upgrade --trigger on-failure`` (SPEC 4.4).
+    """Render ``NAME-recover.service``: oneshot ``recover-agent-upgrade --trigger on-failure`` (design §4.4).
 
     Args:
         name: ``agent.name``.
@@ -320,7 +321,7 @@ def render_recover_unit(*, name: str, unit: str, recover_exe: str, config_path: 
 def render_recover_boot_unit(*, name: str, unit: str, recover_exe: str, config_path: str) -> str:
     """Render ``NAME-recover-boot.service``: oneshot ``--trigger boot``, ordered ``Before=`` the agent unit.
 
-    Boot recovery never waits for the agent (SPEC 4.5): it decides from the journal and the links and hands
+    Boot recovery never waits for the agent (design §4.5): it decides from the journal and the links and hands
     any health check to a transient unit ordered after the agent.
 
     Args:
@@ -390,7 +391,7 @@ def render_recover_timer(*, name: str, period_s: int = RECOVER_TIMER_PERIOD_S) -
 def render_operator_unit(
     *, name: str, unit: str, upgrade_exe: str, config_path: str, source: str, stop_timeout_s: int
 ) -> str:
-    """Render ``NAME-operator.service``: ``upgrade-agent --config CFG operator`` (issue 13, SPEC 10).
+    """Render ``NAME-operator.service``: ``upgrade-agent --config CFG operator`` (issue 13, design §10).
 
     ``Type=exec``, ``Restart=on-failure`` (a SIGKILL or a crash restarts it; its start-up gate republishes
     what the journal holds and never runs an operation twice), ordered after the boot-time recovery unit
@@ -444,7 +445,7 @@ def render_bootstrap_unit(
     signature: str | None,
     marker: str,
 ) -> str:
-    """Render ``NAME-bootstrap.service`` (SPEC 10): the one-time first-boot install on a host that Ignition
+    """Render ``NAME-bootstrap.service`` (design §10): the one-time first-boot install on a host that Ignition
     provisioned (``upgrade-agent ignition``), starting with :func:`owner_header`.
 
     A oneshot that unpacks the runtime archive into ``runtime_dir`` (``tar`` of the host, no Python needed;
@@ -516,7 +517,7 @@ def render_units(
     config_path: str,
     operator: tuple[str, str, int] | None = None,
 ) -> dict[str, str]:
-    """Every unit file, keyed by file name (what ``upgrade-agent units`` prints, SPEC 7): the operator
+    """Every unit file, keyed by file name (what ``upgrade-agent units`` prints, design §7): the operator
     (when ``operator`` is given), the agent unit, both recovery services, the timer and its service (in this
     order: removal stops them in it, the operator before anything it could start an upgrade of, the timer
     before the service it starts). Each starts with :func:`owner_header`: the set of units the agent owns is

@@ -1,4 +1,4 @@
-"""``make demo``: the main job end to end on its embedded default, in a private systemd (SPEC 7 ``demo``).
+"""``make demo``: the main job end to end on its embedded default, in a private systemd (design §7 ``demo``).
 
 What it does, each step explained in one line as it runs:
 

@@ -1,11 +1,11 @@
-"""A private, real systemd system manager for tests and ``make demo`` (SPEC 8, "Real systemd").
+"""A private, real systemd system manager for tests and ``make demo`` (design §8, "Real systemd").
 
 :class:`PrivateSystemd` boots the host's own ``systemd`` binary as PID 1 of fresh pid, mount, uts, ipc and
 cgroup namespaces, in about 0.2 s, and tears it down leaving no process, cgroup, mount or directory behind.
 Callers drive it from the host: every ``systemctl``/``systemd-run`` goes through :attr:`PrivateSystemd.prefix`
 (``nsenter -t PID -m -p -u -i --``) and unit files are written into :attr:`PrivateSystemd.unit_dir`, which the
 sandbox sees as its ``/etc/systemd/system``. That is exactly how the agent is configured for these tests
-(``host.systemctl_prefix`` and ``host.unit_dir``, SPEC 3).
+(``host.systemctl_prefix`` and ``host.unit_dir``, design §3).
 
 What the sandboxed manager can never touch (the isolation the whole harness exists for):
 
@@ -924,7 +924,7 @@ def agent_config_toml(
     timeout_s: float = 10.0,
     max_attempts: int = 2,
 ) -> str:
-    """The TOML configuration (SPEC 3) of a sample agent served on ``127.0.0.1:port``, in a sandbox.
+    """The TOML configuration (design §3) of a sample agent served on ``127.0.0.1:port``, in a sandbox.
 
     Every path is the caller's (under a temporary directory); ``unit_dir`` and ``systemctl_prefix`` point
     at the private systemd (:attr:`PrivateSystemd.unit_dir`, and :attr:`PrivateSystemd.prefix` or
@@ -932,7 +932,7 @@ def agent_config_toml(
 
     Args:
         exec_args: ``agent.exec_args``; default ``["serve", "--port", PORT]`` (the sample agents).
-        member: ``agent.member``; default the SPEC 3 default (``{name}-linux-{arch}``).
+        member: ``agent.member``; default the design §3 default (``{name}-linux-{arch}``).
         stability_s, timeout_s: the ``[health]`` window and attempt timeout, seconds.
         max_attempts: ``health.max_attempts``.
     """

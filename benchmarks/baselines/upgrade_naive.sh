@@ -1,5 +1,5 @@
 #!/bin/sh
-# The baseline of the `upgrade.end_to_end` benchmark (SPEC 9): the same steps as `upgrade-agent upgrade`,
+# The baseline of the `upgrade.end_to_end` benchmark (design §9): the same steps as `upgrade-agent upgrade`,
 # done the naive way, with no journal, no digest, no version check, no fsync, no health check and no
 # rollback. Its only wait is the stability window, which the supervised upgrade also has to hold.
 #

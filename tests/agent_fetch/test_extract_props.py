@@ -1,4 +1,4 @@
-"""Generated archives: accepted exactly when SPEC 6's rules say so, and nothing else is ever written.
+"""Generated archives: accepted exactly when design §6's rules say so, and nothing else is ever written.
 
 The expected verdict is computed from the generation parameters by the small oracle below (its own
 reading of the rules), never by calling product code.

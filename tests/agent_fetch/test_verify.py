@@ -1,4 +1,4 @@
-"""agent.release.verify against real processes (case C10, SPEC 4.3 step 4), on asyncio and trio."""
+"""agent.release.verify against real processes (case C10, design §4.3 step 4), on asyncio and trio."""
 
 from __future__ import annotations
 

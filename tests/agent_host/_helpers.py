@@ -65,7 +65,7 @@ def syscall_spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, ...
         real_fsync(fd)
 
     def rename(src: str, dst: str, *a: Any, **k: Any) -> None:
-        # Relative to a directory descriptor (SPEC 10: files under state_dir are reached through one).
+        # Relative to a directory descriptor (design §10: files under state_dir are reached through one).
         def at(p: str, fd: int | None) -> str:
             return os.fspath(p) if fd is None else os.path.join(_fd_path(fd), os.fspath(p))
 

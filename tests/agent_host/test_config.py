@@ -1,5 +1,6 @@
 
-"""agent.config.loader: SPEC 3 keys and defaults, strict values, discovery, {name}/{arch}, the fast reader."""
+"""agent.config.loader: design §3 keys and defaults, strict values, discovery, {name}/{arch}, the fast
+reader."""
 
 from __future__ import annotations
 
@@ -342,7 +343,7 @@ def test_fast_reader_agrees_with_full_loader_generated(
     path = write(tmp_path, f"[agent]\nname = {json.dumps(name)}\n[host]\n{host}")
     try:
         cfg = load_config(path)
-    except ConfigError as refused:  # e.g. a path that normalises to "/" (SPEC 10): the quick reader too
+    except ConfigError as refused:  # e.g. a path that normalises to "/" (design §10): the quick reader too
         assert quick_paths(path) is None
         with pytest.raises(ConfigError) as fast:
             read_paths(path)

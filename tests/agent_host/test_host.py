@@ -1,4 +1,4 @@
-"""agent.host.adapter: the Host port on a real layout in tmp_path (SPEC 3, 6; cases C05, C09, C12)."""
+"""agent.host.adapter: the Host port on a real layout in tmp_path (design §3, 6; cases C05, C09, C12)."""
 
 from __future__ import annotations
 

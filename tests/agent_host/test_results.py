@@ -1,4 +1,5 @@
-"""agent.host.results: the default result sink (SPEC 4.3 step 9, SPEC 7 JSON) and its durability (C12)."""
+"""agent.host.results: the default result sink (design §4.3 step 9, design §7 JSON) and its durability
+(C12)."""
 
 from __future__ import annotations
 

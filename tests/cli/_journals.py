@@ -1,6 +1,6 @@
 """Real journals for the CLI tests, written by :class:`journal.JournalWriter` with ``EVENT_CODEC``.
 
-The episodes are the event sequences the orchestrator writes (SPEC 4.1): a committed upgrade blue -> green
+The episodes are the event sequences the orchestrator writes (design §4.1): a committed upgrade blue -> green
 and an upgrade aborted before its switch. The wall clock is injected, so the expected RFC 3339 times of
 ``history`` and ``journal dump`` are known exactly.
 """
@@ -24,7 +24,7 @@ T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 
 
 def committed_episode(op: str, agent: str) -> list[Event]:
-    """A committed upgrade blue 1.0.0 -> green 2.0.0, every event of SPEC 4.3 in order."""
+    """A committed upgrade blue 1.0.0 -> green 2.0.0, every event of design §4.3 in order."""
     result = UpgradeResult(op, "committed", "1.0.0", "2.0.0", "green", None)
     return [
         ev.EpisodeOpened(
@@ -118,7 +118,7 @@ def write_journal(
 
     async def write() -> Written:
         writer = await JournalWriter.open(directory, EVENT_CODEC, wall_clock=wall)
-        # The live segment is the newest plain ``.jnl`` (sealed ones are compressed, SPEC 5).
+        # The live segment is the newest plain ``.jnl`` (sealed ones are compressed, design §5).
         segments = sorted(p for p in directory.iterdir() if p.name.endswith(".jnl"))[-1:]
         header_end = os.path.getsize(segments[0])
         ends = []

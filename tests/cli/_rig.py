@@ -1,4 +1,4 @@
-"""A temp host root and the real ``upgrade-agent`` CLI run as a subprocess (SPEC 7), without systemd.
+"""A temp host root and the real ``upgrade-agent`` CLI run as a subprocess (design §7), without systemd.
 
 Every path the configuration names (host root, ``state_dir``, lock, unit dir) lives under the test's
 ``tmp_path``; ``host.systemctl_prefix`` is ``/bin/false`` by default, so any systemd call fails loudly
@@ -36,7 +36,7 @@ class Run:
     stderr: str
 
     def payload(self) -> dict[str, Any]:
-        """The ONE JSON object on stdout (SPEC 7 ``--json``); fails the test on anything else."""
+        """The ONE JSON object on stdout (design §7 ``--json``); fails the test on anything else."""
         lines = [line for line in self.stdout.splitlines() if line.strip()]
         assert len(lines) == 1, f"expected exactly one JSON line on stdout, got {self.stdout!r} ({self})"
         obj = json.loads(lines[0])
@@ -44,7 +44,8 @@ class Run:
         return obj
 
     def error_payload(self, code: int) -> dict[str, Any]:
-        """The error object of a failed ``--json`` run, checked against SPEC 7 (``error``, ``exit_code``)."""
+        """The error object of a failed ``--json`` run, checked against design §7 (``error``,
+        ``exit_code``)."""
         assert self.code == code, f"exit {self.code}, expected {code}: {self}"
         obj = self.payload()
         assert obj.get("exit_code") == code, obj
@@ -53,7 +54,7 @@ class Run:
         return obj
 
     def assert_clean_stderr(self) -> None:
-        """No traceback for an expected failure (SPEC 7)."""
+        """No traceback for an expected failure (design §7)."""
         assert "Traceback" not in self.stderr, self.stderr
         assert "Traceback" not in self.stdout, self.stdout
 
@@ -158,7 +159,7 @@ class Rig:
         return self.agent_dir / f"{self.name}-{slot}"
 
     def install_by_hand(self, blue: str = "1.0.0", green: str | None = "0.9.0") -> None:
-        """The layout of SPEC 3 as ``install`` leaves it, made by hand: blue (and an older green) slot,
+        """The layout of design §3 as ``install`` leaves it, made by hand: blue (and an older green) slot,
         ``current`` and ``last-good`` naming blue by bare relative targets, ``R/bin/NAME``, and unit files.
         """
         self.agent_dir.mkdir(parents=True)

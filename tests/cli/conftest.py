@@ -11,7 +11,7 @@ from ._rig import Rig
 
 
 def _name(request: pytest.FixtureRequest) -> str:
-    """A unique, valid agent name per test (SPEC 3: ``[a-z0-9][a-z0-9._-]{0,62}``)."""
+    """A unique, valid agent name per test (design §3: ``[a-z0-9][a-z0-9._-]{0,62}``)."""
     return "t-" + re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:40]
 
 
@@ -23,7 +23,7 @@ def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Rig:
 
 @pytest.fixture
 def installed_rig(tmp_path: Path, request: pytest.FixtureRequest) -> Rig:
-    """A host with the SPEC 3 layout made by hand (``Rig.install_by_hand``)."""
+    """A host with the design §3 layout made by hand (``Rig.install_by_hand``)."""
     r = Rig(tmp_path, _name(request))
     r.install_by_hand()
     return r

@@ -1,7 +1,7 @@
-"""Field failure cases K1-K5 (shared/cases/README.md) through the whole CLI ``upgrade`` (SPEC 7, 4.3).
+"""Field failure cases K1-K5 (shared/cases/README.md) through the whole CLI ``upgrade`` (design §7, 4.3).
 
 Each case runs ``upgrade-agent upgrade --json`` as a real subprocess against a host installed by hand
-(SPEC 3 layout: two slots, bare relative links, ``R/bin/NAME``, a unit file) and must end before any
+(design §3 layout: two slots, bare relative links, ``R/bin/NAME``, a unit file) and must end before any
 restart: exit 1 with an ``aborted`` result and a reason (the documented outcome of a bad candidate), one
 JSON object on stdout, no traceback, and an unchanged host: ``current``, ``last-good``, both slot files,
 ``R/bin`` and the unit dir identical, no staging leftovers. ``host.systemctl_prefix`` is ``/bin/false``:
@@ -73,7 +73,7 @@ def refused(
     assert rig.host_facts() == facts
     assert rig.staging_leftovers() == []
     result_file = rig.state_dir / "results" / f"{op}.json"
-    assert result_file.is_file(), "the aborted result is published (SPEC 4.3 step 9)"
+    assert result_file.is_file(), "the aborted result is published (design §4.3 step 9)"
     # A closed episode: the next command finds nothing to recover.
     again = rig.cli("recover")
     assert again.code == 0 and again.payload()["result"] == "noop", again
@@ -217,7 +217,7 @@ def test_k3_sha256_mismatch(rig: Rig, tmp_path: Path, how: str) -> None:
     member = good_member()
     archive = tmp_path / "a.tar.gz"
     archive.write_bytes(targz([Entry(member_name(rig), data=member)]))
-    # The digest is over the compressed archive (SPEC 6), so the member's own digest must not pass.
+    # The digest is over the compressed archive (design §6), so the member's own digest must not pass.
     digest = "0" * 64 if how == "wrong-digest" else hashlib.sha256(member).hexdigest()
     _run, out = refused(rig, "--archive", str(archive), "--sha256", digest)
     assert "sha256" in out["reason"].lower() and str(archive) in out["reason"], out

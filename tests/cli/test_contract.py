@@ -1,4 +1,4 @@
-"""SPEC 7, the command line, against temp host roots with no systemd (``systemctl_prefix = /bin/false``).
+"""design §7, the command line, against temp host roots with no systemd (``systemctl_prefix = /bin/false``).
 
 The CLI runs as a real subprocess (``python -m agent.cli.main``) from the repository root; the three console
 entry functions run in-process once each. Every ``--json`` exit must print exactly one JSON object on
@@ -305,7 +305,7 @@ def test_preflight_reports_a_busy_lock_with_75_and_creates_nothing(rig: Rig) -> 
     assert busy.payload()["lock"] == "busy"
 
 
-# -- install on an installed host (SPEC 7: same digest -> noop, else exit 2) ---------------------------
+# -- install on an installed host (design §7: same digest -> noop, else exit 2) ---------------------------
 def test_install_over_an_installed_host(rig: Rig, tmp_path: Path) -> None:
     import gzip
     import io

@@ -1,5 +1,6 @@
 """``install`` never starts over a layout it did not create, and a file where a link must be is refused
-before anything changes (SPEC 6 "Switch", SPEC 7 ``install``): exit 2, one line, the host byte-identical.
+before anything changes (design §6 "Switch", design §7 ``install``): exit 2, one line, the host
+byte-identical.
 
 Found by breaking the CLI by hand: an install over a layout whose ``current`` link was missing went ahead,
 failed, and its clean-up removed the existing slots, links and units.

@@ -1,5 +1,5 @@
 """``upgrade-agent operator`` through the real CLI, without systemd: configuration errors, SIGTERM while idle
-and during an operation's download (SPEC 4.3 step 10 applied to the operator), and the status it leaves.
+and during an operation's download (design §4.3 step 10 applied to the operator), and the status it leaves.
 
 The operation's download is held by a loopback server that sends the headers and a first chunk, then
 stalls, so the signal provably lands before any switch.

@@ -1,4 +1,4 @@
-"""Case kind K9 (C23, C25), SPEC 10: the agent touches only what it owns, and proves it first.
+"""Case kind K9 (C23, C25), design §10: the agent touches only what it owns, and proves it first.
 
 Real CLI subprocesses (``tests/cli/_rig.py``, ``host.systemctl_prefix = ["/bin/false"]``), run as root. An
 unprivileged user (``nobody`` through ``setpriv``) plants files where the situation says so. Every
@@ -463,7 +463,7 @@ def test_reader_on_a_fresh_host_creates_nothing(base: Path) -> None:
 
 
 def test_writer_creates_state_0700_and_files_0600(base: Path) -> None:
-    """The directories the agent creates under ``state_dir`` are 0700, its files 0600 (SPEC 10)."""
+    """The directories the agent creates under ``state_dir`` are 0700, its files 0600 (design §10)."""
     rig = _rig(base)
     _journal_by_agent(rig)
     for d in (rig.state_dir, rig.state_dir / "journal"):

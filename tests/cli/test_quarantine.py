@@ -1,4 +1,4 @@
-"""``upgrade-agent journal quarantine`` (SPEC 10, issue 10 item 5) and the corrupt-journal paths naming it.
+"""``upgrade-agent journal quarantine`` (design §10, issue 10 item 5) and the corrupt-journal paths naming it.
 
 Expected outcomes, written down:
 
@@ -15,7 +15,7 @@ Expected outcomes, written down:
 - It refuses (exit 3, one line naming the link and the slot file, "before `upgrade-agent journal
   quarantine`"), changing nothing, when ``last-good`` is missing, when ``current`` names an empty slot, or
   when a slot's version command fails; a bare host is exit 2; a held host lock is exit 75.
-- Boot fast path (SPEC 9) agrees with the full reader: with a closed live tail and an older sealed segment
+- Boot fast path (design §9) agrees with the full reader: with a closed live tail and an older sealed segment
   cut short, ``recover --trigger boot`` does not answer noop from the fast path: it exits 3 naming the
   sealed segment and the quarantine command, like ``status``. With the sealed segment intact it stays on
   the fast path (lock file never created).

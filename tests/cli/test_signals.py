@@ -1,4 +1,4 @@
-"""SPEC 4.3 step 10 through the real CLI: a signal (SIGINT, SIGTERM, SIGHUP) before ``switch intended``
+"""design §4.3 step 10 through the real CLI: a signal (SIGINT, SIGTERM, SIGHUP) before ``switch intended``
 aborts (exit 1), the host untouched; the second signal exits 130 at once, leaving the episode to ``recover``.
 
 The upgrade is held inside its download by a loopback server that sends the headers and a first chunk,

@@ -117,7 +117,7 @@ class RealHostRig(HostRig):
 
 
 class HostContract:
-    """What every Host must do, from the port's docstrings (SPEC 3, 4.3 steps 3 and 5)."""
+    """What every Host must do, from the port's docstrings (design §3, 4.3 steps 3 and 5)."""
 
     @pytest.fixture
     def rig(self) -> HostRig:

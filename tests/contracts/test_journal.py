@@ -87,7 +87,7 @@ class RealJournalRig(JournalRig):
 
 
 class JournalContract:
-    """What every Journal must do, from the port's docstrings (SPEC 5)."""
+    """What every Journal must do, from the port's docstrings (design §5)."""
 
     @pytest.fixture
     async def rig(self) -> AsyncIterator[JournalRig]:

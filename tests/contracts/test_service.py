@@ -129,7 +129,7 @@ def running(s: UnitSnapshot) -> bool:
 
 
 class ServiceContract:
-    """What every ServiceManager must do, from the port's docstrings (SPEC 4.3 steps 6-7, SPEC 6)."""
+    """What every ServiceManager must do, from the port's docstrings (design §4.3 steps 6-7, design §6)."""
 
     @pytest.fixture
     def rig(self) -> Iterator[ServiceRig]:

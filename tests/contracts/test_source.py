@@ -211,7 +211,7 @@ TRANSPORTS = pytest.mark.parametrize("transport", ["file", "http"])
 
 
 class SourceContract:
-    """What every ArchiveSource must do, from the port's docstring (SPEC 4.3 step 3, SPEC 6)."""
+    """What every ArchiveSource must do, from the port's docstring (design §4.3 step 3, design §6)."""
 
     @pytest.fixture
     def rig(self) -> Iterator[SourceRig]:

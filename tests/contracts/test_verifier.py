@@ -98,7 +98,7 @@ class RealVerifierRig(VerifierRig):
 
 
 class VerifierContract:
-    """What every Verifier must do, from the port's docstring (SPEC 4.3 step 4, case C10)."""
+    """What every Verifier must do, from the port's docstring (design §4.3 step 4, case C10)."""
 
     @pytest.fixture
     def rig(self) -> VerifierRig:

@@ -30,7 +30,7 @@ QUARANTINED = ev.JournalQuarantined(
 
 
 def test_journal_quarantined_golden_payload() -> None:
-    """The stable tag and field names of the quarantine record, as bytes on disk (SPEC 10)."""
+    """The stable tag and field names of the quarantine record, as bytes on disk (design §10)."""
     assert EVENT_CODEC.encode(QUARANTINED) == (
         b'{"quarantine_path":"/var/lib/upgrade-agent/a/quarantine/20260101T000000Z/journal",'
         b'"current_slot":"green","current_sha256":"' + b"2" * 64 + b'","current_version":"2.0.0",'

@@ -1,10 +1,10 @@
-"""Crash injection, in process (SPEC 8): a hypothesis state machine over the simulated host.
+"""Crash injection, in process (design §8): a hypothesis state machine over the simulated host.
 
 Workloads: upgrades to good, exiting, crash-looping and hanging candidates, refused ones, the same digest
 again, the same operation id repeated, a second operation while one is open, upgrades started from inside
 the agent's unit (hand-off), and operator rollbacks to ``last-good`` (issue 12 item 5). Any step may crash
 before or after any port call, as a process crash or a power cut, and recoveries (boot, on-failure, manual)
-may crash again, repeatedly. After every step the SPEC 4.6 invariants that must hold at any instant are
+may crash again, repeatedly. After every step the design §4.6 invariants that must hold at any instant are
 checked; after every completed step (and at teardown, after a clean recovery) the settled ones are, and
 ``fold(replay(disk))`` is compared with the model: which operations were started, and which results each
 candidate's nature allows.
@@ -101,7 +101,7 @@ class CrashMachine(RuleBasedStateMachine):
         w = self.w
         w.install_bare(make_candidate("base", Behavior("good")))
         if upgraded_before:
-            # A host after a committed upgrade: current on green, last-good still on blue (SPEC 3).
+            # A host after a committed upgrade: current on green, last-good still on blue (design §3).
             second = make_candidate("base-2", Behavior("good"))
             w.by_sha[second.sha256] = second
             w.files[w.slot_path("green")] = second.sha256
@@ -287,7 +287,7 @@ TestCrashTrio.settings = settings(max_examples=max(1, int(200 * _SCALE)), **_SET
 
 
 def test_every_crash_point_fired() -> None:
-    """Session-level coverage check (SPEC 8): every (port call, before/after, fault) and every result."""
+    """Session-level coverage check (design §8): every (port call, before/after, fault) and every result."""
     if not FIRED:
         pytest.skip("the state machines did not run in this session (run the whole module)")
     expected = {(m, w, k) for m in CRASH_METHODS for w in ("before", "after") for k in ("crash", "power")}

@@ -1,4 +1,4 @@
-"""Golden table for the recovery decision (SPEC 4.5): every row, plus the switch-intended cases."""
+"""Golden table for the recovery decision (design §4.5): every row, plus the switch-intended cases."""
 
 from __future__ import annotations
 
@@ -184,12 +184,12 @@ RECOVERY_CASES: list[tuple[str, list[Event], HostFacts, Plan]] = [
 def test_recovery_decision(name: str, events: list[Event], facts: HostFacts, plan: Plan) -> None:
     view = fold(records(events))
     assert decide(view, facts) == plan
-    # Replaying twice gives the same decision (SPEC 4.6 inv. 5).
+    # Replaying twice gives the same decision (design §4.6 inv. 5).
     assert decide(fold(records(events)), facts) == plan
 
 
 def test_unreadable_journal_is_an_error_naming_file_and_offset_not_a_plan() -> None:
-    """SPEC 4.5 "journal unreadable in the middle": reading raises; decide never sees it (exit 3)."""
+    """design §4.5 "journal unreadable in the middle": reading raises; decide never sees it (exit 3)."""
     from upgrade_core.errors import HostError, JournalError, JournalUnreadableError
 
     err = JournalUnreadableError("/var/lib/upgrade-agent/a/journal/0001.seg", 4096, "bad CRC")

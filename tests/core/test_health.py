@@ -1,4 +1,4 @@
-"""HealthJudge (SPEC 4.3 step 7; C16 exits and crash loops, C19 wall-clock jumps)."""
+"""HealthJudge (design §4.3 step 7; C16 exits and crash loops, C19 wall-clock jumps)."""
 
 from __future__ import annotations
 

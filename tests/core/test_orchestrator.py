@@ -1,4 +1,4 @@
-"""The flows of SPEC 4.3-4.5 on the simulated host (asyncio and trio)."""
+"""The flows of design §4.3-4.5 on the simulated host (asyncio and trio)."""
 
 from __future__ import annotations
 
@@ -302,7 +302,8 @@ async def test_recover_with_nothing_open_is_noop() -> None:
 
 @pytest.mark.parametrize("bad", ["a b", "", "x" * 65, "a/b", "é"])
 def test_bad_operation_id_is_caller_misuse(bad: str) -> None:
-    """The core's one operation-id rule (SPEC 4.3 step 1); the agent validates user input first (exit 2)."""
+    """The core's one operation-id rule (design §4.3 step 1); the agent validates user input first (exit
+    2)."""
     assert not OPERATION_ID_RE.fullmatch(bad)
     with pytest.raises(ValueError, match="must match") as info:
         UpgradeRequest(bad, "x", "x")

@@ -1,4 +1,4 @@
-"""The lifecycle table (SPEC 4.2): the machine agrees with the table, illegal orders raise typed errors."""
+"""The lifecycle table (design §4.2): the machine agrees with the table, illegal orders raise typed errors."""
 
 from __future__ import annotations
 

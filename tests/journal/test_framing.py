@@ -1,4 +1,4 @@
-"""Golden byte layout of segment headers, frames and envelopes (SPEC 5), h11 SIMPLE_CASES style.
+"""Golden byte layout of segment headers, frames and envelopes (design §5), h11 SIMPLE_CASES style.
 
 The hex strings pin the on-disk format: a change here is a format change and needs a new FORMAT_VERSION.
 """

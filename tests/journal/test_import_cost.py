@@ -1,4 +1,4 @@
-"""Replay stays import-light (SPEC 9 ``recover.noop``): ``import journal`` loads none of typing, re,
+"""Replay stays import-light (design §9 ``recover.noop``): ``import journal`` loads none of typing, re,
 contextlib, attrs, anyio, zstandard; ``journal.scan`` of a journal without sealed segments adds none of
 them; ``replay`` adds attrs (for Record) but neither anyio nor zstandard."""
 

@@ -1,4 +1,4 @@
-"""The journal opens only what is its own (SPEC 10, case C23), at the package level: every segment and the
+"""The journal opens only what is its own (design §10, case C23), at the package level: every segment and the
 owner record are reached relative to the checked directory descriptor, no-follow, non-blocking, and must be
 regular files of the effective user with one link; the writer holds the directory's own lock and checks
 the recorded owner. (The CLI-level cases, exit codes included, are in ``tests/cli/test_ownership.py``.)"""

@@ -1,5 +1,5 @@
 """The public surface of ``journal`` (trio's test_exports): every name in ``__all__`` resolves, errors
-share one base, and the package imports nothing from upgrade_core or agent (SPEC 2)."""
+share one base, and the package imports nothing from upgrade_core or agent (design §2)."""
 
 from __future__ import annotations
 

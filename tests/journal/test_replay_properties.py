@@ -1,4 +1,4 @@
-"""Property tests of replay over journals written by the real writer (SPEC 5, cases C12, C13).
+"""Property tests of replay over journals written by the real writer (design §5, cases C12, C13).
 
 Definitions pinned here (the segment has one 32-byte header, then 8-aligned frames; a frame includes its
 padding):

@@ -1,4 +1,4 @@
-"""Sealing into zstd segments, retention with snapshot records, and crash safety of both (SPEC 5):
+"""Sealing into zstd segments, retention with snapshot records, and crash safety of both (design §5):
 at every crash point, replay shows each record exactly once (the state before or after the operation),
 and the next writer cleans the leftovers."""
 

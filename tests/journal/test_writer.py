@@ -1,4 +1,4 @@
-"""The writer: group commit, durability under cancellation, fsync poisoning, ENOSPC (SPEC 5)."""
+"""The writer: group commit, durability under cancellation, fsync poisoning, ENOSPC (design §5)."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""A simulated host for the orchestrator crash-injection tests (SPEC 8)."""
+"""A simulated host for the orchestrator crash-injection tests (design §8)."""

@@ -1,4 +1,4 @@
-"""A simulated host implementing every port of ``upgrade_core.ports`` (SPEC 8), with crash injection.
+"""A simulated host implementing every port of ``upgrade_core.ports`` (design §8), with crash injection.
 
 The disk separates volatile from durable state. Host effects (staging, rename onto a slot, link flips,
 result files) are durable when their port call returns, as the real bindings fsync file and directory
@@ -121,7 +121,7 @@ class CrashPlan:
     method: str | None = None
 
 
-START_BURST = 5  # StartLimitBurst = max_attempts + 2 with the sim policy's 3 attempts (SPEC 6)
+START_BURST = 5  # StartLimitBurst = max_attempts + 2 with the sim policy's 3 attempts (design §6)
 RESTART_SEC = 1.0
 
 
@@ -171,7 +171,7 @@ class World:
         self.fsync_skip: Callable[[Event], bool] = lambda event: False
         self.on_call: Callable[[str, When], None] | None = None
         self.stall_stage = False
-        # mirrors (SPEC 3 [[mirrors]]): path -> sha256 of the copy it holds
+        # mirrors (design §3 [[mirrors]]): path -> sha256 of the copy it holds
         self.mirror_paths: tuple[str, ...] = ()
         self.mirror_files: dict[str, str] = {}
         # links where a real file stands instead of a symlink ("current", "last-good"): LayoutConflictError
@@ -306,7 +306,7 @@ CRASH_METHODS: tuple[str, ...] = (
     "host.point_last_good", "host.sync_mirrors", "source.stage", "verifier.verify", "service.snapshot",
     "service.restart", "service.restart_done", "service.hand_off_recovery", "probe.check", "sink.publish",
 )
-"""Every port call a crash can be injected around (SPEC 8)."""
+"""Every port call a crash can be injected around (design §8)."""
 
 _NOT_CRASH_POINTS = frozenset({
     "clock.monotonic", "clock.wall", "clock.sleep", "host.slot_path", "host.current_link_path",

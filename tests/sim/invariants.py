@@ -1,4 +1,4 @@
-"""SPEC 4.6 invariants, checked on a simulated host after every crash and recovery."""
+"""design §4.6 invariants, checked on a simulated host after every crash and recovery."""
 
 from __future__ import annotations
 

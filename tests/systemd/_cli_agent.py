@@ -124,7 +124,7 @@ class CliAgent:
                 deadline_s: float = 60.0) -> subprocess.CompletedProcess[str]:
         """``recover --trigger T``; while another process holds the lock (exit 75) retry every 0.1 s.
 
-        An ``OnFailure=`` recovery started by systemd may own the episode; SPEC 4.5 says the holder
+        An ``OnFailure=`` recovery started by systemd may own the episode; design §4.5 says the holder
         owns it, so waiting for it to let go and then recovering again is what an operator would do.
         """
         deadline = time.monotonic() + deadline_s

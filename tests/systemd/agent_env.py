@@ -1,4 +1,4 @@
-"""One sample agent driven through the real CLI under the session's private systemd (SPEC 7, SPEC 8).
+"""One sample agent driven through the real CLI under the session's private systemd (design §7, design §8).
 
 :class:`AgentEnv` builds a configuration for one uniquely named agent whose host root, ``state_dir`` and
 lock live under the test's ``tmp_path``, builds its releases with

@@ -2,7 +2,7 @@
 (agent.testing.sandbox.PrivateSystemd).
 
 As non-root every test that needs it is skipped with the reason; as root a boot failure is an error of the
-test (the harness must work, SPEC 8), never a skip. Tests drive the sandbox from the host, through its
+test (the harness must work, design §8), never a skip. Tests drive the sandbox from the host, through its
 ``nsenter`` prefix and its unit directory, exactly as the agent is configured against it.
 """
 

@@ -1,4 +1,4 @@
-"""CLI scenarios under the real private systemd (SPEC 4.3, 4.5, 7; cases C15, C16, C19, C20).
+"""CLI scenarios under the real private systemd (design §4.3, 4.5, 7; cases C15, C16, C19, C20).
 
 Every scenario runs ``upgrade-agent`` as an operator would (a subprocess with ``--json``), except C19, which
 needs a clock it can make jump and so runs the same wired ports in process. Outcomes are read from the
@@ -99,7 +99,7 @@ def _assert_rolled_back(env: AgentEnv, up_json: dict[str, object] | None, op: st
 def test_candidate_that_dies_after_start_is_rolled_back(make_env: MakeEnv, case: str, behaviour: str) -> None:
     """C16: ``systemctl restart`` returning 0 proves nothing; each candidate passes its version check.
 
-    (b) The field case says "crash after 5 s"; with ``stability_s = 0.5`` (the suite's budget, SPEC 8) a
+    (b) The field case says "crash after 5 s"; with ``stability_s = 0.5`` (the suite's budget, design §8) a
     crash after 5 s is after a passed window and commits, correctly. What is testable, and what the case is
     about, is a crash that comes after the candidate was seen active, running and answering its probe, but
     before the window ends: 0.45 s after it started serving, i.e. always inside a 0.5 s window that can only
@@ -125,7 +125,7 @@ def test_crash_loop_into_the_start_limit_still_rolls_back_to_last_good(make_env:
     """A candidate that crash-loops until systemd's start limit (``StartLimitBurst = max_attempts + 2``)
     makes systemd give up ("Start request repeated too quickly"; systemd 252 keeps ``Result=exit-code``)
     and trigger ``OnFailure=``: ``recover-agent-upgrade --trigger on-failure`` spends the remaining attempt
-    and rolls back; the last-good binary is restarted although the unit had hit its start limit (SPEC 4.4,
+    and rolls back; the last-good binary is restarted although the unit had hit its start limit (design §4.4,
     C16c).
 
     The upgrader is SIGKILLed (the documented hook) right after it journaled that it saw the candidate
@@ -418,7 +418,7 @@ def test_reset_then_install_restores_the_units_and_the_service(make_env: MakeEnv
 
 
 def test_preflight_fetches_nothing_creates_nothing_and_reports_the_lock(make_env: MakeEnv) -> None:
-    """``upgrade --preflight`` (SPEC 7): no fetch, no directories, no lock file; the plan's JSON keys; a
+    """``upgrade --preflight`` (design §7): no fetch, no directories, no lock file; the plan's JSON keys; a
     held lock -> ``lock: busy``, exit 75; not installed -> exit 2, still creating nothing."""
     env = make_env()
     v1, v2 = env.release("1.0.0"), env.release("1.1.0")
@@ -435,7 +435,7 @@ def test_preflight_fetches_nothing_creates_nothing_and_reports_the_lock(make_env
     plan = env.cli("upgrade", "--archive", v2.url, "--sha256", v2.sha256, "--preflight")
     assert plan.code == 0, plan.stderr
     assert plan.json is not None
-    assert set(plan.json) == {"preflight", "plan", "inactive_slot", "lock", "open_episode",  # SPEC 7
+    assert set(plan.json) == {"preflight", "plan", "inactive_slot", "lock", "open_episode",  # design §7
                               "episode", "missing_units", "drifted_units", "next"}  # issue 10
     assert (plan.json["episode"], plan.json["missing_units"], plan.json["drifted_units"], plan.json["next"]) \
         == (None, [], [], None), plan.json  # install wrote every unit, nothing is open
@@ -457,7 +457,7 @@ def test_preflight_fetches_nothing_creates_nothing_and_reports_the_lock(make_env
 
 
 def test_busy_lock_upgrade_and_recover_exit_75_at_once(make_env: MakeEnv) -> None:
-    """SPEC 4.3 step 1: the lock is taken non-blocking; busy -> exit 75, nothing fetched or journaled. Also
+    """design §4.3 step 1: the lock is taken non-blocking; busy -> exit 75, nothing fetched or journaled. Also
     ``recover`` facing an open episode while another process holds the lock; once free, it aborts that
     (pre-switch) episode without touching the links."""
     env = make_env()
@@ -496,7 +496,7 @@ def test_busy_lock_upgrade_and_recover_exit_75_at_once(make_env: MakeEnv) -> Non
 
 
 def test_install_without_an_archive_adopts_a_plain_binary(make_env: MakeEnv) -> None:
-    """SPEC 3 adoption through the CLI: a plain executable at ``R/bin/NAME`` is copied into blue, verified,
+    """design §3 adoption through the CLI: a plain executable at ``R/bin/NAME`` is copied into blue, verified,
     run and health-checked; ``R/bin/NAME`` becomes the compatibility link. Nothing to adopt: exit 2."""
     import stat
 

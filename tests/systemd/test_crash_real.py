@@ -1,4 +1,4 @@
-"""Crash injection, real (SPEC 8): SIGKILL the upgrader after every event of a recorded run, then recover.
+"""Crash injection, real (design §8): SIGKILL the upgrader after every event of a recorded run, then recover.
 
 1. Two full runs are recorded through the real CLI against the private systemd: install 1.0.0 then
    upgrade to a good 1.1.0 (committed), and install 1.0.0 then upgrade to a bad 1.2.0 that passes its
@@ -8,7 +8,7 @@
 2. For every kill point of each list: a fresh agent (unique NAME, fresh host root) installs 1.0.0, runs
    the upgrade with ``UPGRADE_AGENT_TEST_KILL_AFTER=TAG#N`` (documented in agent/session/wiring.py: SIGKILL
    right after that record's append returned, i.e. after its fdatasync), then ``recover --trigger manual``;
-   the SPEC 4.6 invariants are checked on the real layout, journal, result file and unit.
+   the design §4.6 invariants are checked on the real layout, journal, result file and unit.
 3. A crash inside the recovery itself: the recover process is killed by the same hook after one of its
    own events, and a second recover must reach the same end.
 
@@ -155,7 +155,7 @@ HEADER = (f"{'path':<8} {'kill after':<26} {'upgrader':<10} {'rec':<4} {'result'
 
 
 def _expected_results(points: Sequence[KillPoint], index: int, path: str) -> set[str]:
-    """What SPEC 4.5 allows after a kill right after ``points[index]`` was durable."""
+    """What design §4.5 allows after a kill right after ``points[index]`` was durable."""
     switch_intended = points.index(("SwitchIntended", 1))
     if index <= switch_intended:
         return {"aborted"}  # the link was not flipped yet: never downgrade, abort
@@ -167,7 +167,7 @@ def _expected_results(points: Sequence[KillPoint], index: int, path: str) -> set
 
 
 def check_host(agent: CliAgent, releases: Releases, row: Row, expected: set[str], candidate: str) -> None:
-    """Check the SPEC 4.6 invariants after recovery; append each violation to ``row.problems``."""
+    """Check the design §4.6 invariants after recovery; append each violation to ``row.problems``."""
     p = row.problems
     open_eps = agent.open_episodes()
     if open_eps:
@@ -300,7 +300,7 @@ def test_recorded_runs_cover_both_paths(recorded: dict[str, RecordedRun]) -> Non
 
 def test_kill_every_event_of_the_success_run(sandbox: PrivateSystemd, releases: Releases,
                                              recorded: dict[str, RecordedRun], tmp_path: Path) -> None:
-    """SIGKILL after each event of the committed run, recover: SPEC 4.6 holds at every point."""
+    """SIGKILL after each event of the committed run, recover: design §4.6 holds at every point."""
     _run_all(sandbox, releases, tmp_path, "success", recorded["success"].points)
 
 
@@ -319,7 +319,7 @@ def test_kill_every_event_of_the_rollback_run(sandbox: PrivateSystemd, releases:
 )
 def test_crash_during_recovery(sandbox: PrivateSystemd, releases: Releases, tmp_path: Path, path: str,
                                upgrade_kill: str, recover_kill: str, expected: str) -> None:
-    """Recovery killed after one of its own events; recovering again reaches the same end (SPEC 4.5)."""
+    """Recovery killed after one of its own events; recovering again reaches the same end (design §4.5)."""
     candidate = GOOD if path == "success" else BAD
     agent = _new_agent(sandbox, tmp_path / secrets.token_hex(2), releases)
     try:

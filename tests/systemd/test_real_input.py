@@ -1,4 +1,5 @@
-"""Real input end to end (SPEC 8, issue 6 part 2): a third-party daemon from its published release archives.
+"""Real input end to end (design §8, issue 6 part 2): a third-party daemon from its published release
+archives.
 
 The daemon is esbuild (its ``--serve`` mode is a real HTTP server) from the npm registry's
 ``@esbuild/linux-<x64|arm64>`` packages, in the publisher's own layout: a gzip tarball whose member

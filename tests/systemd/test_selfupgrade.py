@@ -1,4 +1,4 @@
-"""The self-upgrade flow (SPEC 4.4) end to end: examples/selfupgrade_daemon.py under the private systemd.
+"""The self-upgrade flow (design §4.4) end to end: examples/selfupgrade_daemon.py under the private systemd.
 
 The daemon embeds the library (its shebang is this venv's interpreter, so it imports the project), is
 installed with the real CLI, and is asked to upgrade itself with ``POST /upgrade?archive=...``:

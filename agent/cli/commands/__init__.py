@@ -1,7 +1,7 @@
-"""The command implementations behind :mod:`agent.cli.main` (SPEC 7), one module per command family.
+"""The command implementations behind :mod:`agent.cli.main` (design §7), one module per command family.
 
 Each ``cmd_*`` takes the parsed arguments and returns an :class:`Outcome`: the JSON payload (the shapes
-SPEC 7 pins), a human summary, and the exit code. The work itself is the embedding session's
+design §7 pins), a human summary, and the exit code. The work itself is the embedding session's
 (:class:`agent.session.session.Session`); a command parses, asks the session, and prints. Errors are raised,
 and :func:`describe_error` maps them to one line and an exit code in one place.
 
@@ -38,7 +38,7 @@ __all__ = ["COMMANDS", "Outcome", "describe_error", "run_command"]
 
 
 EXIT_HOST_REFUSED = 4
-"""SPEC 10: the host refused (permission, ownership, file type, read-only file system); nothing changed."""
+"""design §10: the host refused (permission, ownership, file type, read-only file system); nothing changed."""
 
 # errno values that mean "the host refused" (exit 4), not "rolled back or aborted" (exit 1 keeps only that).
 _REFUSED_ERRNOS = frozenset(
@@ -52,7 +52,7 @@ def describe_error(exc: BaseException) -> tuple[int | None, str]:
     Journal errors (corrupt, newer version, poisoned, undecodable) exit 3 naming file and offset; a journal
     path that is not ours exits 4, a journal directory held by another writer 75, a journal of another
     configuration 2. An ``OSError`` of permission, ownership, file type or a read-only file system
-    (EACCES, EPERM, EROFS, ELOOP, ENOTDIR, EISDIR, ENXIO) exits 4 (SPEC 10) rather than 1, which means
+    (EACCES, EPERM, EROFS, ELOOP, ENOTDIR, EISDIR, ENXIO) exits 4 (design §10) rather than 1, which means
     only "rolled back or aborted: the previous good binary runs".
     """
     from journal import JournalBusyError, JournalError, JournalOwnerError, JournalRefusedError

@@ -33,7 +33,7 @@ def cli_session(args: argparse.Namespace, *, label: str = "download") -> Session
 def run_writing(
     session: Session, args: argparse.Namespace, flow: Callable[[], Awaitable[T]]
 ) -> T | UpgradeResult:
-    """Run one of ``session``'s writing methods to its end under the signal rules of SPEC 4.3 step 10
+    """Run one of ``session``'s writing methods to its end under the signal rules of design §4.3 step 10
     (:func:`agent.cli.commands.signals.run_with_signals`), with the progress display shown meanwhile."""
     from agent.cli.commands.progress import Progress
     from agent.cli.commands.signals import run_with_signals

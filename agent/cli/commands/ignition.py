@@ -1,5 +1,5 @@
 """``ignition``: print the Ignition config that provisions this configuration on a new read-only-``/usr``
-host (SPEC 10, issue 15; :mod:`agent.session.ignition`). Renders only: nothing is fetched, locked or
+host (design §10, issue 15; :mod:`agent.session.ignition`). Renders only: nothing is fetched, locked or
 written."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``install``: a bare host to blue, links, units, start, health; adoption of a plain binary or a legacy
-layout (SPEC 7). The work is :meth:`agent.session.session.Session.install`."""
+layout (design §7). The work is :meth:`agent.session.session.Session.install`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from agent.systemd.stable_paths import check_stable_executables
 
 
 def cmd_install(args: argparse.Namespace) -> Outcome:
-    """``install`` (SPEC 7): bare host -> blue, links, units, start, health; adoption without --archive.
+    """``install`` (design §7): bare host -> blue, links, units, start, health; adoption without --archive.
 
     Raises:
         ConfigError, UsageError: bad configuration or arguments; nothing to adopt (exit 2).

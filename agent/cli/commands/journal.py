@@ -1,5 +1,5 @@
 """``journal verify|dump|compact|quarantine``: verify and dump read only (after the ownership checks of
-SPEC 10, which create nothing); compact and quarantine take the host lock."""
+design §10, which create nothing); compact and quarantine take the host lock."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
         return Outcome({"compacted": True, "records": count}, f"compacted; {count} records remain")
     from agent.host.ownership import check_state
 
-    check_state(session.config)  # SPEC 10: the writer's checks (exit 4, or 2 for a foreign journal)
+    check_state(session.config)  # design §10: the writer's checks (exit 4, or 2 for a foreign journal)
     if args.action == "verify":
         try:
             rep = replay(directory, EVENT_CODEC)

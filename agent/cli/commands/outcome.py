@@ -1,4 +1,4 @@
-"""What a command prints and returns (:class:`Outcome`), and the result payloads SPEC 7 pins."""
+"""What a command prints and returns (:class:`Outcome`), and the result payloads design §7 pins."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class Outcome:
     Attributes:
         payload: the one JSON object printed with ``--json``.
         human: the summary printed to stdout without ``--json``.
-        exit_code: the process exit status (SPEC 7).
+        exit_code: the process exit status (design §7).
         stderr: an extra line for stderr (e.g. the reason of a rollback), or None.
     """
 

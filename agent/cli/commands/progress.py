@@ -25,7 +25,7 @@ def event_logger(verbose: bool) -> Callable[[Any], None]:
 
 
 class Progress:
-    """A rich progress bar on a terminal, periodic log lines otherwise (SPEC 7); all on stderr."""
+    """A rich progress bar on a terminal, periodic log lines otherwise (design §7); all on stderr."""
 
     def __init__(self, label: str) -> None:
         self.label = label

@@ -1,5 +1,5 @@
 """The readers: ``status``, ``history``, ``units``, ``host-root``. They never write and never create
-``state_dir`` or the lock (SPEC 7)."""
+``state_dir`` or the lock (design §7)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def cmd_host_root(args: argparse.Namespace) -> Outcome:
 
 
 def cmd_status(args: argparse.Namespace) -> Outcome:
-    """``status``: from the journal and the links; never runs binaries, never writes (SPEC 7)."""
+    """``status``: from the journal and the links; never runs binaries, never writes (design §7)."""
     status = anyio.run(Session.load(args.config).status)
     if status.service_error is not None:
         log(f"service state unavailable: {status.service_error}")

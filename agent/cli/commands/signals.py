@@ -1,4 +1,4 @@
-"""SIGINT/SIGTERM during a writing command (SPEC 4.3 step 10, SPEC 7)."""
+"""SIGINT/SIGTERM during a writing command (design §4.3 step 10, design §7)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 async def run_with_signals(
     session: EpisodeWatch, flow: Callable[[], Awaitable[T]], json_mode: bool
 ) -> T | UpgradeResult:
-    """Run ``flow`` (one of ``session``'s writing methods) under SPEC 4.3 step 10.
+    """Run ``flow`` (one of ``session``'s writing methods) under design §4.3 step 10.
 
     SIGINT, SIGTERM or SIGHUP before ``switch intended`` cancels it (the orchestrator aborts, publishes
     ``aborted`` and closes; that result is returned, exit 1); after it, the flow carries on to a terminal
@@ -94,7 +94,7 @@ async def run_with_signals(
 
 
 def _stop_now(message: str, json_mode: bool) -> None:
-    """The second signal (SPEC 4.3 step 10): one line, the one JSON object, exit 130 at once."""
+    """The second signal (design §4.3 step 10): one line, the one JSON object, exit 130 at once."""
     log(message)
     if json_mode:
         sys.stdout.write(json.dumps({"error": message, "exit_code": 130}) + "\n")
@@ -105,7 +105,7 @@ def _stop_now(message: str, json_mode: bool) -> None:
 def _defer_late_signals(json_mode: bool) -> None:
     """After the flow: the episode has reached its terminal state, so a first SIGINT/SIGTERM must not turn
     a finished ``committed`` into a killed process (exit 143) before its one JSON object is printed; it is
-    noted and the command finishes. A second one still exits 130 at once (SPEC 4.3 step 10, SPEC 7)."""
+    noted and the command finishes. A second one still exits 130 at once (design §4.3 step 10, design §7)."""
     count = [0]
 
     def late(signum: int, _frame: object) -> None:

@@ -15,7 +15,7 @@ from upgrade_core import HandedOff, UpgradeResult
 
 
 def cmd_upgrade(args: argparse.Namespace) -> Outcome:
-    """``upgrade`` (SPEC 4.3) and ``upgrade --preflight``.
+    """``upgrade`` (design §4.3) and ``upgrade --preflight``.
 
     Raises:
         ConfigError, UsageError: bad configuration, source, ``--sha256``, ``--operation`` or
@@ -41,7 +41,7 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
 
 
 def cmd_rollback(args: argparse.Namespace) -> Outcome:
-    """``rollback`` (issue 12 item 5, SPEC 10): ``current`` to ``last-good`` as its own episode, and
+    """``rollback`` (issue 12 item 5, design §10): ``current`` to ``last-good`` as its own episode, and
     ``rollback --preflight``. Exit 0 committed, 1 rolled_back/aborted (the previous current runs), 3
     needs_attention, as ``upgrade``.
 
@@ -69,7 +69,7 @@ def _preflight_outcome(pre: Preflight) -> Outcome:
 
 
 def cmd_recover(args: argparse.Namespace) -> Outcome:
-    """``recover`` (SPEC 4.5): exit 0 whenever it leaves no open episode.
+    """``recover`` (design §4.5): exit 0 whenever it leaves no open episode.
 
     Raises:
         LockBusyError: the holder owns the episode (exit 75, at once).
@@ -88,6 +88,6 @@ def cmd_recover(args: argparse.Namespace) -> Outcome:
         payload = result_payload(outcome)
         payload["busy"] = True
         return Outcome(payload, outcome.reason, 0)
-    # SPEC 7: recover exits 0 whenever it leaves no open episode, whatever the result it published.
+    # design §7: recover exits 0 whenever it leaves no open episode, whatever the result it published.
     return attrs.evolve(result_outcome(outcome), exit_code=0)
 

@@ -1,6 +1,6 @@
 # Copyright: upgrade-core developers
 # Apache License 2.0 (see the repository's pyproject.toml)
-"""Run ``upgrade-agent ... --json`` on the managed host and read its one JSON object (SPEC 7).
+"""Run ``upgrade-agent ... --json`` on the managed host and read its one JSON object (design §7).
 
 Shared by the ``upgrade_core.fleet.upgrade`` and ``upgrade_core.fleet.status`` modules; it runs inside the
 module process on the managed host, so it uses only the standard library and Ansible's module_utils.
@@ -15,7 +15,7 @@ import signal
 import subprocess
 from typing import Any
 
-# Exit codes of upgrade-agent (SPEC 7 and 10); the names are what a failed task's message says.
+# Exit codes of upgrade-agent (design §7 and 10); the names are what a failed task's message says.
 EXIT_MEANINGS = {
     0: "committed or noop",
     1: "rolled back or aborted; the previous good binary runs",

@@ -58,7 +58,7 @@ ansible_facts:
   contains:
     upgrade_core_status:
       description:
-        - The agent's status object (SPEC 7), e.g. C(current) and C(last_good) (each null or slot, path,
+        - The agent's status object (design §7), e.g. C(current) and C(last_good) (each null or slot, path,
           sha256, version), C(service) (active_state, sub_state, main_pid, exe), C(episode), C(next).
       type: dict
       sample:
