@@ -8,16 +8,20 @@ raises :class:`ConfigError` from its lean path.
 
 from __future__ import annotations
 
+import errno
 from typing import ClassVar
 
+from agent.groups import sole_error
 from journal.errors import (
     JournalBusyError,
     JournalCorruptError,
     JournalDecodeError,
     JournalFullError,
+    JournalOwnerError,
     JournalPoisonedError,
     JournalRefusedError,
 )
+from journal.errors import JournalError as StoreError
 from upgrade_core.errors import (
     HostRefusedError,
     JournalDurabilityError,
@@ -27,7 +31,7 @@ from upgrade_core.errors import (
 )
 from upgrade_core.errors import JournalError as CoreJournalError
 
-__all__ = ["ConfigError", "UsageError", "journal_error"]
+__all__ = ["REFUSED_ERRNOS", "ConfigError", "UsageError", "describe_error", "journal_error"]
 
 
 class ConfigError(UpgradeError):
@@ -58,6 +62,8 @@ def journal_error(exc: Exception, directory: str) -> UpgradeError:
     """
     if isinstance(exc, JournalRefusedError):
         return HostRefusedError(exc.path or directory, exc.what)
+    if isinstance(exc, JournalOwnerError):
+        return ConfigError(str(exc))
     if isinstance(exc, JournalBusyError):
         return LockBusyError(
             f"{exc.path or directory}: journal directory locked by another writer (one writer per journal)"
@@ -69,3 +75,36 @@ def journal_error(exc: Exception, directory: str) -> UpgradeError:
     if isinstance(exc, JournalPoisonedError):
         return JournalDurabilityError(f"journal append failed, journal poisoned: {exc}")
     return CoreJournalError(str(exc))
+
+
+REFUSED_ERRNOS = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENXIO}
+)
+"""errno values of a raw ``OSError`` that mean "the host refused" (exit 4: permission, ownership, file type,
+read-only file system; docs/design.md §10), not "rolled back or aborted" (exit 1 keeps only that meaning)."""
+
+
+def describe_error(exc: BaseException) -> tuple[int | None, str]:
+    """The exit code and one line for an exception that ends a command; ``(None, repr)`` for a bug.
+
+    The one place an exit code is chosen: an :class:`~upgrade_core.errors.UpgradeError` (the core's and
+    this module's) carries its own ``exit_code``; a raw journal error is first translated by
+    :func:`journal_error`; a raw ``OSError`` exits 4 when its errno is in :data:`REFUSED_ERRNOS`, else 1. A
+    single error inside an exception group (from a task group) stands for the group.
+
+    Returns:
+        ``(exit code, one line)``, or ``(None, repr(exc))`` for an exception no rule covers (a bug: the
+        caller re-raises it).
+    """
+    exc = sole_error(exc)
+    if isinstance(exc, StoreError):
+        exc = journal_error(exc, exc.path or "?")
+    if isinstance(exc, UpgradeError):
+        return exc.exit_code, str(exc)
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        if exc.errno in REFUSED_ERRNOS:
+            code = HostRefusedError.exit_code
+            return code, f"{where}{exc.strerror or exc}; the host refused, nothing was changed"
+        return 1, f"{where}{exc.strerror or exc}"
+    return None, repr(exc)

@@ -1,25 +1,15 @@
 """The lean no-op path of ``recover`` (design §9 ``recover.noop``: within 3x ``python -c pass``).
 
 At boot, ``recover-agent-upgrade`` almost always finds nothing to do. This module answers that case with
-the standard library only: the three paths from the TOML (:mod:`agent.config.boot`), the newest episode
-record of the journal's live segment (:func:`journal.live_tail`, pure ``struct``/``zlib``) and its event
-tag (:func:`upgrade_core.wire.event_tag`; the package imports lazily). It returns an exit code only
-when it is *certain* that no episode is open:
-
-- no journal directory, or no segment at all;
-- the live segment is intact and empty (sealing only ever happens once every episode is closed, design §5);
-- the live segment's newest record that is not a compaction snapshot is ``EpisodeClosed`` (or there is
-  none: a segment of snapshots only follows a seal).
-
-Anything else (an open episode, a torn tail to repair, a corrupt or newer journal, a bad config, an
-unusual file set) returns None and the full path (lock, repair, replay, fold, decide) takes over, which
-also produces every error message. It never writes and never creates a file.
+the standard library only, before argparse and before any session: it checks that the command line is a
+plain ``recover`` and asks :func:`agent.session.noop.nothing_open`, which is True only when it is certain
+that no episode is open. Anything else returns None and the full path (lock, repair, replay, fold, decide)
+takes over, which also produces every error message. It never writes and never creates a file.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 
@@ -30,18 +20,6 @@ def _option(argv: list[str], name: str) -> str | None:
         if word.startswith(name + "="):
             return word.split("=", 1)[1]
     return None
-
-
-def _nothing_open(directory: str) -> bool:
-    import journal
-    from upgrade_core.wire import event_tag
-
-    tail = journal.live_tail(directory)
-    if tail is None:
-        return True
-    if not isinstance(tail, bytes):  # journal.UNSURE
-        return False
-    return event_tag(tail) == "EpisodeClosed"
 
 
 _TRIGGERS = frozenset({"boot", "on-failure", "manual", "timer"})
@@ -85,15 +63,9 @@ def recover_noop(argv: list[str]) -> int | None:
     """
     if not _plain_recover(argv):
         return None
-    try:
-        from agent.config.boot import discover_config_path, quick_paths
+    from agent.session.noop import nothing_open
 
-        paths = quick_paths(discover_config_path(_option(argv, "--config")))
-        if paths is None:  # the full loader words whatever is wrong with the file
-            return None
-        if not _nothing_open(os.path.join(paths[1], "journal")):
-            return None
-    except Exception:  # any doubt: the full path decides and reports
+    if not nothing_open(_option(argv, "--config")):  # any doubt: the full path decides and reports
         return None
     if "--json" in argv:
         result = {"operation": None, "result": "noop", "from_version": None, "to_version": None,

@@ -80,13 +80,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         build_parser().print_usage(sys.stderr)
         return _fail(args, "a command is required (see --help)", EXIT_USAGE)
     import agent.cli.commands as commands
+    from agent.errors import describe_error
 
     try:
         outcome = commands.run_command(args)
     except KeyboardInterrupt:
         return _fail(args, "interrupted", EXIT_INTERRUPTED)
     except Exception as exc:  # the one place where errors become exit codes (design §7)
-        code, message = commands.describe_error(exc)
+        code, message = describe_error(exc)
         if code is None:
             raise
         from agent.groups import sole_error

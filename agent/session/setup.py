@@ -1,73 +1,63 @@
-"""The installation half of :class:`agent.session.session.Session`: ``install`` (bare host, adoption, repair),
-the unit files, ``reset`` and the removal of only what ``install`` made (its install record, design §10).
+"""Set-up and removal: ``install`` (bare host, adoption, repair), the unit files, ``reset``, ``uninstall`` and
+the install record, by which the agent removes only what it made (docs/design.md §7, §10).
 
-A mixin so the session keeps one public surface while each file keeps one job; it relies on the session's
-``config``, ``config_path``, ``host``, :meth:`~agent.session.session.Session.request` and its one
-locked-episode frame (``_write``: check, lock, wire, fold, run, compact, close).
+:class:`Setup` is what :class:`agent.session.session.Session` asks for this work; it writes through the
+session's :class:`~agent.session.frame.EpisodeFrame` (check, lock, wire, fold, run, compact, close).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Awaitable, Callable
+import stat
 from typing import Any
 
 import anyio
 
 from agent.config.loader import AgentConfig
-from agent.errors import UsageError
+from agent.errors import ConfigError, UsageError
+from agent.fs import durable
+from agent.fs.statefile import read_regular
 from agent.host.adapter import AgentHost
-from agent.host.install_record import RECORD_NAME, Cleanup, InstallRecord, Remover, missing_dirs
+from agent.host.install_record import (
+    RECORD_NAME,
+    Cleanup,
+    InstallRecord,
+    RecordError,
+    Remover,
+    missing_dirs,
+    remove_state_files,
+)
+from agent.host.lock import HostLock
+from agent.host.provision import Provisioner
 from agent.logline import log
-from upgrade_core import (
-    Folder,
-    Policy,
-    Ports,
-    Slot,
-    UpgradeRequest,
-    UpgradeResult,
-)
-from upgrade_core.errors import (
-    AlreadyInstalledError,
-    UpgradeError,
-)
-
-TYPE_CHECKING = False
+from agent.release.fetch import parse_sha256
+from agent.session.frame import EpisodeFrame
+from agent.session.request import make_request
+from agent.session.wiring import recover_executable, service_manager
+from agent.systemd.stable_paths import check_stable_executables
+from agent.systemd.units import operator_unit_name, recover_boot_unit_name, recover_timer_name, render_units
+from upgrade_core import Folder, Policy, Ports, Slot, UpgradeRequest, UpgradeResult, other_slot, run_install
+from upgrade_core.errors import AlreadyInstalledError, HostError, HostRefusedError, UpgradeError
+from upgrade_core.ports import StagedCandidate
 
 
-class SetupMixin:
-    """``install``, ``units``, ``reset``, the install record and unit removal (see the module doc)."""
+class Setup:
+    """``install``, ``units``, ``reset``, ``uninstall``, the install record and unit removal for one
+    configuration (see the module doc).
 
-    config: AgentConfig
-    config_path: str
-    host: AgentHost
-    cleanup_errors: list[str]
-    """What the last failed install's clean-up could not remove (one line each)."""
-    repaired: list[str] | None
-    """What the last install on an installed host repaired, None when it repaired nothing."""
+    Attributes:
+        cleanup_errors: what the last failed install's clean-up could not remove (one line each).
+        repaired: what the last install on an installed host repaired, None when it repaired nothing.
+    """
 
-    if TYPE_CHECKING:
-
-        async def _write(
-            self,
-            flow: Callable[[Ports, Policy, Folder], Awaitable[Any]],
-            *,
-            source_override: Any = None,
-            operation: str | None = None,
-            before_wire: Callable[[], Awaitable[None]] | None = None,
-            signature: str | None = None,
-        ) -> Any: ...
-
-        def request(
-            self,
-            archive: str,
-            *,
-            sha256: str | None = None,
-            operation: str | None = None,
-            expect_version: str | None = None,
-            signature: str | None = None,
-        ) -> UpgradeRequest: ...
+    def __init__(self, config: AgentConfig, config_path: str, host: AgentHost, frame: EpisodeFrame) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.host = host
+        self._frame = frame
+        self.cleanup_errors: list[str] = []
+        self.repaired: list[str] | None = None
 
     async def install(
         self,
@@ -75,6 +65,7 @@ class SetupMixin:
         *,
         sha256: str | None = None,
         expect_version: str | None = None,
+        allow_unstable_paths: bool = False,
     ) -> UpgradeResult:
         """``install`` (design §7): a bare host -> blue, both links, the units, start and health-check.
 
@@ -84,14 +75,20 @@ class SetupMixin:
         ``current`` is ``noop``. A failed install (any result but ``committed``/``noop``, or an error)
         removes the units and layout it made; the journal keeps the episode.
 
+        Args:
+            allow_unstable_paths: let the units run the tool from a temporary, per-user or checkout path
+                (``install --allow-unstable-paths``; see :mod:`agent.systemd.stable_paths`).
+
         Raises:
-            UsageError: nothing to adopt (exit 2).
+            UsageError: a malformed ``sha256``; nothing to adopt; the units would run the tool from a
+                temporary or per-user path (recovery at boot would break later) (exit 2), before the lock.
             LayoutConflictError: the host is not bare and not installed (exit 2), before the lock.
             AlreadyInstalledError: installed with another binary; use upgrade (exit 2).
             LockBusyError: the host lock is held (exit 75).
         """
-        from agent.host.provision import Provisioner
-
+        if request is None:
+            parse_sha256(sha256)  # a malformed digest is refused before the host is looked at
+        check_stable_executables(self.unit_executables(), allow=allow_unstable_paths)
         provision = Provisioner(self.host)
         source_override: Any = None
         legacy = False
@@ -100,24 +97,25 @@ class SetupMixin:
             if found is None:
                 if self.host.is_installed():
                     self.refuse_foreign_units()
-                    return await self._write(lambda p, pol, f: self._repair(p.service))
+                    return await self._frame.write(lambda p, pol, f: self._repair(p.service))
                 raise UsageError(
                     f"nothing to adopt at {self.host.layout.bin_link} or under host.legacy_root; "
                     "pass --archive"
                 )
             legacy = found.kind == "legacy_layout"
-            request = self.request(found.source, sha256=sha256, expect_version=expect_version)
+            request = make_request(found.source, allow_http=self.config.download.allow_http,
+                                   sha256=sha256, expect_version=expect_version)
             source_override = _PlainFileSource()
         self.refuse_foreign_units()  # before the lock file too: a refusal leaves the host untouched
         if legacy:
-            return await self._write(lambda p, pol, f: self._adopt_legacy(provision))
+            return await self._frame.write(lambda p, pol, f: self._adopt_legacy(provision))
         if self.host.is_installed():
-            return await self._write(
+            return await self._frame.write(
                 lambda p, pol, f: self._install_again(p, request), source_override=source_override,
                 signature=request.signature,
             )
         provision.check_bare()  # before the lock file too: a refusal leaves the host untouched
-        return await self._write(
+        return await self._frame.write(
             lambda p, pol, f: self._install_bare(p, pol, f, request, provision),
             source_override=source_override,
             operation=request.operation,
@@ -127,8 +125,6 @@ class SetupMixin:
     async def _install_bare(
         self, ports: Ports, policy: Policy, folder: Folder, request: UpgradeRequest, provision: Any
     ) -> UpgradeResult:
-        from upgrade_core import run_install
-
         provision.check_bare()
         record = self.install_record()
         lay = self.host.layout
@@ -180,8 +176,6 @@ class SetupMixin:
 
     async def _install_again(self, ports: Ports, request: UpgradeRequest) -> UpgradeResult:
         """Already installed: the same member digest as ``current`` -> noop; else AlreadyInstalledError."""
-        from upgrade_core import other_slot
-
         current = self.host.links().current
         assert current is not None
         inactive = other_slot(current)
@@ -202,8 +196,6 @@ class SetupMixin:
             ConfigError: a unit file another service or agent owns stands where one of ours goes (exit 2).
             ServiceError, HostError: a unit or the link could not be written or started.
         """
-        from agent.host.provision import Provisioner
-
         record = self.install_record()
         self.repaired = []
         units = self.units()
@@ -236,7 +228,6 @@ class SetupMixin:
         await service.start()
         return UpgradeResult(None, "noop", slot=self.host.links().current, reason="adopted legacy layout")
 
-    # -- units -------------------------------------------------------------------------------------------
     def unit_executables(self, bin_dir: str | None = None) -> list[str]:
         """Absolute paths of the tool's executables the rendered units run: ``recover-agent-upgrade``, and
         ``upgrade-agent`` beside it when ``[operations] source`` is set (``NAME-operator.service``).
@@ -245,8 +236,6 @@ class SetupMixin:
             bin_dir: the directory holding both on the host the units are for; None: where this process's
                 own ``recover-agent-upgrade`` is installed (see :meth:`units`).
         """
-        from agent.session.wiring import recover_executable
-
         recover = recover_executable() if bin_dir is None else os.path.join(bin_dir, "recover-agent-upgrade")
         if not self.config.operations.source:
             return [recover]
@@ -266,8 +255,6 @@ class SetupMixin:
         Raises:
             ConfigError: a relative path or a bad name (see :func:`agent.systemd.units.render_units`).
         """
-        from agent.systemd.units import render_units
-
         cfg = self.config
         recover_exe, *upgrade_exe = self.unit_executables(bin_dir)
         operator = None
@@ -300,15 +287,49 @@ class SetupMixin:
             LockBusyError: the host lock is held (exit 75).
             HostRefusedError, HostError: the install record cannot be trusted; nothing was changed.
         """
-        from agent.host.lock import HostLock
-
         with HostLock(self.config.host.lock_path):
             record = self.install_record()
             out = await self.remove_units(record)
             self._forget(record, out)
             return out
 
-    # -- ownership: the install record and the unit files ------------------------------------------------
+    async def uninstall(self) -> Cleanup:
+        """``uninstall``, under the host lock: :meth:`reset`, then what the install record lists (with no
+        record, only the layout files carrying the agent's marker), the files the agent wrote in
+        ``state_dir``, and the lock file. Never the legacy root, the configuration, a mount point, a
+        non-empty directory, or anything else in ``state_dir``.
+
+        Returns:
+            What was removed and kept, and the removals that failed.
+
+        Raises:
+            HostRefusedError: the host layout or ``state_dir`` is on a read-only mount, or the install record
+                cannot be trusted (exit 4); nothing was stopped or removed.
+            LockBusyError: the host lock is held (exit 75).
+        """
+        cfg = self.config
+        _refuse_read_only(self.host.layout.agent_dir, cfg.host.state_dir)
+        with HostLock(cfg.host.lock_path):
+            record = self.install_record()  # refused (a symlink, another agent's) before anything changes
+            out = await self.remove_units(record)
+            remover = self._remover()
+            out.extend(remover.remove(record.entries) if record.exists else remover.remove_marked_layout())
+            if record.exists:
+                try:
+                    record.forget([e.path for e in record.entries if not os.path.lexists(e.path)])
+                except OSError as e:
+                    out.errors.append(f"{record.path}: cannot update the install record: {e.strerror}")
+            out.extend(remove_state_files(cfg.host.state_dir, keep_record=bool(record.entries)))
+        try:
+            st = os.lstat(cfg.host.lock_path)
+            if stat.S_ISREG(st.st_mode) and durable.remove_if_present(cfg.host.lock_path):
+                out.removed.append(cfg.host.lock_path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            out.errors.append(f"{cfg.host.lock_path}: cannot remove: {e.strerror}")
+        return out
+
     def install_record(self) -> InstallRecord:
         """The install record in ``state_dir`` (empty, ``exists`` False, when there is none); creates nothing.
 
@@ -316,9 +337,6 @@ class SetupMixin:
             HostRefusedError: a symlink, FIFO or other non-regular file stands where it goes (exit 4).
             HostError: it is unreadable or belongs to another agent.
         """
-        from agent.host.install_record import RecordError
-        from upgrade_core.errors import HostError, HostRefusedError
-
         cfg = self.config
         try:
             return InstallRecord.load(cfg.host.state_dir, cfg.agent.name, cfg.agent.unit, self.config_path)
@@ -341,8 +359,6 @@ class SetupMixin:
             ConfigError: one of :meth:`units` exists without this agent's header line: another service's
                 unit, or one another configuration's install wrote (exit 2, naming the key and the owner).
         """
-        from agent.errors import ConfigError
-
         remover = self._remover()
         for name in self.units():
             path = self._unit_path(name)
@@ -366,8 +382,6 @@ class SetupMixin:
             out.errors.append(f"{record.path}: cannot update the install record: {exc.strerror or exc}")
 
     def _service(self) -> Any:
-        from agent.session.wiring import service_manager
-
         return service_manager(self.config, self.config_path)
 
     async def _install_units(
@@ -383,8 +397,6 @@ class SetupMixin:
         Raises:
             ConfigError: a unit file this agent did not write stands in the way (nothing written).
         """
-        from agent.systemd.units import operator_unit_name, recover_boot_unit_name, recover_timer_name
-
         name = self.config.agent.name
         self.refuse_foreign_units()
         units = self.units() if only is None else only
@@ -401,8 +413,6 @@ class SetupMixin:
 
     async def _start_operator(self, service: Any) -> None:
         """Start ``NAME-operator.service`` when ``[operations]`` is configured (issue 13)."""
-        from agent.systemd.units import operator_unit_name
-
         if operator_unit_name(self.config.agent.name) in self.units():
             await service.start(operator_unit_name(self.config.agent.name))
 
@@ -465,13 +475,23 @@ class SetupMixin:
                 log(f"reset-failed {unit}: {exc}")
         return out
 
-    # -- readers -----------------------------------------------------------------------------------------
+
+def _refuse_read_only(*paths: str) -> None:
+    """Refuse, before stopping anything, to uninstall from a read-only mount (case C14: rescue views).
+
+    Raises:
+        HostRefusedError: the nearest existing ancestor of one of ``paths`` is on a read-only mount (exit 4).
+    """
+    for path in paths:
+        probe = path
+        while not os.path.lexists(probe) and os.path.dirname(probe) != probe:
+            probe = os.path.dirname(probe)
+        if os.statvfs(probe).f_flag & os.ST_RDONLY:
+            raise HostRefusedError(path, "on a read-only mount; nothing was stopped or removed")
 
 
 def _read_text(path: str) -> str | None:
     """A unit file's text, None when absent or not a regular file (never follows a link or opens a FIFO)."""
-    from agent.fs.statefile import read_regular
-
     data = read_regular(path, follow=False)
     return None if data is None else data.decode("utf-8", errors="replace")
 
@@ -486,10 +506,11 @@ def _is_link_to(path: str, target: str) -> bool:
 class _PlainFileSource:
     """An :class:`~upgrade_core.ports.ArchiveSource` for adoption: the "archive" is a plain executable."""
 
-    async def stage(self, source: str, expected_sha256: str | None, staging_path: str, slot: Slot) -> Any:
+    async def stage(
+        self, source: str, expected_sha256: str | None, staging_path: str, slot: Slot
+    ) -> StagedCandidate:
         """Copy ``source`` into ``staging_path`` durably; its digest is computed from the copy."""
-        from agent.fs import durable
-        from upgrade_core.ports import StagedCandidate
+
         def copy() -> tuple[str, int]:
             durable.copy_file_durable(source, staging_path, 0o755)
             return durable.file_sha256(staging_path), os.stat(staging_path).st_size

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent.cli.commands import describe_error
 from agent.cli.commands.signals import run_with_signals
+from agent.errors import describe_error
 from upgrade_core import UpgradeResult
 from upgrade_core.errors import JournalDurabilityError, LockBusyError, NoSpaceError
 

@@ -476,7 +476,7 @@ def test_exit_4_for_an_unwritable_host_is_not_exit_1() -> None:
     """``describe_error``: EACCES, EPERM, EROFS (and ELOOP, ENOTDIR, EISDIR, ENXIO) exit 4, never 1."""
     import errno
 
-    from agent.cli.commands import describe_error
+    from agent.errors import describe_error
 
     for code in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP, errno.EISDIR):
         exit_code, line = describe_error(OSError(code, os.strerror(code), "/var/lib/x"))

@@ -3,7 +3,7 @@
 Each ``cmd_*`` takes the parsed arguments and returns an :class:`Outcome`: the JSON payload (the shapes
 design §7 pins), a human summary, and the exit code. The work itself is the embedding session's
 (:class:`agent.session.session.Session`); a command parses, asks the session, and prints. Errors are raised,
-and :func:`describe_error` maps them to one line and an exit code in one place.
+and :func:`agent.errors.describe_error` maps them to one line and an exit code in one place.
 
 - :mod:`~agent.cli.commands.upgrade`: ``upgrade`` (and ``--preflight``), ``rollback`` (and ``--preflight``),
   ``recover``;
@@ -26,54 +26,12 @@ episode closes.
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
 from collections.abc import Callable
 
 from agent.cli.commands.outcome import Outcome
-from agent.groups import sole_error
-from upgrade_core.errors import UpgradeError
 
-__all__ = ["COMMANDS", "Outcome", "describe_error", "run_command"]
-
-
-EXIT_HOST_REFUSED = 4
-"""design §10: the host refused (permission, ownership, file type, read-only file system); nothing changed."""
-
-# errno values that mean "the host refused" (exit 4), not "rolled back or aborted" (exit 1 keeps only that).
-_REFUSED_ERRNOS = frozenset(
-    {errno.EACCES, errno.EPERM, errno.EROFS, errno.ELOOP, errno.ENOTDIR, errno.EISDIR, errno.ENXIO}
-)
-
-
-def describe_error(exc: BaseException) -> tuple[int | None, str]:
-    """Map an exception to ``(exit code, one line)``; ``(None, ...)`` for an unexpected bug (re-raised).
-
-    Journal errors (corrupt, newer version, poisoned, undecodable) exit 3 naming file and offset; a journal
-    path that is not ours exits 4, a journal directory held by another writer 75, a journal of another
-    configuration 2. An ``OSError`` of permission, ownership, file type or a read-only file system
-    (EACCES, EPERM, EROFS, ELOOP, ENOTDIR, EISDIR, ENXIO) exits 4 (design §10) rather than 1, which means
-    only "rolled back or aborted: the previous good binary runs".
-    """
-    from journal import JournalBusyError, JournalError, JournalOwnerError, JournalRefusedError
-
-    exc = sole_error(exc)
-    if isinstance(exc, UpgradeError):
-        return exc.exit_code, str(exc)
-    if isinstance(exc, JournalRefusedError):
-        return EXIT_HOST_REFUSED, f"{exc}; nothing was changed"
-    if isinstance(exc, JournalBusyError):
-        return 75, str(exc)
-    if isinstance(exc, JournalOwnerError):
-        return 2, str(exc)
-    if isinstance(exc, JournalError):
-        return 3, str(exc)
-    if isinstance(exc, OSError):
-        where = f"{exc.filename}: " if exc.filename else ""
-        if exc.errno in _REFUSED_ERRNOS:
-            return EXIT_HOST_REFUSED, f"{where}{exc.strerror or exc}; the host refused, nothing was changed"
-        return 1, f"{where}{exc.strerror or exc}"
-    return None, repr(exc)
+__all__ = ["COMMANDS", "Outcome", "run_command"]
 
 
 # command -> (module, function). A command imports its own module when it runs: `upgrade` does not load

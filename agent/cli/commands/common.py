@@ -19,8 +19,7 @@ T = TypeVar("T")
 
 def cli_session(args: argparse.Namespace, *, label: str = "download") -> Session:
     """The :class:`~agent.session.session.Session` of the configuration named by ``--config`` (or
-    discovered), with
-    the CLI's progress display and event log on stderr.
+    discovered), with the CLI's progress display and event log on stderr.
 
     Raises:
         ConfigError: the file is missing, unreadable or invalid (exit 2).

@@ -9,8 +9,6 @@ import attrs
 
 from agent.cli.commands.common import cli_session, run_writing
 from agent.cli.commands.outcome import Outcome, result_outcome
-from agent.release.fetch import parse_sha256
-from agent.systemd.stable_paths import check_stable_executables
 
 
 def cmd_install(args: argparse.Namespace) -> Outcome:
@@ -26,18 +24,15 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
         LockBusyError: the host lock is held (exit 75).
     """
     session = cli_session(args)
-    if args.archive is None:  # adopt what is there, checked against --sha256 / --expect-version
-        request = None
-        parse_sha256(args.sha256)  # a malformed digest is refused before the host is looked at
-    else:
+    request = None  # without --archive: adopt what is there, checked against --sha256 / --expect-version
+    if args.archive is not None:
         request = session.request(
             args.archive, sha256=args.sha256, expect_version=args.expect_version, signature=args.signature,
             retry_known_bad=args.retry_known_bad,
         )
-    # issue 15: units that run the tool from /tmp, a home directory or a checkout break recovery later
-    check_stable_executables(session.unit_executables(), allow=args.allow_unstable_paths)
-    sha, version = args.sha256, args.expect_version
-    result = run_writing(session, args, lambda: session.install(request, sha256=sha, expect_version=version))
+    result = run_writing(session, args, lambda: session.install(
+        request, sha256=args.sha256, expect_version=args.expect_version,
+        allow_unstable_paths=args.allow_unstable_paths))
     outcome = result_outcome(result)
     payload, human, lines = dict(outcome.payload), outcome.human or "", []
     if session.repaired is not None:  # an installed host: what was missing or drifted and is now repaired

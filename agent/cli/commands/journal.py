@@ -1,5 +1,5 @@
-"""``journal verify|dump|compact|quarantine``: verify and dump read only (after the ownership checks of
-design §10, which create nothing); compact and quarantine take the host lock."""
+"""``journal verify|dump|compact|quarantine``: verify and dump read only (the session runs the ownership
+checks of design §10 first, which create nothing); compact and quarantine take the host lock."""
 
 from __future__ import annotations
 
@@ -10,18 +10,15 @@ import anyio
 
 from agent.cli.commands.common import rfc3339
 from agent.cli.commands.outcome import Outcome
+from agent.session.quarantine import HINT
 from agent.session.session import Session
-from upgrade_core import EVENT_CODEC
+from upgrade_core.codec import to_dict
+from upgrade_core.errors import JournalUnreadableError
 
 
 def cmd_journal(args: argparse.Namespace) -> Outcome:
     """``journal verify|dump|compact|quarantine``."""
-    from agent.session.quarantine import HINT
-    from agent.session.wiring import journal_dir
-    from journal import JournalCorruptError, replay
-
     session = Session.load(args.config)
-    directory = journal_dir(session.config)
     if args.action == "quarantine":
         done = anyio.run(session.quarantine)
         lines = [f"journal moved to {done.quarantine_path}; a new journal records what the host shows:"]
@@ -31,29 +28,20 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
     if args.action == "compact":
         count = anyio.run(session.compact)
         return Outcome({"compacted": True, "records": count}, f"compacted; {count} records remain")
-    from agent.host.ownership import check_state
-
-    check_state(session.config)  # design §10: the writer's checks (exit 4, or 2 for a foreign journal)
     if args.action == "verify":
-        try:
-            rep = replay(directory, EVENT_CODEC)
-        except JournalCorruptError as exc:
+        check = session.verify_journal()
+        if check.corrupt is not None:
+            file, offset = check.corrupt
             payload: dict[str, Any] = {
-                "ok": False,
-                "records": None,
-                "torn_tail": None,
-                "corrupt": {"file": exc.path, "offset": exc.offset},
-            }
-            return Outcome(payload, f"corrupt: {exc}", 3, stderr=f"upgrade-agent: {exc}; {HINT}")
-        torn = None if rep.torn_tail is None else {"file": rep.torn_tail.file, "offset": rep.torn_tail.offset}
-        payload = {"ok": True, "records": len(rep.records), "torn_tail": torn, "corrupt": None}
-        human = f"ok: {len(rep.records)} records" + (
+                "ok": False, "records": None, "torn_tail": None, "corrupt": {"file": file, "offset": offset}}
+            return Outcome(payload, f"corrupt: {check.error}", JournalUnreadableError.exit_code,
+                           stderr=f"upgrade-agent: {check.error}; {HINT}")
+        torn = None if check.torn_tail is None else {"file": check.torn_tail[0], "offset": check.torn_tail[1]}
+        payload = {"ok": True, "records": check.records, "torn_tail": torn, "corrupt": None}
+        human = f"ok: {check.records} records" + (
             f"; torn tail at {torn['file']}:{torn['offset']} (repaired by the next writer)" if torn else ""
         )
         return Outcome(payload, human)
-    rep = replay(directory, EVENT_CODEC)
-    from upgrade_core.codec import to_dict
-
     records: list[dict[str, Any]] = [
         {
             "seq": r.seq,
@@ -61,7 +49,7 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
             "time": rfc3339(r.wall_time),
             "event": to_dict(r.event),
         }
-        for r in rep.records
+        for r in session.journal_records()
     ]
     human = "\n".join(
         f"{r['seq']:>6} {r['time']} {r['episode'][:12]:<12} {r['event']['_type']} "

@@ -10,7 +10,6 @@ import anyio
 
 from agent.cli.commands.common import rfc3339
 from agent.cli.commands.outcome import Outcome
-from agent.host.provision import Provisioner
 from agent.logline import log
 from agent.session.session import Session
 
@@ -24,7 +23,7 @@ def cmd_units(args: argparse.Namespace) -> Outcome:
 
 def cmd_host_root(args: argparse.Namespace) -> Outcome:
     """``host-root``: the resolved host root; changes nothing."""
-    root = Provisioner(Session.load(args.config).host).host_root()
+    root = Session.load(args.config).host_root()
     return Outcome({"host_root": root}, root)
 
 

@@ -12,6 +12,7 @@ from agent.cli.commands.outcome import Outcome, result_outcome, result_payload
 from agent.logline import log
 from agent.session.session import BUSY_REASON, Preflight
 from upgrade_core import HandedOff, UpgradeResult
+from upgrade_core.errors import LockBusyError
 
 
 def cmd_upgrade(args: argparse.Namespace) -> Outcome:
@@ -32,10 +33,6 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
     )
     if args.preflight:
         return _preflight_outcome(session.preflight(request))
-    # The fetch code (httpx, the extraction pipeline) loads now, before the episode opens, so that the
-    # download starts as soon as EpisodeOpened is durable rather than after ~0.1 s of imports (issue 16).
-    import agent.release.source  # noqa: F401
-
     log(f"upgrade {request.operation}: {request.source_redacted}")
     return result_outcome(run_writing(session, args, lambda: session.upgrade(request)))
 
@@ -65,7 +62,7 @@ def _preflight_outcome(pre: Preflight) -> Outcome:
         human += "\nmissing units: " + ", ".join(pre.missing_units)
     if pre.next:
         human += f"\nnext: {pre.next}"
-    return Outcome(pre.to_json(), human, 75 if pre.lock == "busy" else 0)
+    return Outcome(pre.to_json(), human, LockBusyError.exit_code if pre.lock == "busy" else 0)
 
 
 def cmd_recover(args: argparse.Namespace) -> Outcome:

@@ -1,0 +1,207 @@
+"""The locked-episode frame every writing method of the session runs in: check the state paths, take the
+host lock, open the journal, fold it once, run the flow, compact, close the journal, release the lock, also
+when cancelled (docs/design.md §4.3, §5, §10).
+
+It also keeps what a signal handler asks while a flow runs (:attr:`EpisodeFrame.switch_started`,
+:attr:`EpisodeFrame.handed_off`, :attr:`EpisodeFrame.last_published`) and applies the errors-by-phase
+rule: after ``SwitchIntended`` a failure leaves the episode to ``recover`` (exit 3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+from agent.config.loader import AgentConfig
+from agent.groups import sole_error
+from agent.host.adapter import AgentHost
+from agent.host.lock import HostLock
+from agent.host.ownership import check_result, check_state
+from agent.logline import log
+from agent.session.quarantine import HINT
+from agent.session.wiring import Wired, wire
+from journal import JournalError as StoreError
+from upgrade_core import Folder, Policy, Ports, Recorded, ResultPublished, UpgradeResult, summarize_history
+from upgrade_core.errors import (
+    EpisodeLeftOpenError,
+    HistoryError,
+    JournalError,
+    JournalUnreadableError,
+    NotInstalledError,
+    UpgradeError,
+)
+
+__all__ = ["EpisodeFrame", "EventCallback", "ProgressCallback", "require_installed", "untrusted"]
+
+ProgressCallback = Callable[[int, int | None], None]
+EventCallback = Callable[[Recorded], None]
+Flow = Callable[[Ports, Policy, Folder], Awaitable[Any]]
+
+
+def require_installed(host: AgentHost) -> None:
+    """Raise before the lock when the host is not installed.
+
+    Raises:
+        LayoutConflictError: a file stands where a link must be (exit 2).
+        NotInstalledError: no ``current`` link (exit 2).
+    """
+    host.links()
+    if not host.is_installed():
+        raise NotInstalledError(f"{host.current_link_path()}: not installed; run `upgrade-agent install`")
+
+
+class EpisodeFrame:
+    """One configuration's locked-episode frame; one write at a time (see the module doc).
+
+    Args:
+        config, config_path, host: the session's.
+        progress: ``progress(bytes_so_far, total_or_None)`` during downloads.
+        on_event: called after each durable journal append.
+    """
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        config_path: str,
+        host: AgentHost,
+        *,
+        progress: ProgressCallback | None = None,
+        on_event: EventCallback | None = None,
+    ) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.host = host
+        self.progress = progress
+        self._on_event = on_event
+        self._folder: Folder | None = None
+        self._journal: Any = None
+        self._last_published: UpgradeResult | None = None
+        self._running = False
+
+    @property
+    def switch_started(self) -> bool:
+        """True while the running method's open episode has passed ``SwitchIntended`` (no abort possible)."""
+        if self._folder is None:
+            return False
+        ep = self._folder.view().open_episode
+        return ep is not None and ep.switch_intended
+
+    @property
+    def handed_off(self) -> bool:
+        """True once the running method handed its episode to a transient unit (and released the lock)."""
+        return self._journal is not None and bool(self._journal.relinquished)
+
+    @property
+    def last_published(self) -> UpgradeResult | None:
+        """The newest result this session published (e.g. ``aborted`` after a cancellation), or None."""
+        return self._last_published
+
+    def journal_records(self) -> int:
+        """How many records the journal of the last write holds (0 before any write)."""
+        return 0 if self._journal is None else len(self._journal.records())
+
+    async def write(
+        self,
+        flow: Flow,
+        *,
+        source_override: Any = None,
+        operation: str | None = None,
+        before_wire: Callable[[], Awaitable[None]] | None = None,
+        signature: str | None = None,
+    ) -> Any:
+        """Check the state paths, lock, open the journal, fold once, run ``flow``, compact, close, unlock
+        (see the module doc).
+
+        Before the host lock is taken, ``state_dir`` (and its ancestors, ``journal/``, ``results/``, the
+        result file of ``operation``, the lock's directory) and the journal's owner are checked (design §10):
+        a refusal (exit 4) or a foreign journal (exit 2) leaves the host untouched. ``before_wire`` runs
+        under the lock before the journal is opened (``journal quarantine`` moves an untrusted journal
+        aside there).
+        """
+        if self._running:
+            raise RuntimeError("Session: one write at a time")
+        check_state(self.config)
+        if operation is not None:
+            check_result(self.config, operation)
+        self._running = True
+        self._folder, self._journal, self._last_published = None, None, None
+        try:
+            with HostLock(self.config.host.lock_path) as lock:
+                if before_wire is not None:
+                    await before_wire()
+                try:
+                    wired = await wire(
+                        self.config,
+                        self.config_path,
+                        progress=self.progress,
+                        on_event=self._seen,
+                        source_override=source_override,
+                        lock=lock,
+                        signature=signature,
+                    )
+                except JournalError as exc:
+                    raise untrusted(exc) from None
+                self._journal = wired.journal
+                try:
+                    folder = Folder()
+                    try:
+                        folder.apply_all(wired.journal.records())
+                    except HistoryError as exc:
+                        raise untrusted(exc) from None
+                    self._folder = folder
+                    try:
+                        out = await flow(wired.ports, wired.policy, folder)
+                    except Exception as exc:
+                        raise self._by_phase(exc) from exc
+                    await self._compact(wired, folder)
+                    return out
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await wired.journal.writer.aclose()
+        finally:
+            self._running = False
+
+    def _by_phase(self, exc: Exception) -> Exception:
+        """Errors by phase: after ``SwitchIntended`` any failure but a journal one leaves the
+        episode to ``recover`` (exit 3), whatever its type; before it the orchestrator has aborted."""
+        error = sole_error(exc)
+        if isinstance(error, JournalError | StoreError) or not self.switch_started or self.handed_off:
+            return error if isinstance(error, Exception) else exc
+        return EpisodeLeftOpenError(
+            f"{error}; the episode is left open after its switch: run recover-agent-upgrade"
+        )
+
+    def _seen(self, record: Recorded) -> None:
+        if isinstance(record.event, ResultPublished):
+            self._last_published = record.event.result
+        if self._on_event is not None:
+            self._on_event(record)
+
+    async def _compact(self, wired: Wired, folder: Folder) -> None:
+        """Best effort after a close (design §5): the episode is already closed and published."""
+        if wired.journal.relinquished:  # a handed-off recovery unit owns the journal now
+            return
+        view = folder.view()
+
+        def is_closed(episode_id: str) -> bool:
+            ep = view.episodes.get(episode_id)
+            return ep is None or not ep.is_open
+
+        try:
+            keep = self.config.journal.keep_episodes
+            await wired.journal.writer.compact(keep, is_closed, summarize_history)
+        except Exception as exc:  # best effort: report, never fail a finished command
+            log(f"journal compaction skipped: {exc}")
+
+
+def untrusted(exc: UpgradeError) -> UpgradeError:
+    """A journal that cannot be trusted (corrupt, undecodable, an illegal order) names the way out, design §10
+    ``journal quarantine``; a newer format or a failed append does not (another tool version or the disk
+    is the fix)."""
+    if isinstance(exc, JournalUnreadableError):
+        return JournalUnreadableError(exc.path, exc.offset, f"{exc.reason}; {HINT}")
+    if isinstance(exc, HistoryError):
+        return HistoryError(f"{exc}; {HINT}")
+    return exc

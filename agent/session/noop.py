@@ -1,0 +1,40 @@
+"""Whether the boot-time recovery has nothing to do, read with the standard library only (docs/design.md §9
+``recover.noop``; docs/adr: the boot path).
+
+The session's cheapest question, asked before any session exists: the configuration's ``state_dir`` from
+the boot reader (:func:`agent.config.boot.quick_paths`), then the newest episode record of the journal's
+live segment (:func:`journal.live_tail`) and its event tag (:func:`upgrade_core.wire.event_tag`). The answer
+is True only when it is *certain* that no episode is open: no journal directory or no segment; an intact,
+empty live segment (sealing only ever happens once every episode is closed); or a live segment whose newest
+record other than a compaction snapshot is ``EpisodeClosed``. Anything else is False, and the full path
+(lock, repair, replay, fold, decide) takes over and words every error. It never writes or creates a file.
+"""
+
+from __future__ import annotations
+
+import os
+
+import journal
+from agent.config.boot import discover_config_path, quick_paths
+from upgrade_core.wire import event_tag
+
+__all__ = ["nothing_open"]
+
+
+def nothing_open(config_path: str | None) -> bool:
+    """True when the configuration at ``config_path`` (None: discovered) certainly has no open episode.
+
+    Never raises: any doubt (a bad configuration, a torn or corrupt tail, an unusual file set) is False.
+    """
+    try:
+        paths = quick_paths(discover_config_path(config_path))
+        if paths is None:  # the full loader words whatever is wrong with the file
+            return False
+        tail = journal.live_tail(os.path.join(paths[1], "journal"))
+    except Exception:
+        return False
+    if tail is None:
+        return True
+    if not isinstance(tail, bytes):  # journal.UNSURE
+        return False
+    return event_tag(tail) == "EpisodeClosed"
