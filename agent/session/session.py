@@ -205,7 +205,7 @@ class Session(SetupMixin):
         return operation_id(operation)
 
     async def rollback(self, operation: str) -> UpgradeResult:
-        """Operator rollback (issue 12 item 5): ``current`` to ``last-good``'s slot as its own episode
+        """Operator rollback (docs/recovery.md): ``current`` to ``last-good``'s slot as its own episode
         (kind ``rollback``), restart, health-check; an unhealthy last-good returns to the previous current.
 
         Args:
@@ -478,7 +478,7 @@ class Session(SetupMixin):
             self._running = False
 
     def _by_phase(self, exc: Exception) -> Exception:
-        """Errors by phase (issue 9): after ``SwitchIntended`` any failure but a journal one leaves the
+        """Errors by phase: after ``SwitchIntended`` any failure but a journal one leaves the
         episode to ``recover`` (exit 3), whatever its type; before it the orchestrator has aborted."""
         from agent.groups import sole_error
         from journal import JournalError as StoreError
@@ -588,7 +588,7 @@ class Session(SetupMixin):
     def _convergence(
         self, view: JournalView, *, installed: bool
     ) -> tuple[EpisodeInfo | None, Any, str | None]:
-        """The open episode with its upgrader's pid, the unit drift and the next step (issue 10 item 4);
+        """The open episode with its upgrader's pid, the unit drift and the next step (docs/cli.md);
         reads only (no lock taken, nothing created)."""
         from agent.session.converge import lock_holder, next_step, unit_drift
         from agent.systemd.units import recover_timer_name

@@ -255,7 +255,7 @@ class SetupMixin:
     def units(self, *, bin_dir: str | None = None, config_path: str | None = None) -> dict[str, str]:
         """The rendered unit files, file name -> text (design §6, 10): the agent unit, both recovery units,
         ``NAME-recover.timer`` and its ``NAME-recover-timer.service``; ``NAME-operator.service`` too when
-        ``[operations] source`` is set (issue 13).
+        ``[operations] source`` is set (docs/managed.md).
 
         Args:
             bin_dir: absolute directory holding ``upgrade-agent`` and ``recover-agent-upgrade`` on the host
@@ -335,7 +335,7 @@ class SetupMixin:
         return os.path.join(self.config.host.unit_dir, name)
 
     def refuse_foreign_units(self) -> None:
-        """Refuse to write over a unit file this agent did not write (issue 10 item 3).
+        """Refuse to write over a unit file this agent did not write (case C24).
 
         Raises:
             ConfigError: one of :meth:`units` exists without this agent's header line: another service's
@@ -400,7 +400,7 @@ class SetupMixin:
             await self._start_operator(service)
 
     async def _start_operator(self, service: Any) -> None:
-        """Start ``NAME-operator.service`` when ``[operations]`` is configured (issue 13)."""
+        """Start ``NAME-operator.service`` when ``[operations]`` is configured (docs/managed.md)."""
         from agent.systemd.units import operator_unit_name
 
         if operator_unit_name(self.config.agent.name) in self.units():

@@ -34,7 +34,7 @@ def cmd_install(args: argparse.Namespace) -> Outcome:
             args.archive, sha256=args.sha256, expect_version=args.expect_version, signature=args.signature,
             retry_known_bad=args.retry_known_bad,
         )
-    # issue 15: units that run the tool from /tmp, a home directory or a checkout break recovery later
+    # units that run the tool from /tmp, a home directory or a checkout break recovery later (docs/install.md)
     check_stable_executables(session.unit_executables(), allow=args.allow_unstable_paths)
     sha, version = args.sha256, args.expect_version
     result = run_writing(session, args, lambda: session.install(request, sha256=sha, expect_version=version))

@@ -33,7 +33,8 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
     if args.preflight:
         return _preflight_outcome(session.preflight(request))
     # The fetch code (httpx, the extraction pipeline) loads now, before the episode opens, so that the
-    # download starts as soon as EpisodeOpened is durable rather than after ~0.1 s of imports (issue 16).
+    # download starts as soon as EpisodeOpened is durable rather than after ~0.1 s of imports (design §9
+    # ``upgrade.end_to_end``).
     import agent.release.source  # noqa: F401
 
     log(f"upgrade {request.operation}: {request.source_redacted}")
@@ -41,7 +42,7 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
 
 
 def cmd_rollback(args: argparse.Namespace) -> Outcome:
-    """``rollback`` (issue 12 item 5, design §10): ``current`` to ``last-good`` as its own episode, and
+    """``rollback`` (design §10, docs/recovery.md): ``current`` to ``last-good`` as its own episode, and
     ``rollback --preflight``. Exit 0 committed, 1 rolled_back/aborted (the previous current runs), 3
     needs_attention, as ``upgrade``.
 
