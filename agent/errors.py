@@ -1,5 +1,5 @@
-"""The agent's own errors: what an operator typed or configured (issue 9: usage and configuration errors
-live outside the pure core, which never sees a command line or a TOML file).
+"""The agent's own errors: what an operator typed or configured (usage and configuration errors live
+outside the pure core, which never sees a command line or a TOML file; docs/architecture.md, Errors).
 
 Both subclass :class:`upgrade_core.errors.UpgradeError`, so the CLI maps every expected failure through
 one ``exit_code`` attribute (design §7). This module imports nothing heavy: the boot-time no-op recovery

@@ -1,4 +1,4 @@
-"""Start-up cost of the self-contained runtime (issue 15): ``recover.noop.bundle``.
+"""Start-up cost of the self-contained runtime (docs/install.md): ``recover.noop.bundle``.
 
 Ours: the runtime bundle's ``recover-agent-upgrade`` (``make bundle``, built or taken from
 ``.cache/bundle`` by ``scripts/build_bundle.py``, unpacked with ``tar`` into a disk directory) with

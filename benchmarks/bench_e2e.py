@@ -43,8 +43,8 @@ BIN = Path(sys.executable).parent
 NAIVE = _harness.REPO_ROOT / "benchmarks" / "baselines" / "upgrade_naive.sh"
 EPISODES = 50
 NOOP_RUNS = 25
-NOOP_TARGET = 1.8  # issue 16 (design §9: 3)
-E2E_TARGET = 1.15  # issue 16 (design §9: 1.5)
+NOOP_TARGET = 1.8  # design §9 (the first target, 3, was tightened once met)
+E2E_TARGET = 1.15  # design §9 (the first target, 1.5, was tightened once met)
 E2E_ROUNDS = 3
 PAD_BYTES = 50 << 20
 
@@ -63,7 +63,7 @@ def _entry_env() -> dict[str, str]:
     another checkout (e.g. the benchmarks run from a git worktree) would import that one, so this checkout
     is put first on ``PYTHONPATH`` then (one more ``sys.path`` entry, the same for every run). The runs
     install from the checkout's venv into a throw-away systemd on purpose, so ``install`` is told to accept
-    that (``UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS=1``, issue 15)."""
+    that (``UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS=1``, docs/install.md)."""
     env = {**os.environ, "UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS": "1"}
     here = str(_harness.REPO_ROOT / "agent" / "__init__.py")
     probe = subprocess.run(  # what an entry script (sys.path[0] = its own directory) would import
@@ -173,8 +173,8 @@ def _top_imports(argv: list[str], env: dict[str, str]) -> list[str]:
 
 
 def recover_noop() -> dict[str, Any]:
-    """``recover-agent-upgrade --trigger boot`` with nothing to do vs ``python -c pass`` (target <= 1.8:
-    issue 16; design §9's was 3)."""
+    """``recover-agent-upgrade --trigger boot`` with nothing to do vs ``python -c pass`` (target <= 1.8,
+    design §9; the first target was 3)."""
     import anyio
 
     work = _harness.disk_dir("recover-noop")
@@ -262,8 +262,8 @@ def _config(work: Path, name: str, sandbox: Any, port: int, stability_s: float) 
 
 
 def upgrade_end_to_end() -> dict[str, Any]:
-    """A supervised 50 MiB upgrade vs ``upgrade_naive.sh``, same sandbox, same window (target <= 1.15:
-    issue 16; design §9's was 1.5)."""
+    """A supervised 50 MiB upgrade vs ``upgrade_naive.sh``, same sandbox, same window (target <= 1.15,
+    design §9; the first target was 1.5)."""
     from agent.config.boot import machine_arch
     from agent.testing.releases import sha256_file
     from agent.testing.sandbox import PrivateSystemd

@@ -1,4 +1,4 @@
-"""``operator.idle`` (issue 13): what ``upgrade-agent operator`` costs while it waits for work.
+"""``operator.idle`` (design §9): what ``upgrade-agent operator`` costs while it waits for work.
 
 The real operator process is started on a configuration whose source holds ``ACKNOWLEDGED`` finished
 operations (each with its terminal status, so nothing is left to do), left to settle, then observed for a

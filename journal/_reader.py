@@ -149,8 +149,9 @@ class gc_paused:  # lower case: used like a function, ``with gc_paused():``
     On exit the objects made meanwhile are moved to the collector's oldest generation (``gc.freeze()`` then
     ``gc.unfreeze()``, which moves without traversing), where they would end up anyway: otherwise the
     first young collection after the pause traverses every record, and the next ones again as they are
-    promoted, while the caller folds them (issue 16: about a sixth of a 100k-record replay and fold). Skipped
-    when the process froze objects itself (``gc.get_freeze_count()``): unfreezing would undo that.
+    promoted, while the caller folds them (about a sixth of a 100k-record replay and fold, design §9
+    ``journal.replay``). Skipped when the process froze objects itself (``gc.get_freeze_count()``):
+    unfreezing would undo that.
     """
 
     def __enter__(self) -> None:

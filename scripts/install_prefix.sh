@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make install PREFIX=/opt/upgrade-core`: install upgrade-core on a classic host (one with Python), off the
 # checkout, into its own virtual environment at PREFIX, so the units name PREFIX/bin/recover-agent-upgrade and
-# the checkout can be moved or deleted afterwards (issue 15; docs/install.md).
+# the checkout can be moved or deleted afterwards (docs/install.md).
 #
 # Why a venv at the prefix and not `pip install` into the system: the host's /usr stays the distribution's
 # (nothing of ours under /usr, no clash with Debian's python3-* packages), the dependencies are pinned to

@@ -94,8 +94,8 @@ class EpisodeOpened(Event):
     that recovery, perhaps under another configuration, spends exactly the attempts this episode had.
 
     ``boot_id`` is the kernel's boot id (``/proc/sys/kernel/random/boot_id``) of the boot the episode opened
-    in (a managed operation's status reports it, issue 13); None (the default, omitted on disk) in journals
-    written before it was recorded.
+    in (a managed operation's status reports it, docs/managed.md); None (the default, omitted on disk)
+    in journals written before it was recorded.
     """
 
     TAG: ClassVar[str] = "EpisodeOpened"
@@ -142,10 +142,10 @@ class CandidateVerified(Event):
 
 @attrs.frozen
 class ReleaseTrusted(Event):
-    """The release's minisign signature was verified over the archive as published (issue 12 item 1).
+    """The release's minisign signature was verified over the archive as published (docs/trust.md).
 
     Journaled after ``CandidateVerified`` and before the switch, so that the anti-rollback watermark
-    (issue 12 item 3) can be derived from the journal: ``security_version`` of every committed episode.
+    (docs/trust.md) can be derived from the journal: ``security_version`` of every committed episode.
 
     Attributes:
         key_id: the signer's key id, 16 upper-case hex digits (minisign's little-endian number).
@@ -277,7 +277,7 @@ class HealthFailed(Event):
 
     ``cause`` is ``"environment"`` when the failure says nothing about the binary (the probe could not
     connect, systemd could not be asked, the attempt was interrupted by a crash or signal): such a failure
-    never makes the candidate known-bad (issue 12 item 4). None (the default, omitted on disk): the
+    never makes the candidate known-bad (docs/trust.md). None (the default, omitted on disk): the
     binary's own failure.
     """
 
@@ -328,7 +328,7 @@ class Aborted(Event):
 
     ``cause`` is ``"verification"`` when the candidate's own version command failed (a
     :class:`~upgrade_core.errors.VerifyError` whose ``condemns_release``): its digest becomes known-bad
-    (issue 12 item 4). None (the default, omitted on disk) for everything else: transport, disk, lock,
+    (docs/trust.md). None (the default, omitted on disk) for everything else: transport, disk, lock,
     signals, signatures, a refused request.
     """
 
@@ -393,12 +393,12 @@ class EpisodeSummary:
         operation / result / opened_at / closed_at: the episode's id, published result and times.
         candidate_sha256: the staged member's digest (known-bad memory, design §4.6 inv. 6).
         security_version: the ``ReleaseTrusted`` security version of a signed release, None for an unsigned
-            one (the anti-rollback watermark counts it when ``result`` is committed, issue 12 item 3).
+            one (the anti-rollback watermark counts it when ``result`` is committed, docs/trust.md).
             Written only when set, so snapshots without one keep their bytes and old ones decode.
-        known_bad: the episode condemned its candidate's digest (issue 12 item 4: an ``upgrade``,
+        known_bad: the episode condemned its candidate's digest (the known-bad memory: an ``upgrade``,
             ``install`` or ``self_upgrade`` whose candidate failed its health check for its own reasons,
-            or its verification); None in snapshots written before issue 12, read as "rolled back or
-            needed attention".
+            or its verification); None in snapshots written before the known-bad memory existed, read
+            as "rolled back or needed attention" (docs/trust.md).
     """
 
     operation: str

@@ -60,7 +60,7 @@ class UpgradeRequest:
         signature: ``--signature``, the release signature's source as given (may hold secrets; the agent's
             archive source reads it, the core never journals it), or None for ``<archive>.minisig``.
         retry_known_bad: ``--retry-known-bad``: offer a candidate whose digest the journal knows as bad
-            (issue 12 item 4) anyway; otherwise it is refused after staging, before the switch.
+            (docs/trust.md) anyway; otherwise it is refused after staging, before the switch.
 
     Raises:
         ValueError: an operation id not matching :data:`OPERATION_ID_RE` (caller misuse: the agent

@@ -156,8 +156,8 @@ def rollback_target(links: LinkState, current_link: str) -> Slot:
 async def run_rollback(
     ports: Ports, policy: Policy, operation: str, *, folder: Folder | None = None
 ) -> UpgradeResult:
-    """Operator rollback (issue 12 item 5, design §10 ``rollback``): ``current`` to ``last-good``'s slot as an
-    episode of kind ``rollback`` (the caller holds the host lock).
+    """Operator rollback (design §10 ``rollback``, docs/recovery.md): ``current`` to ``last-good``'s slot as
+    an episode of kind ``rollback`` (the caller holds the host lock).
 
     The flow is the upgrade's from step 4 on, with the last-good slot as the candidate: ``EpisodeOpened``
     (source ``last-good <slot>``, the slot's digest expected) -> its version command

@@ -25,7 +25,8 @@ from .errors import HistoryError
 
 _S = EpisodeState
 # The states the per-record path compares with, read once: ``EpisodeState.X`` goes through the enum
-# metaclass's Python-level ``__getattr__`` hook on every read (about 70 ns; issue 16, 100k-record replays).
+# metaclass's Python-level ``__getattr__`` hook on every read (about 70 ns, paid per record of the
+# 100k-record replay of design §9 ``journal.replay``).
 _NEW: Final = _S.NEW
 _OPENED: Final = _S.OPENED
 _CLOSED: Final = _S.CLOSED
@@ -73,7 +74,7 @@ class EpisodeView:
         opened_at / closed_at: wall-clock seconds (informational only).
         boot_id: ``EpisodeOpened.boot_id`` (the boot it opened in), None in older journals.
         published_seq: the sequence number of its ``ResultPublished`` record, once there is one (a managed
-            operation's status names it: issue 13's exactly-once publication).
+            operation's status names it as ``journalSeq``: the exactly-once publication of docs/managed.md).
     """
 
     episode_id: str
@@ -179,7 +180,7 @@ class EpisodeView:
 
     @property
     def condemns_candidate(self) -> bool:
-        """Issue 12 item 4: this episode made its candidate's digest known-bad. An ``upgrade``, ``install``
+        """This episode made its candidate's digest known-bad (docs/trust.md). An ``upgrade``, ``install``
         or ``self_upgrade`` (never an operator ``rollback``: its failure says the old release fails in
         today's environment) whose candidate was rolled back (or needed attention) after at least one
         health failure of its own, or that aborted because the candidate's version command failed."""
@@ -235,7 +236,7 @@ class EpisodeView:
 
 @attrs.frozen
 class KnownBad:
-    """Why a release digest is refused when offered again (issue 12 item 4).
+    """Why a release digest is refused when offered again (the known-bad memory, docs/trust.md).
 
     Attributes:
         operation: the latest operation that condemned it.
@@ -269,7 +270,7 @@ class JournalView:
         last_seq: the last sequence number, 0 for an empty journal.
         security_watermark: the highest ``security_version`` of a signed release ever committed on this
             host (``UpgradeCommitted`` in an episode with ``ReleaseTrusted``, or a committed summary of a
-            snapshot), None when none was; a signed release below it is refused (issue 12 item 3).
+            snapshot), None when none was; a signed release below it is refused (docs/trust.md).
         known_bad: candidate sha256 -> the latest operation that condemned it
             (:attr:`EpisodeView.condemns_candidate`); a later commit of the same digest (offered with
             ``--retry-known-bad``) clears it. Kept across compaction (``EpisodeSummary.known_bad``).
@@ -461,7 +462,7 @@ class Folder:
                 continue
             result = summary.result.result
             condemned = summary.known_bad
-            if condemned is None:  # a snapshot written before issue 12: what failed_digests always kept
+            if condemned is None:  # written before the known-bad memory: what failed_digests always kept
                 condemned = result in ("rolled_back", "needs_attention")
             if condemned:
                 how: Literal["health", "verification"] = "verification" if result == "aborted" else "health"
@@ -662,7 +663,7 @@ _VIEW_FIELDS: Final[dict[str, Any]] = {
 """Every :class:`EpisodeView` field after ``episode_id`` and ``state``, in field order, with its default (the
 ones without a default are set by ``Folder._opened``): an episode's ``fields`` starts as a copy, so its
 values stay in field order and :func:`_freeze` passes them positionally (a keyword call matches ~40 names
-against ~55 parameters one by one; issue 16)."""
+against ~55 parameters one by one; design §9 ``journal.replay``)."""
 
 
 def _freeze(episode_id: str, ep: _Ep) -> EpisodeView:

@@ -56,7 +56,7 @@ class Passed:
 @attrs.frozen
 class Failed:
     """The attempt failed; ``reason`` is one line for ``HealthFailed``. ``environment``: the failure says
-    nothing about the binary (its cause is journaled as ``"environment"``; issue 12 item 4)."""
+    nothing about the binary (its cause is journaled as ``"environment"``: never known-bad, docs/trust.md)."""
 
     reason: str
     environment: bool = False

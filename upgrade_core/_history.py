@@ -4,7 +4,7 @@ The journal drops old sealed segments only after a snapshot record summarising t
 the summariser it is given. A summary keeps what later decisions and ``history`` need: the operation id
 and its published result (operation-id idempotency, design §4.3 step 1), the times, and the candidate's
 digest (a rolled-back candidate is never selected again, design §4.6 inv. 6) and a signed release's
-security version (the anti-rollback watermark, issue 12 item 3).
+security version (the anti-rollback watermark, docs/trust.md).
 """
 
 from __future__ import annotations

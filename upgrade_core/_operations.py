@@ -1,4 +1,4 @@
-"""Managed operations (issue 13, design §10): the status of an operation, derived from the journal alone.
+"""Managed operations (docs/managed.md): the status of an operation, derived from the journal alone.
 
 A control plane (a spool directory, a Kubernetes ``UpgradeOperation``) asks for an upgrade under an operation
 id; the operator runs it as an episode whose id *is* that operation id and reports one terminal status. The

@@ -43,7 +43,7 @@ class EpisodeState(enum.Enum):
 
     # Members are singletons compared by identity, so the identity hash is the right one; ``enum.Enum``'s
     # own ``__hash__`` is a Python-level function (it hashes the name), paid on every (state, tag) lookup
-    # of the fold (issue 16: replaying 100k records).
+    # of the fold (design §9 ``journal.replay``: 100k records).
     __hash__ = object.__hash__
 
     NEW = "new"
@@ -76,7 +76,7 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     (S.OPENED, ev.ArchiveFetched.TAG): S.FETCHED,
     (S.FETCHED, ev.CandidateStaged.TAG): S.STAGED,
     (S.STAGED, ev.CandidateVerified.TAG): S.VERIFIED,
-    # a signed release (issue 12): once, after the version command, before last-good moves or the install
+    # a signed release (docs/trust.md): once, after the version command, before last-good moves or the install
     (S.VERIFIED, ev.ReleaseTrusted.TAG): S.VERIFIED,
     (S.VERIFIED, ev.LastGoodRepointed.TAG): S.VERIFIED,
     (S.VERIFIED, ev.CandidateInstalled.TAG): S.VERIFIED,
@@ -264,7 +264,8 @@ class EpisodeContext:
 
 
 # The states the rules compare with, read once: ``S.X`` goes through the enum metaclass's Python-level
-# ``__getattr__`` hook on every read (about 70 ns), and the fold checks every record of a replay (issue 16).
+# ``__getattr__`` hook on every read (about 70 ns), and the fold checks every record of a replay
+# (design §9 ``journal.replay``).
 _OPENED: Final = S.OPENED
 _UNCHANGED: Final = S.UNCHANGED
 _ROLLING_BACK: Final = S.ROLLING_BACK
@@ -310,7 +311,8 @@ def _installed_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Candidat
 
 
 def _release_trusted_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.ReleaseTrusted) -> str | None:
-    """Issue 12: a release is trusted once, before its candidate is installed, for the version it reported."""
+    """A release is trusted once, before its candidate is installed, for the version it reported
+    (signed releases, docs/trust.md)."""
     if ctx.release_trusted:
         return "ReleaseTrusted twice in one episode"
     if ctx.installed:
@@ -322,7 +324,7 @@ def _release_trusted_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Re
 
 def _switch_intended_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.SwitchIntended) -> str | None:
     """design §4.3 step 5: only an installed candidate is switched to, in its own slot. A ``rollback`` episode
-    switches ``current`` to the slot ``last-good`` names, away from another slot (issue 12 item 5)."""
+    switches ``current`` to the slot ``last-good`` names, away from another slot (docs/recovery.md)."""
     if ctx.kind == "rollback":
         if event.candidate_slot != event.last_good or event.previous_slot in (None, event.candidate_slot):
             return "a rollback's SwitchIntended must go from current's slot to last-good's other slot"
@@ -356,7 +358,7 @@ def _verified_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Candidate
 
 
 def _rollback_kind_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Event) -> str | None:
-    """A ``rollback`` episode fetches nothing and never moves ``last-good`` (issue 12 item 5: a failed
+    """A ``rollback`` episode fetches nothing and never moves ``last-good`` (docs/recovery.md: a failed
     rollback leaves both links as they were; a committed one leaves both naming the rolled-back-to slot)."""
     if ctx.kind == "rollback":
         return f"{event.TAG} in a rollback episode"

@@ -170,7 +170,8 @@ class FlowRun(StepExecutor):
         return True
 
     def trusted_release(self, release: ev.ReleaseTrusted, version: str) -> ev.ReleaseTrusted:
-        """Issue 12: a signed release is for this agent and this version, or it is refused before the switch.
+        """A signed release is for this agent and this version, or it is refused before the switch
+        (docs/trust.md).
 
         Raises:
             SignatureError: the trusted comment names another agent, or another version than the candidate
@@ -221,7 +222,7 @@ class FlowRun(StepExecutor):
             if self.folder.state_of(op) not in _PRE_SWITCH_STATES:
                 raise  # the episode already reached its verdict (noop): nothing left to abort
             reason = str(exc) if isinstance(exc, UpgradeError) else f"{type(exc).__name__}: {_one_line(exc)}"
-            # Issue 12 item 4: only the candidate's own verification failure condemns its digest.
+            # Only the candidate's own verification failure condemns its digest (known-bad, docs/trust.md).
             condemned = isinstance(exc, VerifyError) and exc.condemns_release
             result = await self.abort(op, reason, "verification" if condemned else None)
             if isinstance(exc, UpgradeError):

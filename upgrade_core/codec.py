@@ -6,7 +6,7 @@ Tags are the classes' stable ``TAG`` strings, pinned by ``tests/test_codec.py``.
 An unknown tag or a payload that does not fit its class raises :class:`EventDecodeError`; nothing is
 dropped. A payload written with a newer ``_v`` than this code knows is refused the same way.
 
-Speed (design §9 ``journal.replay``, issue 16): decoding parses with ``orjson`` (falling back to the standard
+Speed (design §9 ``journal.replay``): decoding parses with ``orjson`` (falling back to the standard
 library's parser for whatever it refuses, so the accepted inputs and results are the standard parser's) and
 structures through one constructor per event class, built once at import from the class's fields
 (:func:`_fast_structurer`). Encoding keeps the standard library's serialiser, so the bytes on disk are the
@@ -175,7 +175,7 @@ def _constructor(
     it inline: one Python call less per event); ``build(data)`` makes the call for any dict.
 
     Why: the keys of a parsed JSON object are not interned, so a keyword call matches each of them against
-    the parameter names by comparing strings (about 0.2 us per event; issue 16). Positionally the call is
+    the parameter names by comparing strings (about 0.2 us per event). Positionally the call is
     the same one: every field is an ``__init__`` parameter of its own name, in field order (checked here on
     the class's actual ``__init__``, else the keyword call is always used). Any other dict (some defaulted
     fields left out) takes the keyword call, which also raises the errors it always raised (a required field

@@ -54,8 +54,8 @@ class DigestMismatchError(CandidateError):
 class VerifyError(CandidateError):
     """The candidate's version command failed: non-zero exit, no output, no version token (case C10).
 
-    ``condemns_release``: the failure is the release's own, so its digest becomes known-bad (issue 12
-    item 4); False for the subclasses whose cause may be the host or the request.
+    ``condemns_release``: the failure is the release's own, so its digest becomes known-bad
+    (docs/trust.md); False for the subclasses whose cause may be the host or the request.
     """
 
     condemns_release: ClassVar[bool] = True
@@ -85,7 +85,7 @@ class VersionMismatchError(VerifyError):
 class SignatureError(CandidateError):
     """The release's minisign signature is missing, malformed, by a key this host does not trust (unknown,
     revoked, expired), does not match the archive as published, or its trusted comment names another agent
-    or version (issue 12). Nothing was switched. Exit 1."""
+    or version (docs/trust.md). Nothing was switched. Exit 1."""
 
 
 class KeyringError(SignatureError):
@@ -95,12 +95,12 @@ class KeyringError(SignatureError):
 
 class SecurityVersionError(SignatureError):
     """A validly signed release whose ``security_version`` is below this host's watermark, the highest one
-    ever committed here (issue 12 item 3: a rollback attack). Nothing was switched. Exit 1."""
+    ever committed here (a rollback attack, docs/trust.md). Nothing was switched. Exit 1."""
 
 
 class KnownBadError(CandidateError):
     """The staged candidate's digest failed its health check or its verification in an earlier operation
-    (issue 12 item 4); ``--retry-known-bad`` offers it again. Nothing was switched. Exit 1."""
+    (docs/trust.md); ``--retry-known-bad`` offers it again. Nothing was switched. Exit 1."""
 
 
 # -- transport -------------------------------------------------------------------------------------

@@ -46,8 +46,8 @@ class StagedCandidate:
         size: member size in bytes.
         archive_sha256: 64 lowercase hex, of the compressed archive bytes as fetched.
         archive_size: compressed size in bytes.
-        release: for a signed release (issue 12), what its verified signature says: the signer's key id and
-            the trusted comment's name, version and security_version; None for an unsigned source. The
+        release: for a signed release (docs/trust.md), what its verified signature says: the signer's key id
+            and the trusted comment's name, version and security_version; None for an unsigned source. The
             orchestrator refuses a name other than the agent's, or a version other than the candidate's,
             before the switch.
     """
@@ -324,7 +324,7 @@ class ServiceManager(Protocol):
 class ProbeUnreachable(str):
     """A probe's failure reason saying it never reached the service (the connection could not be made:
     network not up yet, DNS, a connect timeout). A candidate that fails only this way is rolled back but is
-    not made known-bad (issue 12 item 4): the environment, not the release, may be at fault."""
+    not made known-bad (docs/trust.md): the environment, not the release, may be at fault."""
 
     __slots__ = ()
 

@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _before_exit() -> None:
     """The command is done and its output written: spare the exiting interpreter its final garbage
-    collections over everything the command loaded (measured ~0.05 to 0.18 s after an upgrade, issue 16).
+    collections over everything the command loaded (measured ~0.05 to 0.18 s after an upgrade).
 
     ``gc.freeze()`` moves every tracked object to the permanent generation, which the collections run
     during interpreter shutdown skip; modules are still torn down and objects freed by reference counting,

@@ -1,6 +1,6 @@
 """The command-line grammar of design §7 (argparse), apart from :mod:`agent.cli.main` so that the no-op
 ``recover``
-path, answered before any parsing, does not load argparse (design §9 ``recover.noop``, issue 16)."""
+path, answered before any parsing, does not load argparse (design §9 ``recover.noop``)."""
 
 from __future__ import annotations
 

@@ -271,7 +271,7 @@ def _keyring_source(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
 
 @attrs.frozen
 class TrustSection:
-    """``[trust]`` (design §10, issue 12): who may sign releases.
+    """``[trust]`` (design §10, docs/trust.md): who may sign releases.
 
     Attributes:
         root_keys: minisign public keys (the ``RW...`` line of a ``.pub`` file).
@@ -304,7 +304,7 @@ def _node_name(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
 
 @attrs.frozen
 class OperationsSection:
-    """``[operations]`` (design §10, issue 13): where ``upgrade-agent operator`` takes operations from.
+    """``[operations]`` (design §10, docs/managed.md): where ``upgrade-agent operator`` takes operations from.
 
     Attributes:
         source: "" (no operator), "spool" or "kubernetes".

@@ -48,10 +48,10 @@ def path_problem(root: str, state_dir: str, lock_path: str) -> tuple[str, str] |
 
 
 def spool_problem(spool_dir: str, root: str, state_dir: str) -> tuple[str, str] | None:
-    """``[operations] spool_dir`` against the host paths (issue 13): the spool is the control plane's
-    directory, never a system directory, never inside or around ``host.root`` or ``host.state_dir`` (the
-    agent's own files must not be reachable as operations, nor operations land among them). ``(dotted key,
-    message)`` or None; all paths absolute and normalised."""
+    """``[operations] spool_dir`` against the host paths (docs/configuration.md, cross-key path rules): the
+    spool is the control plane's directory, never a system directory, never inside or around ``host.root``
+    or ``host.state_dir`` (the agent's own files must not be reachable as operations, nor operations land
+    among them). ``(dotted key, message)`` or None; all paths absolute and normalised."""
     key = "operations.spool_dir"
     if spool_dir in SYSTEM_DIRS:
         return key, f'must not be "{spool_dir}" itself (a system directory)'

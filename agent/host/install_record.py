@@ -1,4 +1,4 @@
-"""The install record and the removal rules (design §10; issue 10 item 3): remove only what the agent made.
+"""The install record and the removal rules (design §10, docs/host.md): remove only what the agent made.
 
 ``install`` keeps ``state_dir/install.json`` listing every directory, file, link and unit file it created.
 The record is rewritten durably (temp + fsync + rename + directory fsync, mode 0600) **before** each thing

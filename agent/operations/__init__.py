@@ -1,4 +1,4 @@
-"""Managed upgrades (issue 13, design §10): ``upgrade-agent operator`` and the sources it takes operations
+"""Managed upgrades (docs/managed.md): ``upgrade-agent operator`` and the sources it takes operations
 from.
 
 - :mod:`.model`: one operation as a source holds it (:class:`~.model.Operation`), the

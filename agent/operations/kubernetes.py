@@ -1,4 +1,4 @@
-"""The Kubernetes source (issue 13, design §10): ``UpgradeOperation`` objects through ``kubernetes_asyncio``.
+"""The Kubernetes source (docs/managed.md): ``UpgradeOperation`` objects through ``kubernetes_asyncio``.
 
 One :class:`KubernetesSource` watches the namespaced custom resource ``upgradeoperations`` (group
 ``upgrades.upgrade-core.io``, version ``v1alpha1``) in one namespace, only the objects whose
@@ -65,7 +65,7 @@ def _lean_import() -> types.SimpleNamespace:
 
     Why: ``import kubernetes_asyncio.client`` runs the package ``__init__``, which imports every API class
     and every generated model (~860 modules, ~70 MiB resident), while the idle operator's target is 40 MiB
-    (issue 13). Custom objects are plain dicts, so no model is ever needed. The three package modules
+    (design §9). Custom objects are plain dicts, so no model is ever needed. The three package modules
     ``kubernetes_asyncio``, ``.client`` and ``.client.api`` are registered as bare packages (their
     ``__path__`` only, their ``__init__`` not run), ``.client.models`` as an empty one, and then only the
     modules below are imported. ``config`` and ``kube_config`` take ``Configuration`` and ``ApiClient``

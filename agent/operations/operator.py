@@ -1,5 +1,5 @@
-"""``upgrade-agent operator`` (issue 13): take operations from a source one at a time, run each under the
-journal through the embedding :class:`~agent.session.session.Session`, and publish each one's terminal
+"""``upgrade-agent operator`` (docs/managed.md): take operations from a source one at a time, run each under
+the journal through the embedding :class:`~agent.session.session.Session`, and publish each one's terminal
 status once.
 
 The loop, and why it is exactly-once:

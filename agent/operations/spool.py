@@ -1,4 +1,4 @@
-"""The spool source (issue 13, design §10): a directory of operations, on any host.
+"""The spool source (design §10, docs/managed.md): a directory of operations, on any host.
 
 ``[operations] spool_dir`` holds ``<id>.json`` (an operation's spec, see :mod:`.model`) placed atomically by
 whoever drives the host (cloud-init, Ignition, a configuration manager, a human: write a temp file, then
@@ -187,7 +187,7 @@ class SpoolSource:
         The spool is polled every ``poll_s`` seconds (polling works on every file system), from one worker
         thread that returns to the event loop only when there is something to read: an idle poll is one
         ``lstat`` woken from a timed wait. Waking the event loop, a task and a thread hop for every poll cost
-        0.4 to 0.8 ms of CPU each on a cold cache, and issue 13's idle budget of 2 CPU seconds an hour is
+        0.4 to 0.8 ms of CPU each on a cold cache, and the idle budget of 2 CPU seconds an hour (design §9) is
         1.1 ms per 2 s poll; side by side this wait costs 39 to 53% of that loop (docs/benchmarks-history.md).
 
         Cancellation: returns at once; the thread sees its stop flag and ends within microseconds.

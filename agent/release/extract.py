@@ -99,7 +99,7 @@ _BLOCK = 512
 _END_BLOCKS = 2 * _BLOCK
 _READ_BYTES = 1 << 20
 _TAR_PIECE = 64 * 1024  # the least decoded at a time for tar headers (C04: 100,000 entries)
-_STREAM_DEPTH = 4  # batches in flight between the fetch task and the worker thread (RSS: issue 16)
+_STREAM_DEPTH = 4  # batches in flight between the fetch task and the worker thread (peak RSS: design §9)
 _BATCH_BYTES = 256 * 1024  # network chunks are joined into batches of about this size for the worker
 _WRITE_DEPTH = 4  # member pieces queued for the writer thread
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -661,7 +661,7 @@ class _TarFeed:
 
     Why a file with ``tell``/``seek`` and not tarfile's stream mode (``"r|"``): in stream mode every byte
     of the member goes through tarfile's own buffer, which joins and re-slices it three to four times
-    while holding the GIL (measured: about 40% of the pass's CPU for a 256 MiB member, issue 16). Here
+    while holding the GIL (measured: about 40% of the pass's CPU for a 256 MiB member). Here
     tarfile still reads and checks every header (pax, GNU long names, checksums), and the member's bytes
     are taken with :meth:`read_some` straight from the decoder's output. ``seek`` moves forward by
     decoding and discarding: the data of the entries tarfile skips, and the padding after the member
@@ -836,7 +836,7 @@ def extract_sync(
         expected_sha256: 64 lowercase hex over the file as published, or None.
         source_name: the redacted source, used in messages.
         observe: called with every chunk of the file as published (the bytes the sha256 is over), in
-            order, in the worker thread (a release signature's pre-hash, issue 12).
+            order, in the worker thread (a release signature's pre-hash, docs/trust.md).
 
     Returns:
         The :class:`ExtractResult`; the staging file holds the member and is fsynced.

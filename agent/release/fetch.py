@@ -572,7 +572,7 @@ async def _stream_body(
     received = 0
     # The wire bytes, as each network read returns them (httpx decodes nothing here). Not
     # aiter_raw(chunk_bytes): httpx would re-chunk them through a BytesIO, which costs as much CPU as the
-    # whole transfer (issue 16); the consumer (agent.release.extract) batches chunks itself.
+    # whole transfer; the consumer (agent.release.extract) batches chunks itself.
     chunks = response.aiter_raw()
     while True:
         try:

@@ -1,4 +1,4 @@
-"""The minisign key and signature formats (issue 12 item 1): parsing is ours, the cryptography is not.
+"""The minisign key and signature formats (docs/trust.md): parsing is ours, the cryptography is not.
 
 Bytes in, values or :class:`~upgrade_core.errors.SignatureError` out; no I/O. The Ed25519 check is
 ``cryptography``'s, the pre-hash is ``hashlib.blake2b`` (64-byte digest).
@@ -271,7 +271,7 @@ class ReleaseClaims:
     Attributes:
         name: the agent name the release is for.
         version: the version its binary reports (normalised: no leading ``v``).
-        security_version: a non-negative integer (the anti-rollback watermark's unit, issue 12 item 3).
+        security_version: a non-negative integer (the anti-rollback watermark's unit, docs/trust.md).
     """
 
     name: str

@@ -43,7 +43,7 @@ class ArchiveSourceImpl:
         progress: optional ``progress(bytes_so_far, total_or_None)`` for the CLI's bar or log lines.
         headers: extra request headers (e.g. ``Authorization``), sent to the source's origin only.
         ssl_context: https trust store; None means the system's.
-        trust: ``[trust]`` at work (issue 12): the release's minisign signature is fetched and its key
+        trust: ``[trust]`` at work (docs/trust.md): the release's minisign signature is fetched and its key
             checked before the archive, and verified over the archive as published before ``stage``
             returns; None when no key is configured.
 

@@ -1,4 +1,4 @@
-"""Which release signatures a host trusts (issue 12 items 1-2): root keys, a root-signed keyring, a cache.
+"""Which release signatures a host trusts (docs/trust.md): root keys, a root-signed keyring, a cache.
 
 A release is accepted when its ``.minisig`` is by a root key (``[trust] root_keys``) or by a key of the
 keyring that a root key signed, unexpired (``expires``, RFC 3339, against the wall clock: expiry is a

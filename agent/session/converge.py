@@ -1,5 +1,5 @@
 """What ``status`` and ``upgrade --preflight`` add so that an operator (or the timer) knows how the host
-converges (issue 10 item 4): which unit files are missing or drifted, whether an open episode's upgrader is
+converges (docs/cli.md): which unit files are missing or drifted, whether an open episode's upgrader is
 still alive or abandoned it, and what to run next.
 
 Readers only: nothing here takes the host lock, creates a file or writes. The lock holder is read from

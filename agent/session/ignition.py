@@ -1,6 +1,5 @@
-"""``upgrade-agent ignition`` (design §10, issue 15): an Ignition config that provisions this configuration
-on a
-new host whose ``/usr`` is read-only and which has no Python (Flatcar-family images).
+"""``upgrade-agent ignition`` (design §10, docs/ignition.md): an Ignition config that provisions this
+configuration on a new host whose ``/usr`` is read-only and which has no Python (Flatcar-family images).
 
 The config (Ignition spec :data:`SPEC_VERSION`, the newest stable 3.x that Debian's Ignition 2.14 accepts)
 holds, all outside ``/usr``:

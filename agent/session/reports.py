@@ -49,7 +49,7 @@ class ServiceInfo:
 
 @attrs.frozen
 class EpisodeInfo:
-    """The open episode, if any (design §7 ``status``, issue 10 item 4).
+    """The open episode, if any (design §7 ``status``, docs/cli.md).
 
     Attributes:
         operation / state: its operation id and lifecycle state (design §4.2).
@@ -67,7 +67,7 @@ class EpisodeInfo:
 
 @attrs.frozen
 class KnownBad:
-    """A release digest the journal condemned (issue 12 item 4).
+    """A release digest the journal condemned (docs/trust.md).
 
     Attributes:
         sha256: the candidate's member digest (64 lowercase hex).
@@ -88,14 +88,14 @@ class Status:
         service: the agent unit.
         episode: the open episode, None when every episode is closed.
         missing_units / drifted_units: rendered unit files absent from ``unit_dir`` / present there with
-            other contents (issue 10 item 4).
+            other contents (docs/cli.md).
         next: what to run next (one line), None when nothing is needed
             (:func:`agent.session.converge.next_step`).
         service_error: why ``service`` is empty, when systemd could not be asked.
         security_watermark: the highest ``security_version`` of a signed release ever committed on this host
-            (issue 12 item 3), None when none was.
+            (docs/trust.md), None when none was.
         known_bad: release digests refused when offered again, each with the operation that condemned it
-            (issue 12 item 4), sorted by digest.
+            (docs/trust.md), sorted by digest.
     """
 
     agent: str
@@ -140,7 +140,7 @@ class Preflight:
     next: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The design §7 ``upgrade --preflight`` JSON object, plus the issue 10 keys."""
+        """The design §7 ``upgrade --preflight`` JSON object, plus the convergence keys of docs/cli.md."""
         return {"preflight": True, "plan": list(self.plan), "inactive_slot": self.inactive_slot,
                 "lock": self.lock, "open_episode": self.open_episode,
                 "episode": None if self.episode is None else attrs.asdict(self.episode),

@@ -1,6 +1,6 @@
 """User input -> :class:`upgrade_core.UpgradeRequest`, checked before the lock and before any episode.
 
-Bad input never opens an episode (issue 9): the source (scheme, URL syntax, ``download.allow_http``, a
+Bad input never opens an episode (docs/cli.md): the source (scheme, URL syntax, ``download.allow_http``, a
 local file that must exist), the digest, the operation id and the expected version are all checked here,
 before the host lock is taken and before ``EpisodeOpened`` is journaled. Every refusal is one
 :class:`~agent.errors.UsageError` line (exit 2) that names the option and shows the source only in

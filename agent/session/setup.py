@@ -244,7 +244,7 @@ class Setup:
     def units(self, *, bin_dir: str | None = None, config_path: str | None = None) -> dict[str, str]:
         """The rendered unit files, file name -> text (design §6, 10): the agent unit, both recovery units,
         ``NAME-recover.timer`` and its ``NAME-recover-timer.service``; ``NAME-operator.service`` too when
-        ``[operations] source`` is set (issue 13).
+        ``[operations] source`` is set (docs/managed.md).
 
         Args:
             bin_dir: absolute directory holding ``upgrade-agent`` and ``recover-agent-upgrade`` on the host
@@ -353,7 +353,7 @@ class Setup:
         return os.path.join(self.config.host.unit_dir, name)
 
     def refuse_foreign_units(self) -> None:
-        """Refuse to write over a unit file this agent did not write (issue 10 item 3).
+        """Refuse to write over a unit file this agent did not write (docs/host.md, case C24).
 
         Raises:
             ConfigError: one of :meth:`units` exists without this agent's header line: another service's
@@ -412,7 +412,7 @@ class Setup:
             await self._start_operator(service)
 
     async def _start_operator(self, service: Any) -> None:
-        """Start ``NAME-operator.service`` when ``[operations]`` is configured (issue 13)."""
+        """Start ``NAME-operator.service`` when ``[operations]`` is configured (docs/managed.md)."""
         if operator_unit_name(self.config.agent.name) in self.units():
             await service.start(operator_unit_name(self.config.agent.name))
 

@@ -178,7 +178,7 @@ def policy_from(cfg: AgentConfig) -> Policy:
 
 
 def release_trust(cfg: AgentConfig, download: FetchPolicy, signature: str | None) -> ReleaseTrust | None:
-    """``[trust]`` at work for one request (issue 12), or None when no key is configured."""
+    """``[trust]`` at work for one request (docs/trust.md), or None when no key is configured."""
     from agent.release.minisign import parse_public_key
     from agent.release.trust import ReleaseTrust
 

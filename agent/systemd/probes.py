@@ -79,8 +79,8 @@ class HttpProbe:
 
     async def check(self) -> str | None:
         """GET the URL once. Returns None on 2xx, else ``"http probe URL: ..."`` (status or error); a
-        connection that could not be made is a :class:`~upgrade_core.ports.ProbeUnreachable` (issue 12
-        item 4: a candidate failing only that way is not made known-bad)."""
+        connection that could not be made is a :class:`~upgrade_core.ports.ProbeUnreachable` (a candidate
+        failing only that way is not made known-bad, docs/trust.md)."""
         try:
             async with httpx.AsyncClient(
                 timeout=httpx.Timeout(self._timeout_s), follow_redirects=False, trust_env=False,

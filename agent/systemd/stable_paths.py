@@ -1,4 +1,4 @@
-"""Stable paths for the executables the units name (issue 15): ``install`` refuses to write units that would
+"""Stable paths for the executables the units name: ``install`` refuses to write units that would
 run ``recover-agent-upgrade`` (or ``upgrade-agent``) from a temporary or per-user place.
 
 Why: the recovery units run the tool by absolute path at boot and on failure. A path under ``/tmp``, a home

@@ -1,7 +1,7 @@
 """The agent's systemd unit files, rendered as text (design §3, 6, 10): no I/O, no systemd needed.
 
 The agent unit, ``NAME-recover.service`` (its ``OnFailure=``), ``NAME-recover-boot.service`` (ordered
-before it), ``NAME-recover.timer`` with the service it starts, ``NAME-recover-timer.service`` (issue 10:
+before it), ``NAME-recover.timer`` with the service it starts, ``NAME-recover-timer.service`` (design §10:
 an episode left open by a dead upgrader is recovered without an operator and without a reboot), their
 names, and the checks of names and paths they embed. ``ExecStart=`` lines are quoted per
 systemd.syntax(7) and systemd.service(5) "Command lines"; see :func:`exec_line`. The service manager that
@@ -62,7 +62,7 @@ _SAFE_WORD_RE: Final = re.compile(r"[A-Za-z0-9_@%+=:,./$-]+")
 _C_ESCAPES: Final = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 _HEADER: Final = "# Written by upgrade-agent (upgrade-core). Rewritten on install; local edits are lost.\n"
 # The first line of every unit file the agent writes (render_units): whose it is. Install rewrites, and
-# reset/uninstall remove, only a unit file whose first line names this agent (issue 10 item 3).
+# reset/uninstall remove, only a unit file whose first line names this agent (design §10, docs/host.md).
 _OWNER_PREFIX: Final = "# Managed by upgrade-agent for "
 _OWNER_SUFFIX: Final = "; do not edit"
 _OWNER_RE: Final = re.compile(
@@ -391,7 +391,7 @@ def render_recover_timer(*, name: str, period_s: int = RECOVER_TIMER_PERIOD_S) -
 def render_operator_unit(
     *, name: str, unit: str, upgrade_exe: str, config_path: str, source: str, stop_timeout_s: int
 ) -> str:
-    """Render ``NAME-operator.service``: ``upgrade-agent --config CFG operator`` (issue 13, design §10).
+    """Render ``NAME-operator.service``: ``upgrade-agent --config CFG operator`` (docs/managed.md).
 
     ``Type=exec``, ``Restart=on-failure`` (a SIGKILL or a crash restarts it; its start-up gate republishes
     what the journal holds and never runs an operation twice), ordered after the boot-time recovery unit

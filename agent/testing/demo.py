@@ -94,7 +94,7 @@ def run() -> int:
         def step(title: str, argv: list[str], expect: int, env: dict[str, str] | None = None) -> None:
             _say(title)
             print("$ upgrade-agent " + " ".join(argv), flush=True)
-            # the demo installs from this checkout's venv into a throw-away systemd on purpose (issue 15)
+            # installs from this checkout's venv into a throw-away systemd, on purpose (docs/install.md)
             run_env = {**os.environ, ALLOW_ENV: "1", **(env or {})}
             done = subprocess.run([*cli, *argv], env=run_env, check=False)
             if done.returncode != expect:

@@ -12,7 +12,7 @@ Baked-in behaviours (``BEHAVIOUR``): "good" serves forever; "exit-after:S" exits
 serving (a candidate that passes its version check and then dies, case C16); "unhealthy" serves /healthz
 with 503; "refuse-if-exists:PATH" serves like "good" but exits 1 at start while PATH exists (an older
 release that cannot read what a newer one left behind, e.g. a migrated configuration: the reason an
-operator's rollback to ``last-good`` fails, issue 12 item 5).
+operator's rollback to ``last-good`` fails, docs/recovery.md).
 """
 
 from __future__ import annotations

@@ -359,7 +359,7 @@ def _check_sysroot(root: str | os.PathLike[str] | None, hide: Sequence[str]) -> 
 
 def python_paths() -> list[str]:
     """Every Python interpreter and library directory of the host's ``/usr``: what
-    :meth:`PrivateSystemd.start` hides (``hide=``) to boot a host that has no Python (issue 15).
+    :meth:`PrivateSystemd.start` hides (``hide=``) to boot a host that has no Python (docs/ignition.md).
 
     Regular files named ``*python*`` in ``/usr/bin``, ``/usr/sbin``, ``/usr/local/bin``, ``libpython*`` in
     ``/usr/lib``, ``/usr/lib64`` (Fedora's layout), ``/usr/local/lib`` and ``/usr/lib/<triplet>`` (Debian's),

@@ -1,4 +1,5 @@
-"""Issue 12 items 1-2: releases signed with Debian's real ``minisign``, verified with the project's code.
+"""Signed releases (docs/trust.md): releases signed with Debian's real ``minisign``, verified with the
+project's code.
 
 Each attack leaves no staging file behind (the source refuses before ``stage`` returns, so the orchestrator
 aborts before the switch); keys are made with ``minisign -G -W`` (no password).

@@ -1,4 +1,5 @@
-"""The overlapped single pass (issue 16): tarfile over the forward-only feed, the member writer thread.
+"""The overlapped single pass (design §9 ``fetch.extract``): tarfile over the forward-only feed, the member
+writer thread.
 
 The member's bytes no longer go through tarfile's stream buffer but straight from the decoder to a writer
 thread (sha256 + write). These tests pin what that must not change: exact bytes for every member size

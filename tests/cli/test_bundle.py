@@ -1,4 +1,5 @@
-"""The self-contained runtime (issue 15): it runs where no Python is installed, from wherever it is unpacked.
+"""The self-contained runtime (docs/install.md): it runs where no Python is installed, from wherever it
+is unpacked.
 
 "No Python": each run is in a private mount namespace (``unshare -m``) where every Python on this machine is
 made unreachable (the distribution's ``/usr/lib/python3*`` and ``libpython``, ``/usr/bin/python3*``,

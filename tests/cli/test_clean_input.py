@@ -1,4 +1,4 @@
-"""Issue 10 item 6 (clean input): a configuration that is not UTF-8 is one line and exit 2 on every path,
+"""Clean input (docs/cli.md, Output): a configuration that is not UTF-8 is one line and exit 2 on every path,
 the boot-time fast path included; ``--version --json`` is one JSON object.
 
 Expected outcomes, written down:
@@ -97,8 +97,8 @@ def test_version_human() -> None:
 
 
 def test_a_config_with_operations_still_reaches_the_fast_path(rig: Rig) -> None:
-    """``[operations]`` (issue 13) is in the quick reader's schema: a managed host's boot-time no-op recovery
-    stays on the lean path (the lock is never created)."""
+    """``[operations]`` (docs/managed.md) is in the quick reader's schema: a managed host's boot-time no-op
+    recovery stays on the lean path (the lock is never created)."""
     spool = rig.base / "spool"
     rig.write_config(f'[operations]\nsource = "spool"\nspool_dir = "{spool}"\nnode_name = "n1"\n')
     run = rig.cli("recover", "--trigger", "boot", env=IMPORT_TIME)
@@ -114,8 +114,9 @@ def test_a_bad_operations_section_is_refused_on_the_fast_path_too(rig: Rig) -> N
 
 
 def test_a_signed_hosts_config_still_reaches_the_fast_path(rig: Rig) -> None:
-    """``[trust]`` (issue 12) is in the quick reader's schema: a host that requires signed releases answers
-    its boot-time no-op on the lean path too (the lock is never created); the boot reads no signature."""
+    """``[trust]`` (docs/trust.md) is in the quick reader's schema: a host that requires signed releases
+    answers its boot-time no-op on the lean path too (the lock is never created); the boot reads no
+    signature."""
     key = base64.b64encode(b"Ed" + bytes(range(40))).decode()
     rig.write_config(f'[trust]\nroot_keys = ["{key}"]\nkeyring = "https://keys.example.com/ring"\n')
     run = rig.cli("recover", "--trigger", "boot", env=IMPORT_TIME)

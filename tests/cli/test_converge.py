@@ -1,5 +1,5 @@
-"""Issue 10 item 4 without systemd: ``status`` / ``upgrade --preflight`` say how the host converges, and
-``recover --trigger timer`` acts only when the host lock is free.
+"""Convergence (docs/cli.md) without systemd: ``status`` / ``upgrade --preflight`` say how the host
+converges, and ``recover --trigger timer`` acts only when the host lock is free.
 
 Expected outcomes, written down:
 

@@ -1,4 +1,4 @@
-"""``upgrade-agent ignition`` (design §10, issue 15 part B): the rendered config, checked by Debian's real
+"""``upgrade-agent ignition`` (design §10, docs/ignition.md): the rendered config, checked by Debian's real
 ``ignition-validate``, and its bad inputs (one line, exit 2).
 
 Every configuration here names the paths of the *new* host (``/opt/upgrade-agent``, ``/var/lib/...``): the

@@ -1,4 +1,4 @@
-"""Issue 15 part B: the real ``ignition`` binary (Debian's 2.14, ``-platform file``, driven by
+"""The real ``ignition`` binary (docs/ignition.md; Debian's 2.14, ``-platform file``, driven by
 ``tests/ignition.py``) applies what ``upgrade-agent ignition`` rendered to a sysroot in the test's own
 directory, fetching the runtime and the release from a loopback server and verifying their sha256. What the
 sysroot then does when it boots is ``tests/systemd/test_first_boot.py``.

@@ -1,4 +1,4 @@
-"""Only what it made (issue 10 item 3, case C24/C25), without systemd: what ``uninstall`` keeps on a host
+"""Only what it made (docs/host.md, case C24/C25), without systemd: what ``uninstall`` keeps on a host
 holding things the agent did not make; what ``install`` refuses (a foreign unit file, another
 configuration's unit, unit names that are not a plain service).
 

@@ -1,4 +1,4 @@
-"""``upgrade-agent journal quarantine`` (design §10, issue 10 item 5) and the corrupt-journal paths naming it.
+"""``upgrade-agent journal quarantine`` (design §10, docs/cli.md) and the corrupt-journal paths naming it.
 
 Expected outcomes, written down:
 

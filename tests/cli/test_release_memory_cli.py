@@ -1,4 +1,4 @@
-"""The anti-rollback watermark and the known-bad memory through the whole CLI (issue 12 items 3 and 4).
+"""The anti-rollback watermark and the known-bad memory through the whole CLI (docs/trust.md).
 
 The rig's systemctl is ``/bin/false``, so only refusals before the switch are driven here: the history that
 sets the watermark or condemns a release is written into the journal directly (``tests/cli/_journals.py``),

@@ -1,4 +1,4 @@
-"""Bad input never opens an episode (issue 9 item 2): checked before the lock and before ``EpisodeOpened``.
+"""Bad input never opens an episode (docs/cli.md): checked before the lock and before ``EpisodeOpened``.
 
 Each case runs the real CLI against a host installed by hand. Expected outcome, for every case: exit 2,
 exactly one error line on stderr (no traceback), the one JSON object with ``exit_code`` 2, the redacted

@@ -1,4 +1,4 @@
-"""``upgrade-agent rollback`` without systemd (issue 12 item 5): what is refused before anything is
+"""``upgrade-agent rollback`` without systemd (docs/recovery.md): what is refused before anything is
 touched, and ``--preflight``. The flow itself runs under the private systemd
 (``tests/systemd/test_rollback_real.py``) and on the simulated host (``tests/core/test_rollback.py``)."""
 

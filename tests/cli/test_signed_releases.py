@@ -1,4 +1,4 @@
-"""Signed releases through the whole CLI (issue 12 items 1-2): each attack ends before the switch.
+"""Signed releases through the whole CLI (docs/trust.md): each attack ends before the switch.
 
 Releases are signed with Debian's real ``minisign`` (keys from ``minisign -G -W``); the host is installed by
 hand (``Rig.install_by_hand``) with ``[trust] root_keys`` naming the publisher's key (and, for the keyring

@@ -1,4 +1,4 @@
-"""``install`` refuses to write units that run the tool from a temporary or per-user place (issue 15,
+"""``install`` refuses to write units that run the tool from a temporary or per-user place (docs/install.md,
 :mod:`agent.systemd.stable_paths`): exit 2, one line naming the path and the fix, the host byte-identical;
 the flag
 ``--allow-unstable-paths`` (or the environment variable the suite sets, ``tests/conftest.py``) lets it by.

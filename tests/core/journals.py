@@ -62,7 +62,7 @@ def records(events: list[Event], episode: str = OP, start: int = 1) -> list[SimR
     return [SimRecord(start + i, episode, 1_700_000_000.0 + i, e) for i, e in enumerate(events)]
 
 
-# -- an operator rollback (issue 12 item 5): current blue runs 2.0.0, last-good green holds 1.0.0 ---------
+# -- an operator rollback (docs/recovery.md): current blue runs 2.0.0, last-good green holds 1.0.0 ---------
 LG_SHA = "d" * 64
 RB_OPENED = ev.EpisodeOpened(
     operation=OP, kind="rollback", source="last-good green", expected_sha256=LG_SHA, expected_version=None,

@@ -1,5 +1,6 @@
-"""The codec's fast decoding path (issue 16 part 2) against the cattrs hooks it stands in for: same events,
-same refusals, same value types; the JSON the fast parser refuses goes to the standard one."""
+"""The codec's fast decoding path (design §9 ``journal.replay``) against the cattrs hooks it stands in
+for: same events, same refusals, same value types; the JSON the fast parser refuses goes to the standard
+one."""
 
 from __future__ import annotations
 
@@ -122,7 +123,7 @@ def _outcome(make: Callable[[], Any]) -> tuple[Any, ...]:
 @settings(max_examples=400, deadline=None)
 @given(case=_field_dicts())
 def test_positional_construction_is_the_keyword_call(case: tuple[type, dict[str, Any]]) -> None:
-    """The structurers' positional call (issue 16) makes what ``cls(**data)`` makes, and raises what it
+    """The structurers' positional call makes what ``cls(**data)`` makes, and raises what it
     raises, for any dict of known field names: values in the right slots whatever the dict's key order."""
     cls, data = case
     n_all, take_all, build = codec._constructor(cls)

@@ -2,7 +2,7 @@
 
 Workloads: upgrades to good, exiting, crash-looping and hanging candidates, refused ones, the same digest
 again, the same operation id repeated, a second operation while one is open, upgrades started from inside
-the agent's unit (hand-off), and operator rollbacks to ``last-good`` (issue 12 item 5). Any step may crash
+the agent's unit (hand-off), and operator rollbacks to ``last-good`` (docs/recovery.md). Any step may crash
 before or after any port call, as a process crash or a power cut, and recoveries (boot, on-failure, manual)
 may crash again, repeatedly. After every step the design §4.6 invariants that must hold at any instant are
 checked; after every completed step (and at teardown, after a clean recovery) the settled ones are, and

@@ -142,7 +142,7 @@ def test_with_no_main_process_before_the_restart_an_older_process_is_not_ours() 
 
 
 def test_samples_come_sooner_while_waiting_and_when_the_window_ends() -> None:
-    """Issue 16: before the window the gaps double from 0.02 s up to the poll interval; inside it the next
+    """Before the window the gaps double from 0.02 s up to the poll interval; inside it the next
     sample comes no later than the window's end (never sooner than 0.01 s); the window keeps its length."""
     judge = HealthJudge(EXPECT, T0)
     assert judge.next_sample_in(T0, 0.25) == pytest.approx(0.02)

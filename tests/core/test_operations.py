@@ -1,4 +1,5 @@
-"""upgrade_core.operation_status: a managed operation's status derived from the journal alone (issue 13)."""
+"""upgrade_core.operation_status: a managed operation's status derived from the journal alone
+(docs/managed.md)."""
 
 from __future__ import annotations
 

@@ -157,7 +157,7 @@ async def test_an_open_episode_of_another_operation_is_recovered_first() -> None
 
 
 async def test_c20_failed_version_requested_again_is_refused_explicitly_or_checked_again() -> None:
-    """C20: refused explicitly (known-bad, issue 12 item 4), or with ``--retry-known-bad`` checked again."""
+    """C20: refused explicitly (known-bad, docs/trust.md), or with ``--retry-known-bad`` checked again."""
     w = world(EXITS)
     assert (await run_upgrade(w.ports(), SIM_POLICY, request("x1"))).result == "rolled_back"
     refused = await run_upgrade(w.ports(), SIM_POLICY, request("x2"))
@@ -328,7 +328,7 @@ async def test_mirrors_get_the_candidate_on_commit() -> None:
     assert w.mirror_files == {"/m": w.slot_sha("green")}
 
 
-# -- issue 9: the pre-switch phase rule, the caller's folder, one fold and one links() read per flow ---------
+# -- the pre-switch phase rule, the caller's folder, one fold and one links() read per flow ------------------
 class _Boom(Exception):
     pass
 

@@ -1,4 +1,4 @@
-"""Issue 12 items 3 and 4: the anti-rollback watermark and the known-bad memory, derived from the journal
+"""The anti-rollback watermark and the known-bad memory, derived from the journal
 (across compaction) and enforced by the orchestrator before the switch (simulated host)."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def signed(events: list[ev.Event], security_version: int) -> list[ev.Event]:
     return [*events[:at], trusted("2.0.0", security_version), *events[at:]]
 
 
-# -- item 3: the watermark, derived ---------------------------------------------------------------------
+# -- the anti-rollback watermark, derived ---------------------------------------------------------------
 def test_no_signed_commit_means_no_watermark() -> None:
     assert fold(records(FULL_COMMIT)).security_watermark is None
     assert fold(records(signed(FULL_ROLLBACK, 9))).security_watermark is None  # never committed
@@ -82,7 +82,7 @@ def test_an_old_snapshot_without_security_versions_still_decodes_and_keeps_its_b
     )
 
 
-# -- item 3: the refusal, on the simulated host ---------------------------------------------------------
+# -- the watermark's refusal, on the simulated host -----------------------------------------------------
 def signed_world() -> World:
     w = World(SIM_POLICY)
     w.install_bare(make_candidate("base", GOOD))
@@ -129,7 +129,7 @@ async def test_a_signed_release_at_the_watermark_is_accepted_and_a_higher_one_ra
     assert check_settled(w).security_watermark == 6
 
 
-# -- item 4: known-bad memory, derived --------------------------------------------------------------------
+# -- the known-bad memory, derived ------------------------------------------------------------------------
 def environment_only(events: list[ev.Event]) -> list[ev.Event]:
     """``events`` with every ``HealthFailed`` blamed on the environment."""
     return [attrs.evolve(e, cause="environment") if isinstance(e, ev.HealthFailed) else e for e in events]
@@ -181,7 +181,7 @@ def test_known_bad_survives_compaction_and_old_snapshots_keep_what_failed_digest
     assert fold([SimRecord(1, ev.SNAPSHOT_EPISODE, 0.0, not_bad)]).known_bad == {}
 
 
-# -- item 4: on the simulated host -------------------------------------------------------------------------
+# -- the known-bad memory, on the simulated host -----------------------------------------------------------
 def bad_world(behavior: Behavior) -> tuple[World, str]:
     w = World(SIM_POLICY)
     w.install_bare(make_candidate("base", GOOD))

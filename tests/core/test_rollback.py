@@ -1,4 +1,4 @@
-"""Operator rollback (issue 12 item 5) on the simulated host: ``run_rollback`` and its recovery.
+"""Operator rollback (docs/recovery.md) on the simulated host: ``run_rollback`` and its recovery.
 
 A rollback episode (kind ``rollback``) switches ``current`` to the slot ``last-good`` names, restarts and
 health-checks it with the upgrade's own bracket and health loop. Out of attempts it returns to the slot
@@ -152,7 +152,7 @@ async def test_a_crash_after_every_durable_event_is_recovered_consistently(kind:
 
 
 async def test_a_failed_operator_rollback_does_not_make_last_good_known_bad() -> None:
-    """Issue 12 item 4: known-bad is about an upgrade's candidate. A rollback whose last-good fails says that
+    """Known-bad (docs/trust.md) is about an upgrade's candidate. A rollback whose last-good fails says that
     release fails in today's environment; its digest is not condemned (an upgrade to it may be offered)."""
     w = await upgraded()
     break_slot(w, "blue", "broken-last-good")

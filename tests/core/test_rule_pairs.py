@@ -1,7 +1,8 @@
 """Every (state, event kind) pair, through the orchestrator's checked append, on the REAL journal.
 
-Issue 9, "done when": for every episode kind, a journal prefix reaching every reachable state is built from
-the table (:data:`upgrade_core.TRANSITIONS`, breadth first, with plausible event fields). Then, for every
+The lifecycle table is checked before every append (docs/adr/0002-lifecycle-as-one-table.md). For every
+episode kind, a journal prefix reaching every reachable state is built from the table
+(:data:`upgrade_core.TRANSITIONS`, breadth first, with plausible event fields). Then, for every
 state and every event class in :data:`upgrade_core.ALL_EVENTS`, plausible events (and variants that break
 a context rule: ``Aborted`` after the switch of an upgrade, a wrong attempt number, a health event for the
 wrong target, a mismatched slot or digest, a wrong published or closing result, a second open episode) are
@@ -46,7 +47,7 @@ S = EpisodeState
 OP = "op1"
 CAND = "c" * 64
 KINDS = ("upgrade", "install", "self_upgrade", "rollback")
-# A rollback episode (issue 12 item 5) fetches and stages nothing: never fetched, staged or unchanged.
+# A rollback episode (docs/recovery.md) fetches and stages nothing: never fetched, staged or unchanged.
 UNREACHABLE = {"rollback": {S.FETCHED, S.STAGED, S.UNCHANGED}}
 RESULT_OF_STATE = {
     S.COMMITTED: "committed", S.UNCHANGED: "noop", S.ABORTED: "aborted", S.ROLLED_BACK: "rolled_back",
@@ -296,7 +297,7 @@ def _legal(folder: Folder, episode: str, event: Event) -> bool:
 
 
 def _check_named_rules(kind: str, state: EpisodeState, outcomes: dict[tuple[str, str], bool]) -> None:
-    """The context rules, pinned independently of the function under test (issue 9 item 1)."""
+    """The context rules, pinned independently of the function under test."""
     after_switch = state in (S.SWITCHED, S.RESTARTED)
     if after_switch:
         assert outcomes[("Aborted", "ok")] == (kind == "install"), "Aborted after the switch: install only"
@@ -310,7 +311,7 @@ def _check_named_rules(kind: str, state: EpisodeState, outcomes: dict[tuple[str,
         assert not outcomes[(tag, "other slot")]
     assert not outcomes[("CandidateInstalled", "other bytes")]
     assert outcomes[("CandidateInstalled", "ok")] == (state is S.VERIFIED and kind != "rollback")
-    if kind == "rollback":  # issue 12 item 5: no fetch, no last-good move, verify right after opening
+    if kind == "rollback":  # operator rollback: no fetch, no last-good move, verify right after opening
         assert not outcomes[("ArchiveFetched", "ok")] and not outcomes[("LastGoodRepointed", "ok")]
         assert outcomes[("CandidateVerified", "ok")] == (state is S.OPENED)
         assert not outcomes[("SwitchIntended", "not last-good")]
@@ -327,7 +328,7 @@ def _check_named_rules(kind: str, state: EpisodeState, outcomes: dict[tuple[str,
 
 
 async def test_aborted_on_a_switched_upgrade_never_reaches_the_journal(tmp_path: Path) -> None:
-    """The reproduction of issue 9: before the fix this Aborted was made durable and every replay raised."""
+    """A reproduced defect: before the fix this Aborted was made durable and every replay raised."""
     await _write(tmp_path, REACHABLE["upgrade"][S.SWITCHED])
     before = _hashes(tmp_path)
     writer = await JournalWriter.open(str(tmp_path), EVENT_CODEC)

@@ -1,4 +1,4 @@
-"""The writer's one long-lived thread (issue 16 part 1): every sync on that thread, batches that form while a
+"""The writer's one long-lived thread: every sync on that thread, batches that form while a
 sync is in flight, a failed sync failing every waiter of its batch, and cancelled waiters whose records are
 written exactly once."""
 

@@ -1,7 +1,7 @@
 """The lean loader of ``kubernetes_asyncio`` (``agent.operations.kubernetes._lean_import``), in a fresh
 interpreter: no generated model and no other API class is imported, the source still lists, watches and
 publishes end to end against the mock, and it costs far less memory than ``import kubernetes_asyncio.client``
-(issue 13: the idle operator's target is 40 MiB resident)."""
+(design §9: the idle operator's target is 40 MiB resident)."""
 
 from __future__ import annotations
 

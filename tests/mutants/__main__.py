@@ -12,7 +12,7 @@ Mutants:
 - ``d``: the simulated journal skips the fsync of ``SwitchIntended`` (a dropped durability barrier).
 - ``e``: the real journal (``journal/_writer.py``) drops the fdatasync of every appended batch.
 - ``f``: the orchestrator's checked append (``CheckedJournal.append``) appends without the pre-check, so
-  an event breaking a lifecycle rule is made durable first (issue 9); killed by
+  an event breaking a lifecycle rule is made durable first (docs/adr/0002); killed by
   ``tests/core/test_rule_pairs.py``.
 - ``g``: an operator rollback (kind ``rollback``) that runs out of attempts "returns" to what ``last-good``
   names, i.e. stays on the unhealthy slot it just switched to, instead of the previous ``current``.

@@ -80,7 +80,7 @@ class Behavior:
 @attrs.frozen
 class Candidate:
     """An archive the simulated source can serve: its member digest, version, behavior and member size, and
-    for a signed release what its verified signature says (issue 12)."""
+    for a signed release what its verified signature says (docs/trust.md)."""
 
     sha256: str
     version: str

@@ -1,4 +1,4 @@
-"""A fleet of real hosts on this machine for the ``upgrade_core.fleet`` Ansible collection (issue 14).
+"""A fleet of real hosts on this machine for the ``upgrade_core.fleet`` Ansible collection (docs/managed.md).
 
 Each host is its own private systemd (:class:`~agent.testing.sandbox.PrivateSystemd`) with its own host
 root, ``state_dir``, lock and agent port, driven like a real host: the agent's CLI runs *inside* the

@@ -1,4 +1,4 @@
-"""The self-contained runtime drives a real agent under the private systemd (issue 15): ``install`` and
+"""The self-contained runtime drives a real agent under the private systemd (docs/install.md): ``install`` and
 ``upgrade`` run the bundle's ``upgrade-agent`` (no ``python -m agent.cli.main``, no ``PYTHONPATH``), the
 units it writes name the bundle's ``recover-agent-upgrade``, and systemd runs that recovery unit successfully.
 

@@ -289,7 +289,7 @@ def test_wall_clock_jumps_during_the_health_window(
 
 def test_failed_version_requested_again_is_checked_again(make_env: MakeEnv) -> None:
     """C20: X fails health and rolls back, leaving X's bytes in the inactive slot. Requested again under a
-    new operation id, X is refused explicitly as known-bad (issue 12 item 4: fetched and staged, then
+    new operation id, X is refused explicitly as known-bad (docs/trust.md: fetched and staged, then
     aborted before any switch or restart, naming the operation that condemned it); with
     ``--retry-known-bad`` it is staged, verified, switched and health-checked again (never reported done
     because the files look present), and rolls back again. The same operation id repeated after its close
@@ -376,7 +376,7 @@ def test_reset_then_uninstall_leave_nothing_and_remove_nothing_else(make_env: Ma
 
 
 def test_reset_then_install_restores_the_units_and_the_service(make_env: MakeEnv) -> None:
-    """Issue 10 item 4: ``reset`` removes the units (the service is gone); ``install`` with the same archive
+    """``reset`` removes the units (the service is gone); ``install`` with the same archive
     is ``noop``, exit 0, and repairs: ``repaired`` lists every unit file the agent renders, they are written
     again, enabled, and the agent started. ``status`` shows the service active, its MainPID running the
     ``current`` link (blue, v1's bytes), and a canary in the unit directory is byte-identical."""
@@ -436,7 +436,7 @@ def test_preflight_fetches_nothing_creates_nothing_and_reports_the_lock(make_env
     assert plan.code == 0, plan.stderr
     assert plan.json is not None
     assert set(plan.json) == {"preflight", "plan", "inactive_slot", "lock", "open_episode",  # design §7
-                              "episode", "missing_units", "drifted_units", "next"}  # issue 10
+                              "episode", "missing_units", "drifted_units", "next"}  # docs/cli.md
     assert (plan.json["episode"], plan.json["missing_units"], plan.json["drifted_units"], plan.json["next"]) \
         == (None, [], [], None), plan.json  # install wrote every unit, nothing is open
     assert plan.json["preflight"] is True and plan.json["inactive_slot"] == "green"

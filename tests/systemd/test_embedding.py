@@ -1,4 +1,5 @@
-"""The README's embedding example, run as written against a real agent under the private systemd (issue 9).
+"""The README's embedding example (docs/embedding.md), run as written against a real agent under the
+private systemd.
 
 The ```python block under the README's "Embedding" heading is extracted and executed unchanged; the test
 then reads the outcome from the host itself: the links, the slot's bytes, the unit's MainPID running the

@@ -1,4 +1,4 @@
-"""First boot of a host that Ignition provisioned, with a read-only ``/usr`` and no Python (issue 15).
+"""First boot of a host that Ignition provisioned, with a read-only ``/usr`` and no Python (docs/ignition.md).
 
 One host's life, end to end, with the real tools and nothing of the project's Python visible to it:
 

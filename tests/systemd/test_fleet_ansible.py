@@ -1,4 +1,4 @@
-"""Issue 14: the ``upgrade_core.fleet`` collection rolls releases across six real hosts in waves.
+"""The ``upgrade_core.fleet`` collection (docs/managed.md) rolls releases across six real hosts in waves.
 
 Six private systemds are booted once for the module (:mod:`tests.systemd.ansible_fleet`); each host gets
 the sample agent 1.0.0 installed through the real CLI inside it, with ``[trust] root_keys`` naming a key

@@ -1,4 +1,4 @@
-"""Only what it made, under the real private systemd (issue 10 item 3, cases C24/C25; item 4).
+"""Only what it made, under the real private systemd (docs/host.md, cases C24/C25).
 
 The cases of ``tests/cli/test_only_what_it_made.py`` that need a service manager, run with the real CLI
 (:class:`~tests.systemd.agent_env.AgentEnv`, ``host.systemctl_prefix`` = the sandbox's ``nsenter`` prefix,
@@ -196,7 +196,7 @@ def test_failed_install_on_a_mount_point_root_keeps_its_reason_and_uninstall_wor
     assert not os.path.ismount(env.root)  # the tmpfs never left the private namespace
 
 
-# -- install on an installed host repairs missing units and links (item 4) --------------------------------
+# -- install on an installed host repairs missing units and links (docs/host.md) ----------------------------
 def test_install_repairs_missing_units_and_the_compat_link(make_env: MakeEnv) -> None:
     """An installed agent, then (in the sandbox) the agent stopped, its units disabled and the recovery
     timer stopped; a unit file deleted, one drifted, ``R/bin/NAME`` deleted. Expected: ``install`` (no

@@ -1,6 +1,6 @@
 """``upgrade-agent operator`` with the Kubernetes source against the Kubernetes-aware mock API server
 (``tests/kube/apiserver.py``, on loopback; what it fakes is pinned by ``tests/kube/test_conformance.py``),
-upgrading a real agent under the private systemd (issue 13).
+upgrading a real agent under the private systemd (docs/managed.md).
 
 Outcomes are read from the host (links, ``MainPID``'s executable, the served version, the journal) and from
 the status subresource's write history the mock keeps, never from the operator's output alone:

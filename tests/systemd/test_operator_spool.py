@@ -1,4 +1,4 @@
-"""``upgrade-agent operator`` with the spool source, for real under the private systemd (issue 13).
+"""``upgrade-agent operator`` with the spool source, for real under the private systemd (docs/managed.md).
 
 Every outcome is read from the host (links, ``MainPID``'s executable, the served version, the journal) and
 from the status file the operator wrote, never from the operator's own output alone:

@@ -68,7 +68,7 @@ async def test_http_closed_port_is_a_reason() -> None:
     reason = await HttpProbe(url, timeout_s=1.0).check()
     assert reason is not None and reason.startswith(f"http probe {url}: ConnectError")
     assert "\n" not in reason
-    assert isinstance(reason, ProbeUnreachable)  # issue 12 item 4: never makes the candidate known-bad
+    assert isinstance(reason, ProbeUnreachable)  # never makes the candidate known-bad (docs/trust.md)
 
 
 async def test_an_answer_is_never_unreachable(server: str) -> None:

@@ -1,4 +1,4 @@
-"""Real input end to end (design §8, issue 6 part 2): a third-party daemon from its published release
+"""Real input end to end (design §8): a third-party daemon from its published release
 archives.
 
 The daemon is esbuild (its ``--serve`` mode is a real HTTP server) from the npm registry's
@@ -305,7 +305,7 @@ http_probe = "http://127.0.0.1:{port}/"
     assert not any(p.name.startswith(name) for p in sandbox.unit_dir.iterdir())
 
 
-# -- Debian releases (issue 11): a data.tar.xz served as the archive, and a bare executable ------------
+# -- Debian releases: a data.tar.xz served as the archive, and a bare executable ------------
 # Fetched with ``apt-get download`` from the machine's configured Debian archive. How the digest is
 # checked: apt verifies a downloaded .deb against the SHA256 of the Packages index, which is itself
 # authenticated by the archive's signed InRelease file; the test then checks the .deb once more against

@@ -1,4 +1,4 @@
-"""Operator rollback under the private systemd (issue 12 item 5): ``upgrade-agent rollback`` through the CLI.
+"""Operator rollback under the private systemd (docs/recovery.md): ``upgrade-agent rollback`` through the CLI.
 
 Every agent here installs a 1.0.x release into blue and upgrades to a good 1.1.0 on green (committed), so
 ``current`` names green and ``last-good`` blue. Then:

@@ -1,4 +1,4 @@
-"""Issue 10 item 4 / case C26 under the real private systemd: ``NAME-recover.timer`` converges a host whose
+"""Case C26 under the real private systemd: ``NAME-recover.timer`` converges a host whose
 upgrader was killed outright, without any operator command and without a reboot.
 
 Expected outcomes, written down:

@@ -12,8 +12,8 @@ and :func:`agent.errors.describe_error` maps them to one line and an exit code i
 - :mod:`~agent.cli.commands.journal`: ``journal verify|dump|compact``;
 - :mod:`~agent.cli.commands.removal`: ``reset``, ``uninstall``;
 - :mod:`~agent.cli.commands.demo`: ``demo``;
-- :mod:`~agent.cli.commands.operator`: ``operator`` (managed operations, issue 13);
-- :mod:`~agent.cli.commands.ignition`: ``ignition`` (an Ignition config for a new host, issue 15);
+- :mod:`~agent.cli.commands.operator`: ``operator`` (managed operations, docs/managed.md);
+- :mod:`~agent.cli.commands.ignition`: ``ignition`` (an Ignition config for a new host, docs/ignition.md);
 - shared: :mod:`~agent.cli.commands.common` (the session of ``--config``, a writing run),
   :mod:`~agent.cli.commands.signals`, :mod:`~agent.cli.commands.progress`,
   :mod:`~agent.cli.commands.outcome` (result payloads).
@@ -35,7 +35,8 @@ __all__ = ["COMMANDS", "Outcome", "run_command"]
 
 
 # command -> (module, function). A command imports its own module when it runs: `upgrade` does not load
-# the operator's Kubernetes client, Ignition, the demo or the readers (issue 16: the upgrade's fixed costs).
+# the operator's Kubernetes client, Ignition, the demo or the readers (the upgrade's fixed costs, design §9
+# ``upgrade.end_to_end``).
 _WHERE = {
     "install": ("agent.cli.commands.install", "cmd_install"),
     "upgrade": ("agent.cli.commands.upgrade", "cmd_upgrade"),

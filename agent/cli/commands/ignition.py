@@ -1,6 +1,6 @@
 """``ignition``: print the Ignition config that provisions this configuration on a new read-only-``/usr``
-host (design §10, issue 15; :mod:`agent.session.ignition`). Renders only: nothing is fetched, locked or
-written."""
+host (design §10, docs/ignition.md; :mod:`agent.session.ignition`). Renders only: nothing is fetched,
+locked or written."""
 
 from __future__ import annotations
 

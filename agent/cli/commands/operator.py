@@ -1,4 +1,5 @@
-"""``operator``: the long-running managed-operations process (issue 13; :mod:`agent.operations.operator`)."""
+"""``operator``: the long-running managed-operations process (docs/managed.md;
+:mod:`agent.operations.operator`)."""
 
 from __future__ import annotations
 

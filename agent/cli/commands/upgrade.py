@@ -38,7 +38,7 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
 
 
 def cmd_rollback(args: argparse.Namespace) -> Outcome:
-    """``rollback`` (issue 12 item 5, design §10): ``current`` to ``last-good`` as its own episode, and
+    """``rollback`` (docs/recovery.md, design §10): ``current`` to ``last-good`` as its own episode, and
     ``rollback --preflight``. Exit 0 committed, 1 rolled_back/aborted (the previous current runs), 3
     needs_attention, as ``upgrade``.
 
