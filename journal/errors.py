@@ -93,8 +93,8 @@ class JournalFullError(JournalError):
 
 class JournalRefusedError(JournalError):
     """A path of the journal is not ours (design §10, case C23): a symlink, FIFO, device, directory or
-    hard link where a file belongs, a foreign owner, a group/world-writable mode, or permission denied. Nothing was
-    opened through it, written or removed. The agent maps it to exit 4.
+    hard link where a file belongs, a foreign owner, a group/world-writable mode, or permission denied.
+    Nothing was opened through it, written or removed. The agent maps it to exit 4.
 
     Attributes:
         path: the path refused.
