@@ -50,6 +50,7 @@ import attrs
 
 from agent.fs import durable
 from agent.host.layout import Layout
+from agent.systemd.units import unit_owner
 
 __all__ = [
     "RECORD_NAME",
@@ -278,8 +279,6 @@ class Remover:
     def unit_is_ours(self, path: str) -> tuple[bool, str]:
         """(True, "") when ``path`` is a regular unit file whose first line is this agent's header; else
         (False, why). Never follows a symlink, never waits on a FIFO."""
-        from agent.systemd.units import unit_owner
-
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         except FileNotFoundError:

@@ -29,6 +29,7 @@ from typing import Any
 
 import attrs
 
+from agent.fs.statefile import read_state_file, write_state_file
 from agent.redact import redact_url
 from agent.release.fetch import FetchPolicy, fetch
 from agent.release.minisign import (
@@ -41,6 +42,7 @@ from agent.release.minisign import (
     parse_release_claims,
     parse_signature,
 )
+from agent.release.verify import normalise_version
 from upgrade_core import ReleaseTrusted
 from upgrade_core.errors import FetchError, FetchHTTPError, HostError, KeyringError, SignatureError
 
@@ -204,8 +206,6 @@ class ReleaseTrust:
 
     def read_cache(self) -> tuple[bytes, bytes] | None:
         """The cached keyring and its signature (re-verified by the caller), or None; creates nothing."""
-        from agent.fs.statefile import read_state_file
-
         path = self._cache_path()
         try:
             data = read_state_file(self.state_dir, "trust", "keyring.json")
@@ -218,8 +218,6 @@ class ReleaseTrust:
 
     def write_cache(self, data: bytes, sig: bytes) -> None:
         """Replace the cache durably (design §10 ownership, as results)."""
-        from agent.fs.statefile import write_state_file
-
         path = self._cache_path()
         doc = {"keyring": base64.b64encode(data).decode(), "signature": sig.decode()}
         try:
@@ -305,8 +303,6 @@ def trusted_release(sig: Signature, key: PublicKey, hasher: MessageHasher) -> Re
     Raises:
         SignatureError: the archive or the trusted comment does not match; the claims are malformed.
     """
-    from agent.release.verify import normalise_version
-
     sig.verify(key, hasher.message())
     claims = parse_release_claims(sig.trusted_comment, sig.shown, normalise_version)
     return ReleaseTrusted(key_id_hex(key.key_id), claims.name, claims.version, claims.security_version)

@@ -16,6 +16,8 @@ from collections.abc import Mapping
 
 import attrs
 
+from agent.host.lock import probe_lock
+
 __all__ = ["LockHolder", "UnitDrift", "lock_holder", "next_step", "unit_drift"]
 
 
@@ -67,8 +69,6 @@ def lock_holder(path: str, *, proc_locks: str = "/proc/locks") -> LockHolder:
     found = _from_proc_locks(path, proc_locks)
     if found is not None:
         return found
-    from agent.host.lock import probe_lock
-
     if probe_lock(path) == "free":
         return LockHolder(False)
     try:

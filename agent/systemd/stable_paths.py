@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from agent.errors import UsageError
+from agent.fs.statefile import read_regular
 
 ALLOW_ENV: Final = "UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS"
 """Environment variable that, set to ``1``, has the same effect as ``install --allow-unstable-paths``."""
@@ -81,8 +82,6 @@ def _interpreter(path: str) -> str | None:
     Reads at most 256 bytes. A link is followed (the unit will run what it names, so that is what is judged);
     only a regular file is read (:func:`agent.fs.statefile.read_regular`).
     """
-    from agent.fs.statefile import read_regular
-
     head = read_regular(path, follow=True, limit=256)
     if head is None or not head.startswith(b"#!"):
         return None

@@ -66,7 +66,10 @@ async def test_script_agent_runs_and_restarts_through_a_transient_unit(rig: Rig)
     await rig.manager.restart(transient)
     wait_for(lambda: rig.show(f"{transient}.service", "ActiveState")["ActiveState"] == "active",
              what="the transient restart unit to be running")
-    assert rig.show(rig.unit, "ActiveState")["ActiveState"] == "deactivating"
+    # The transient unit is active as soon as its systemctl runs; the agent unit enters "deactivating" when
+    # the restart job reaches it, and stays there until the test lets the old process stop.
+    wait_for(lambda: rig.show(rig.unit, "ActiveState")["ActiveState"] == "deactivating",
+             what="the restart job to be stopping the old process")
     assert not await rig.manager.restart_done(transient)  # the job is between the old process and the new
     release.touch()  # let the old process stop; the restart job completes
     after = await poll(rig, lambda s: s.invocation_id not in ("", first.invocation_id)

@@ -10,6 +10,7 @@ import anyio
 
 from agent.cli.commands.outcome import Outcome
 from agent.session.session import Cleanup, Session
+from upgrade_core.errors import CleanupIncompleteError
 
 
 def cmd_reset(args: argparse.Namespace) -> Outcome:
@@ -25,8 +26,6 @@ def _cleanup_outcome(out: Cleanup) -> Outcome:
         CleanupIncompleteError: a removal failed (exit 3: part was removed, an operator must look);
             ``cleanup_errors`` on it lists the rest.
     """
-    from upgrade_core.errors import CleanupIncompleteError
-
     if out.errors:
         error = CleanupIncompleteError(out.errors[0])
         error.cleanup_errors = out.errors[1:]  # type: ignore[attr-defined]
