@@ -21,7 +21,7 @@ from journal.errors import (
     JournalPoisonedError,
     JournalRefusedError,
 )
-from journal.errors import JournalError as StoreError
+from journal.errors import JournalStoreError as StoreError
 from upgrade_core.errors import (
     HostRefusedError,
     JournalDurabilityError,

@@ -19,7 +19,7 @@ Split by cause, in the manner of trio's Closed/Broken pair:
 from __future__ import annotations
 
 
-class JournalError(Exception):
+class JournalStoreError(Exception):
     """Base of every journal failure.
 
     Attributes:
@@ -31,7 +31,7 @@ class JournalError(Exception):
         self.path = path
 
 
-class JournalCorruptError(JournalError):
+class JournalCorruptError(JournalStoreError):
     """A segment holds a bad frame that is not a torn tail; recovery must not guess.
 
     Attributes:
@@ -46,7 +46,7 @@ class JournalCorruptError(JournalError):
         self.reason = reason
 
 
-class JournalDecodeError(JournalError):
+class JournalDecodeError(JournalStoreError):
     """An intact frame's payload could not be decoded (bad envelope, or the codec raised).
 
     Attributes:
@@ -60,7 +60,7 @@ class JournalDecodeError(JournalError):
         self.reason = reason
 
 
-class JournalVersionError(JournalError):
+class JournalVersionError(JournalStoreError):
     """A segment was written by a newer journal format than this code supports.
 
     Attributes:
@@ -79,19 +79,19 @@ class JournalVersionError(JournalError):
         self.supported = supported
 
 
-class JournalPoisonedError(JournalError):
+class JournalPoisonedError(JournalStoreError):
     """An fsync/fdatasync failed; the writer refuses every later append (no retry, see module doc)."""
 
 
-class JournalClosedError(JournalError):
+class JournalClosedError(JournalStoreError):
     """The writer was closed by its owner (``aclose``) before this call."""
 
 
-class JournalFullError(JournalError):
+class JournalFullError(JournalStoreError):
     """ENOSPC or EDQUOT on append: the record was not accepted; the journal stays readable."""
 
 
-class JournalRefusedError(JournalError):
+class JournalRefusedError(JournalStoreError):
     """A path of the journal is not ours (design §10, case C23): a symlink, FIFO, device, directory or
     hard link where a file belongs, a foreign owner, a group/world-writable mode, or permission denied.
     Nothing was opened through it, written or removed. The agent maps it to exit 4.
@@ -106,11 +106,11 @@ class JournalRefusedError(JournalError):
         self.what = what
 
 
-class JournalBusyError(JournalError):
+class JournalBusyError(JournalStoreError):
     """Another writer holds the journal directory's own lock (one writer per journal, design §10). Exit 75."""
 
 
-class JournalOwnerError(JournalError):
+class JournalOwnerError(JournalStoreError):
     """The journal belongs to another owner (agent name and unit) than the one opening it (case C25).
 
     Attributes:

@@ -22,7 +22,7 @@ from agent.host.ownership import check_result, check_state
 from agent.logline import log
 from agent.session.quarantine import HINT
 from agent.session.wiring import Wired, wire
-from journal import JournalError as StoreError
+from journal import JournalStoreError as StoreError
 from upgrade_core import Folder, Policy, Ports, Recorded, ResultPublished, UpgradeResult, summarize_history
 from upgrade_core.errors import (
     EpisodeLeftOpenError,

@@ -23,7 +23,7 @@ from agent.session.reports import EpisodeInfo, KnownBad, Preflight, ServiceInfo,
 from agent.session.wiring import journal_dir, service_manager
 from agent.systemd.units import recover_timer_name
 from journal import JournalCorruptError, replay
-from journal import JournalError as StoreError
+from journal import JournalStoreError as StoreError
 from upgrade_core import (
     EVENT_CODEC,
     JournalView,

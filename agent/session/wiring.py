@@ -119,7 +119,7 @@ class JournalPort:
         Raises:
             JournalUnreadableError: a corrupt or undecodable record; names its file and offset (exit 3).
         """
-        from journal import JournalError as StoreError
+        from journal import JournalStoreError as StoreError
         from journal import replay
 
         try:
@@ -256,8 +256,8 @@ async def wire(
     # design §3 and 10: missing parents of state_dir are 0755, state_dir itself 0700; an existing one (and
     # every ancestor) is checked before anything is created in it (exit 4).
     prepare_state(cfg)
-    from journal import JournalError as StoreError
     from journal import JournalOwnerError
+    from journal import JournalStoreError as StoreError
 
     try:
         writer: JournalWriter[Event] = await JournalWriter.open(

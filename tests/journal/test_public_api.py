@@ -21,7 +21,7 @@ def test_errors_share_one_base() -> None:
     for name in journal.__all__:
         obj = getattr(journal, name)
         if isinstance(obj, type) and issubclass(obj, Exception):
-            assert issubclass(obj, errors.JournalError), name
+            assert issubclass(obj, errors.JournalStoreError), name
 
 
 def test_journal_imports_neither_upgrade_core_nor_agent() -> None:
