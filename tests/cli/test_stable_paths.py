@@ -1,7 +1,7 @@
 """``install`` refuses to write units that run the tool from a temporary or per-user place (docs/install.md,
 :mod:`agent.systemd.stable_paths`): exit 2, one line naming the path and the fix, the host byte-identical;
-the flag
-``--allow-unstable-paths`` (or the environment variable the suite sets, ``tests/conftest.py``) lets it by.
+the flag ``--allow-unstable-paths`` (or the environment variable the suite sets, ``tests/conftest.py``)
+lets it by. The rule is the session's, so an embedding program gets it too.
 
 Here the CLI runs from this checkout's ``.venv``, whose ``recover-agent-upgrade`` is inside a git checkout:
 exactly the installation the refusal is for.
@@ -14,6 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import anyio
+import pytest
+
+from agent.errors import UsageError
+from agent.session.session import Session
 from agent.systemd.stable_paths import ALLOW_ENV, _interpreter, unstable_reason
 
 from ._rig import REPO, SUBPROCESS_TIMEOUT_S, Rig, snapshot, version_script
@@ -94,3 +99,19 @@ def test_a_fifo_or_device_in_the_executable_place_is_never_read_or_waited_on(tmp
     assert _interpreter("/dev/zero") is None
     (tmp_path / "link").symlink_to(fifo)
     assert _interpreter(str(tmp_path / "link")) is None
+
+
+def test_an_embedder_gets_the_same_refusal(rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule is the session's, not the command's: ``Session.install`` from an embedding program refuses
+    the same way (UsageError, exit 2), before the lock and before anything is written."""
+    monkeypatch.delenv(ALLOW_ENV, raising=False)
+    binary = tmp_path / "plain-binary"
+    binary.write_bytes(version_script("1.0.0"))
+    binary.chmod(0o755)
+    before = snapshot(tmp_path)
+    session = Session.load(str(rig.config))
+    request = session.request(str(binary))
+    with pytest.raises(UsageError, match="--allow-unstable-paths") as refused:
+        anyio.run(lambda: session.install(request))
+    assert refused.value.exit_code == 2
+    assert snapshot(tmp_path) == before
