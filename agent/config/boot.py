@@ -36,6 +36,8 @@ DEFAULT_STATE_DIR = "/var/lib/upgrade-agent/{name}"
 DEFAULT_LOCK_PATH = "/run/upgrade-agent/{name}.lock"
 DEFAULT_ROOT = "/opt/upgrade-agent"
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+MIN_POLL_S = 0.1
+"""The shortest ``[operations] poll_s`` (seconds): a shorter poll keeps a core busy for nothing."""
 DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 """``[operations] node_name`` / ``namespace``: a DNS subdomain (RFC 1123, at most 253 characters), as a
 Kubernetes node name."""
@@ -226,6 +228,8 @@ def _pos_num(v: object) -> bool:
     return type(v) in (int, float) and 0 < v < float("inf")  # type: ignore[operator]
 
 
+# a plain lowercase service name; any other (still valid) unit name is the full loader's to judge
+_PLAIN_SERVICE = re.compile(r"[a-z0-9_][a-z0-9_.-]{0,240}\.service")
 _HTTP_URL = re.compile(r"https?://[^/?#@\s]+(?:[/?#]\S*)?")
 # a minisign public key as one bare line: base64 of 42 bytes (56 characters, no padding) whose first two bytes
 # are "Ed" (so its text starts "RW"); anything else, such as a key after its untrusted comment, is the full
@@ -245,7 +249,8 @@ FAST_SCHEMA: dict[str, dict[str, _Check]] = {
     "agent": {
         "name": lambda v: isinstance(v, str) and NAME_RE.fullmatch(v) is not None,
         # a plain .service that is not one of the agent's own; anything else: the full loader decides
-        "unit": lambda v: _text(v) and v.endswith(".service") and "@" not in v and "-recover" not in v,
+        "unit": lambda v: (isinstance(v, str) and _PLAIN_SERVICE.fullmatch(v) is not None
+                           and "-recover" not in v),
         "exec_args": _argv,
         "version_args": _argv,
         "member": lambda v: _text(v) and v != "",
@@ -291,7 +296,7 @@ FAST_SCHEMA: dict[str, dict[str, _Check]] = {
         "node_name": lambda v: v == "" or (isinstance(v, str) and DNS_SUBDOMAIN_RE.fullmatch(v) is not None),
         "namespace": lambda v: v == "" or (isinstance(v, str) and DNS_SUBDOMAIN_RE.fullmatch(v) is not None),
         "kubeconfig": lambda v: v == "" or (_abs(v) and "{" not in v),
-        "poll_s": _pos_num,
+        "poll_s": lambda v: _pos_num(v) and v >= MIN_POLL_S,
     },
 }
 """Section -> key -> a predicate the value must meet for the quick path to trust the file."""

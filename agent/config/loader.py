@@ -35,6 +35,7 @@ from agent.config.boot import (
     DEFAULT_LOCK_PATH,
     DEFAULT_STATE_DIR,
     DNS_SUBDOMAIN_RE,
+    MIN_POLL_S,
     NAME_RE,
     discover_config_path,
     machine_arch,
@@ -80,6 +81,13 @@ class _BadValue(ValueError):
 def _positive(_inst: object, a: attrs.Attribute[Any], v: float) -> None:
     if not (math.isfinite(v) and v > 0):
         raise _BadValue(a.name, f"must be a positive number, got {v!r}")
+
+
+def _poll_interval(_inst: object, a: attrs.Attribute[Any], v: float) -> None:
+    _positive(_inst, a, v)
+    if v < MIN_POLL_S:
+        raise _BadValue(a.name, f"must be at least {MIN_POLL_S} seconds (a shorter poll keeps a core busy), "
+                                f"got {v!r}")
 
 
 def _non_negative(_inst: object, a: attrs.Attribute[Any], v: int) -> None:
@@ -314,7 +322,8 @@ class OperationsSection:
         namespace: kubernetes: the namespace watched; "" means the service account's namespace in a pod,
             else ``default``.
         kubeconfig: kubernetes: "" for the in-cluster service account, else an absolute kubeconfig path.
-        poll_s: spool: seconds between two scans of the directory (seconds; the operator's idle cost).
+        poll_s: spool: seconds between two scans of the directory (the operator's idle cost); at least
+            ``MIN_POLL_S`` (0.1 s).
     """
 
     source: OperationsSource = ""
@@ -322,7 +331,7 @@ class OperationsSection:
     node_name: str = attrs.field(default="", validator=_node_name)
     namespace: str = attrs.field(default="", validator=_node_name)
     kubeconfig: str = attrs.field(default="", validator=_absolute_or_empty)
-    poll_s: float = attrs.field(default=2.0, validator=_positive)
+    poll_s: float = attrs.field(default=2.0, validator=_poll_interval)
 
     def __attrs_post_init__(self) -> None:
         if self.source == "spool" and not self.spool_dir:

@@ -56,7 +56,10 @@ the next run (recovery is journaled and crash-safe)."""
 
 _NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 # systemd.unit(5): unit names are ASCII letters, digits, ":", "-", "_", ".", "\\" and "@" plus a type suffix.
-_UNIT_RE: Final = re.compile(r"[A-Za-z0-9:_.@\\-]{1,246}\.(service|socket|target|timer|path|slice|scope)")
+# systemd.unit(5) names, unescaped: no "\\" escape sequences, and a first character that is a letter, digit or
+# "_" ("-.service" and ".x.service" are names only an escaped path produces; "-" alone means the root).
+_UNIT_TYPES: Final = "service|socket|target|timer|path|slice|scope"
+_UNIT_RE: Final = re.compile(rf"[A-Za-z0-9_][A-Za-z0-9:_.@-]{{0,245}}\.({_UNIT_TYPES})")
 # Characters that need no quoting in an ExecStart= word (after % and $ are doubled).
 _SAFE_WORD_RE: Final = re.compile(r"[A-Za-z0-9_@%+=:,./$-]+")
 _C_ESCAPES: Final = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t", "\r": "\\r"}
@@ -83,7 +86,8 @@ def check_name(name: str) -> None:
 
 
 def check_unit(unit: str, key: str = "agent.unit") -> None:
-    """Raise ``ConfigError`` (naming ``key``) unless ``unit`` is a valid systemd unit name."""
+    """Raise ``ConfigError`` (naming ``key``) unless ``unit`` is a systemd unit name (systemd.unit(5)) that
+    needs no escaping: letters, digits, ``:_.@-``, not starting with ``-``, ``.``, ``:`` or ``@``."""
     if not _UNIT_RE.fullmatch(unit):
         raise ConfigError(f"{key}: {unit!r} is not a valid systemd unit name (systemd.unit(5))")
 

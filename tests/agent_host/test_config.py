@@ -177,6 +177,12 @@ path = "/srv/m2"
         (MINIMAL + '[operations]\nnode_name = "Web_1"\n', "operations.node_name", "DNS subdomain"),
         (MINIMAL + '[operations]\nkubeconfig = "kube.yaml"\n', "operations.kubeconfig", "absolute"),
         (MINIMAL + '[operations]\npoll_s = 0\n', "operations.poll_s", "positive"),
+        # a microsecond poll would keep a core busy while nothing happens
+        (MINIMAL + '[operations]\npoll_s = 0.000001\n', "operations.poll_s", "at least 0.1 seconds"),
+        # names systemd would read as an escaped path ("-" is the root) or that need escaping
+        (MINIMAL + 'unit = "-.service"\n', "agent.unit", "not a valid systemd unit name"),
+        (MINIMAL + 'unit = ".hidden.service"\n', "agent.unit", "not a valid systemd unit name"),
+        (MINIMAL + 'unit = "x\\\\x2dy.service"\n', "agent.unit", "not a valid systemd unit name"),
         (MINIMAL + '[operations]\nwatch = 1\n', "operations.watch", "unknown key"),
     ],
 )
