@@ -27,6 +27,7 @@ __all__ = [
     "read_regular",
     "read_state_file",
     "refused",
+    "remove_state_file",
     "write_checked_file",
     "write_state_file",
 ]
@@ -172,12 +173,32 @@ def write_checked_file(dir_fd: int, path: str, data: bytes) -> bool:
     return True
 
 
+def _state_subdir(state_dir: str, sub: str, *, create: bool) -> int | None:
+    """A checked descriptor of ``state_dir/sub`` (``sub`` "" is ``state_dir`` itself), created 0700 when
+    missing and ``create``; None when missing otherwise. The caller closes it.
+
+    Raises:
+        JournalRefusedError, HostRefusedError: a directory on the way is not ours.
+    """
+    state_fd = open_state_dir(state_dir, create=create)
+    if state_fd is None:
+        return None
+    if not sub:
+        return state_fd
+    try:
+        path = os.path.join(state_dir, sub)
+        if create:
+            return safefs.make_dir(state_fd, sub, path, 0o700)
+        return safefs.open_dir(path, dir_fd=state_fd, name=sub)
+    finally:
+        os.close(state_fd)
+
+
 def write_state_file(state_dir: str, sub: str, name: str, data: bytes) -> bool:
     """Replace ``state_dir/sub/name`` with ``data`` durably, through checked directory handles (design §10):
-    the
-    write twin of :func:`read_state_file`. ``state_dir`` and ``sub`` are created 0700 when missing; the
-    file is written by :func:`write_checked_file` (temp 0600 + fsync + rename + directory fsync; identical
-    content is not rewritten).
+    the write twin of :func:`read_state_file`; ``sub`` "" writes in ``state_dir`` itself. ``state_dir`` and
+    ``sub`` are created 0700 when missing; the file is written by :func:`write_checked_file` (temp 0600 +
+    fsync + rename + directory fsync; identical content is not rewritten).
 
     Returns:
         True when the file was (re)written, False when it already held exactly ``data``.
@@ -189,12 +210,8 @@ def write_state_file(state_dir: str, sub: str, name: str, data: bytes) -> bool:
     """
     path = os.path.join(state_dir, sub, name)
     try:
-        state_fd = open_state_dir(state_dir, create=True)
-        assert state_fd is not None
-        try:
-            dir_fd = safefs.make_dir(state_fd, sub, os.path.dirname(path), 0o700)
-        finally:
-            os.close(state_fd)
+        dir_fd = _state_subdir(state_dir, sub, create=True)
+        assert dir_fd is not None
         try:
             return write_checked_file(dir_fd, path, data)
         finally:
@@ -204,8 +221,9 @@ def write_state_file(state_dir: str, sub: str, name: str, data: bytes) -> bool:
 
 
 def read_state_file(state_dir: str, sub: str, name: str) -> bytes | None:
-    """The bytes of ``state_dir/sub/name``, read through checked directory handles (design §10): None when
-    ``state_dir``, ``sub`` or the file does not exist; creates nothing.
+    """The bytes of ``state_dir/sub/name`` (``sub`` "": in ``state_dir`` itself), read through checked
+    directory handles (design §10): None when ``state_dir``, ``sub`` or the file does not exist; creates
+    nothing.
 
     Raises:
         HostRefusedError: a path on the way or the file is not ours (symlink, FIFO, hard link, foreign owner,
@@ -214,13 +232,7 @@ def read_state_file(state_dir: str, sub: str, name: str) -> bytes | None:
     """
     path = os.path.join(state_dir, sub, name)
     try:
-        state_fd = open_state_dir(state_dir, create=False)
-        if state_fd is None:
-            return None
-        try:
-            dir_fd = safefs.open_dir(os.path.dirname(path), dir_fd=state_fd, name=sub)
-        finally:
-            os.close(state_fd)
+        dir_fd = _state_subdir(state_dir, sub, create=False)
         if dir_fd is None:
             return None
         try:
@@ -229,5 +241,33 @@ def read_state_file(state_dir: str, sub: str, name: str) -> bytes | None:
             os.close(dir_fd)
     except FileNotFoundError:
         return None
+    except JournalRefusedError as e:
+        raise refused(e) from None
+
+
+def remove_state_file(state_dir: str, sub: str, name: str) -> bool:
+    """Remove ``state_dir/sub/name`` (``sub`` "": in ``state_dir`` itself) through checked directory handles,
+    with ``unlinkat`` on the checked directory, then fsync it; creates nothing.
+
+    Returns:
+        True when a file was removed, False when there was none.
+
+    Raises:
+        HostRefusedError: a path on the way or the file is not ours: refused, nothing removed (exit 4).
+        OSError: the removal failed (EROFS, EBUSY...).
+    """
+    path = os.path.join(state_dir, sub, name)
+    try:
+        dir_fd = _state_subdir(state_dir, sub, create=False)
+        if dir_fd is None:
+            return False
+        try:
+            if not safefs.check_entry(dir_fd, name, path):
+                return False
+            os.unlink(name, dir_fd=dir_fd)
+            os.fsync(dir_fd)
+            return True
+        finally:
+            os.close(dir_fd)
     except JournalRefusedError as e:
         raise refused(e) from None

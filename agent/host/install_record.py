@@ -43,12 +43,13 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal
 
 import attrs
 
 from agent.fs import durable
+from agent.fs.statefile import read_state_file, remove_state_file, write_state_file
 from agent.host.layout import Layout
 from agent.systemd.units import unit_owner
 
@@ -113,6 +114,20 @@ class Cleanup:
         self.notes += [n for n in other.notes if n not in self.notes]
 
 
+def _confined(entry: Entry, allowed: Sequence[str]) -> bool:
+    """True when ``entry`` names a normalised path under one of ``allowed`` (or, for a ``dir``, one of
+    their ancestors)."""
+    path = entry.path
+    if os.path.normpath(path) != path:
+        return False
+    for top in allowed:
+        if path == top or path.startswith(top.rstrip("/") + "/"):
+            return True
+        if entry.kind == "dir" and (top.startswith(path.rstrip("/") + "/")):
+            return True
+    return False
+
+
 def missing_dirs(path: str) -> list[str]:
     """The directories ``durable.make_dirs(path)`` would create, outermost first (what to list first)."""
     return durable.missing_dirs(path)
@@ -130,38 +145,41 @@ class InstallRecord:
     """
 
     def __init__(self, state_dir: str, agent: str, unit: str, config: str) -> None:
+        self.state_dir = state_dir
         self.path = os.path.join(state_dir, RECORD_NAME)
         self.agent, self.unit, self.config = agent, unit, config
         self.entries: list[Entry] = []
         self.exists = False
 
     @classmethod
-    def load(cls, state_dir: str, agent: str, unit: str, config: str) -> InstallRecord:
+    def load(
+        cls, state_dir: str, agent: str, unit: str, config: str, *, allowed: Sequence[str]
+    ) -> InstallRecord:
         """The record in ``state_dir`` (``exists`` False and no entries when there is none); creates nothing.
 
+        The record is a state file (docs/host.md): read through the checked ``state_dir`` handle, a regular
+        file of the effective user's, single link, not group- or world-writable. Every entry must lie under
+        one of ``allowed`` (the host root, the unit directory, ``state_dir``); a ``dir`` entry may also be
+        an ancestor of one of them (the directories an install created on the way to the host root). A
+        record planted by another user, or one that names anything else, would turn a removal against a
+        file the agent never made: it is refused whole.
+
+        Args:
+            allowed: absolute, normalised directories the entries may lie under.
+
         Raises:
-            RecordError: a symlink, FIFO, directory or other non-regular file stands there, or the content
-                is not an install record of ``agent`` (the message names the path).
+            HostRefusedError: a symlink, FIFO, hard link or another user's file stands there, or a directory
+                on the way is not ours (exit 4).
+            RecordError: the content is not an install record of ``agent``; ``refused`` when an entry lies
+                outside ``allowed`` (the message names the path and the entry).
         """
         rec = cls(state_dir, agent, unit, config)
-        try:
-            fd = os.open(rec.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:
+        raw = read_state_file(state_dir, "", RECORD_NAME)
+        if raw is None:
             return rec
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise RecordError(f"{rec.path}: a symlink stands where the install record must be",
-                                  refused=True) from None
-            raise RecordError(f"{rec.path}: cannot read the install record: {e.strerror}") from None
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise RecordError(f"{rec.path}: not a regular file; refusing to use it as the install record",
-                                  refused=True)
-            raw = os.read(fd, _MAX_RECORD_BYTES + 1)
-        finally:
-            os.close(fd)
-        try:
+            if len(raw) > _MAX_RECORD_BYTES:
+                raise ValueError(f"larger than {_MAX_RECORD_BYTES} bytes")
             doc: Any = json.loads(raw)
             if not isinstance(doc, dict) or doc.get("format") != _FORMAT:
                 raise ValueError("not an install record of format 1")
@@ -174,6 +192,11 @@ class InstallRecord:
         if doc.get("agent") != agent:
             raise RecordError(f"{rec.path}: the install record belongs to agent {doc.get('agent')!s}, "
                               f"not {agent}")
+        for entry in entries:
+            if not _confined(entry, allowed):
+                raise RecordError(
+                    f"{rec.path}: the install record lists {entry.path}, outside the host root, the unit "
+                    "directory and state_dir; refusing to use it", refused=True)
         rec.entries, rec.exists = entries, True
         return rec
 
@@ -209,7 +232,7 @@ class InstallRecord:
         if self.entries:
             self._save()
         elif self.exists:
-            durable.remove_if_present(self.path)
+            remove_state_file(self.state_dir, "", RECORD_NAME)
             self.exists = False
 
     def to_json(self) -> dict[str, Any]:
@@ -220,7 +243,7 @@ class InstallRecord:
 
     def _save(self) -> None:
         data = (json.dumps(self.to_json(), indent=1) + "\n").encode()
-        durable.atomic_write_bytes(self.path, data, 0o600)
+        write_state_file(self.state_dir, "", RECORD_NAME, data)
         self.exists = True
 
 

@@ -29,6 +29,7 @@ from agent.host.install_record import (
     remove_state_files,
 )
 from agent.host.lock import HostLock
+from agent.host.ownership import check_state
 from agent.host.provision import Provisioner
 from agent.logline import log
 from agent.release.fetch import parse_sha256
@@ -285,10 +286,14 @@ class Setup:
 
         Raises:
             LockBusyError: the host lock is held (exit 75).
-            HostRefusedError, HostError: the install record cannot be trusted; nothing was changed.
+            HostRefusedError, HostError: ``state_dir`` or the install record cannot be trusted; nothing was
+                changed (exit 4).
+            ConfigError: the journal in ``state_dir`` belongs to another configuration (exit 2).
         """
+        check_state(self.config)  # the writer's checks, before the lock file or anything else is touched
+        self.install_record()  # a record that cannot be trusted is refused before the lock file too
         with HostLock(self.config.host.lock_path):
-            record = self.install_record()
+            record = self.install_record()  # read again under the lock: the one acted on
             out = await self.remove_units(record)
             self._forget(record, out)
             return out
@@ -308,6 +313,8 @@ class Setup:
             LockBusyError: the host lock is held (exit 75).
         """
         cfg = self.config
+        check_state(cfg)  # the writer's checks, before the lock file or anything else is touched
+        self.install_record()  # a record that cannot be trusted is refused before the lock file too
         _refuse_read_only(self.host.layout.agent_dir, cfg.host.state_dir)
         with HostLock(cfg.host.lock_path):
             record = self.install_record()  # refused (a symlink, another agent's) before anything changes
@@ -339,12 +346,18 @@ class Setup:
         """
         cfg = self.config
         try:
-            return InstallRecord.load(cfg.host.state_dir, cfg.agent.name, cfg.agent.unit, self.config_path)
+            return InstallRecord.load(cfg.host.state_dir, cfg.agent.name, cfg.agent.unit, self.config_path,
+                                      allowed=self._record_scope())
         except RecordError as exc:
             path = os.path.join(cfg.host.state_dir, RECORD_NAME)
             if exc.refused:
                 raise HostRefusedError(path, str(exc).removeprefix(f"{path}: ")) from None
             raise HostError(str(exc)) from None
+
+    def _record_scope(self) -> tuple[str, ...]:
+        """Where the install record's entries may lie: the host root, the unit directory, ``state_dir``."""
+        cfg = self.config
+        return tuple(os.path.normpath(p) for p in (self.host.root, cfg.host.unit_dir, cfg.host.state_dir))
 
     def _remover(self) -> Remover:
         return Remover(self.host.layout, self.config.host.unit_dir, self.host.legacy_root)

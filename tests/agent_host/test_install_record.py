@@ -17,6 +17,7 @@ import pytest
 from agent.host.install_record import Entry, InstallRecord, RecordError, Remover, missing_dirs
 from agent.host.layout import Layout
 from agent.systemd.units import owner_header, unit_owner
+from upgrade_core.errors import HostRefusedError
 
 NAME = "rec-agent"
 
@@ -26,7 +27,7 @@ def _sha(p: Path) -> str:
 
 
 def test_record_is_written_0600_before_and_forgotten_after(tmp_path: Path) -> None:
-    rec = InstallRecord.load(str(tmp_path), NAME, f"{NAME}.service", "/etc/x.toml")
+    rec = InstallRecord.load(str(tmp_path), NAME, f"{NAME}.service", "/etc/x.toml", allowed=[str(tmp_path)])
     assert not rec.exists and rec.entries == []
     rec.intend("dir", [str(tmp_path / "a"), str(tmp_path / "a"), str(tmp_path / "b")])
     path = tmp_path / "install.json"
@@ -35,7 +36,7 @@ def test_record_is_written_0600_before_and_forgotten_after(tmp_path: Path) -> No
     assert doc["format"] == 1 and doc["agent"] == NAME
     assert doc["entries"] == [{"kind": "dir", "path": str(tmp_path / "a")},
                               {"kind": "dir", "path": str(tmp_path / "b")}]
-    again = InstallRecord.load(str(tmp_path), NAME, f"{NAME}.service", "/etc/x.toml")
+    again = InstallRecord.load(str(tmp_path), NAME, f"{NAME}.service", "/etc/x.toml", allowed=[str(tmp_path)])
     assert again.entries == [Entry("dir", str(tmp_path / "a")), Entry("dir", str(tmp_path / "b"))]
     again.forget([str(tmp_path / "a"), str(tmp_path / "b")])
     assert not path.exists()
@@ -45,14 +46,13 @@ def test_a_symlink_or_another_agents_record_is_refused(tmp_path: Path) -> None:
     canary = tmp_path / "canary"
     canary.write_text("{}")
     (tmp_path / "install.json").symlink_to(canary)
-    with pytest.raises(RecordError) as info:
-        InstallRecord.load(str(tmp_path), NAME, "u.service", "/c")
-    assert info.value.refused
+    with pytest.raises(HostRefusedError, match="symlink"):
+        InstallRecord.load(str(tmp_path), NAME, "u.service", "/c", allowed=[str(tmp_path)])
     (tmp_path / "install.json").unlink()
     other = InstallRecord(str(tmp_path), "other", "u.service", "/c")
     other.intend("dir", ["/nowhere"])
     with pytest.raises(RecordError, match="belongs to agent other"):
-        InstallRecord.load(str(tmp_path), NAME, "u.service", "/c")
+        InstallRecord.load(str(tmp_path), NAME, "u.service", "/c", allowed=[str(tmp_path)])
     assert canary.read_text() == "{}"
 
 
