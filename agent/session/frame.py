@@ -18,7 +18,7 @@ from agent.config.loader import AgentConfig
 from agent.groups import sole_error
 from agent.host.adapter import AgentHost
 from agent.host.lock import HostLock
-from agent.host.ownership import check_result, check_state
+from agent.host.ownership import check_host_root, check_result, check_state
 from agent.logline import log
 from agent.session.quarantine import HINT
 from agent.session.wiring import Wired, wire
@@ -123,6 +123,7 @@ class EpisodeFrame:
         if self._running:
             raise RuntimeError("Session: one write at a time")
         check_state(self.config)
+        check_host_root(self.host)
         if operation is not None:
             check_result(self.config, operation)
         self._running = True

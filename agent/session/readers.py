@@ -15,7 +15,7 @@ from agent.config.loader import AgentConfig
 from agent.errors import journal_error
 from agent.host.adapter import AgentHost
 from agent.host.lock import probe_lock
-from agent.host.ownership import check_state
+from agent.host.ownership import check_host_root, check_state
 from agent.host.provision import Provisioner
 from agent.session.converge import lock_holder, next_step, unit_drift
 from agent.session.frame import require_installed, untrusted
@@ -86,6 +86,7 @@ class Readers:
             HistoryError: its order of events is illegal (exit 3).
         """
         check_state(self.config)  # design §10: the same checks as a writer; creates nothing
+        check_host_root(self.host)
         directory = journal_dir(self.config)
         try:
             rep = replay(directory, EVENT_CODEC)

@@ -29,7 +29,7 @@ from agent.host.install_record import (
     remove_state_files,
 )
 from agent.host.lock import HostLock
-from agent.host.ownership import check_state
+from agent.host.ownership import check_host_root, check_state
 from agent.host.provision import Provisioner
 from agent.logline import log
 from agent.release.fetch import parse_sha256
@@ -291,6 +291,7 @@ class Setup:
             ConfigError: the journal in ``state_dir`` belongs to another configuration (exit 2).
         """
         check_state(self.config)  # the writer's checks, before the lock file or anything else is touched
+        check_host_root(self.host)
         self.install_record()  # a record that cannot be trusted is refused before the lock file too
         with HostLock(self.config.host.lock_path):
             record = self.install_record()  # read again under the lock: the one acted on
@@ -314,6 +315,7 @@ class Setup:
         """
         cfg = self.config
         check_state(cfg)  # the writer's checks, before the lock file or anything else is touched
+        check_host_root(self.host)
         self.install_record()  # a record that cannot be trusted is refused before the lock file too
         _refuse_read_only(self.host.layout.agent_dir, cfg.host.state_dir)
         with HostLock(cfg.host.lock_path):
