@@ -35,6 +35,7 @@ CONFIG_DIR = "/etc/upgrade-agent"
 DEFAULT_STATE_DIR = "/var/lib/upgrade-agent/{name}"
 DEFAULT_LOCK_PATH = "/run/upgrade-agent/{name}.lock"
 DEFAULT_ROOT = "/opt/upgrade-agent"
+DEFAULT_UNIT_DIR = "/etc/systemd/system"
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 MIN_POLL_S = 0.1
 """The shortest ``[operations] poll_s`` (seconds): a shorter poll keeps a core busy for nothing."""
@@ -196,7 +197,7 @@ def quick_paths(path: str) -> tuple[str, str, str] | None:
         if data.startswith(b"\xef\xbb\xbf") or b"\0" in data:
             return None  # the full loader words the error (decode_config)
         doc = tomllib.loads(data.decode("utf-8"))  # UnicodeDecodeError is a ValueError: same answer
-        return _fast_values(doc)
+        return _fast_values(doc, os.path.dirname(os.path.abspath(path)))
     except (OSError, ValueError, TypeError, KeyError):
         return None
 
@@ -329,7 +330,7 @@ def plausibly_valid(doc: dict[str, Any]) -> bool:
     return not (health.get("http_probe") and health.get("command_probe"))
 
 
-def _fast_values(doc: dict[str, Any]) -> tuple[str, str, str]:
+def _fast_values(doc: dict[str, Any], config_dir: str) -> tuple[str, str, str]:
     if not plausibly_valid(doc):
         raise ValueError("let the full loader check this file")
     agent = doc["agent"]
@@ -361,6 +362,10 @@ def _fast_values(doc: dict[str, Any]) -> tuple[str, str, str]:
     spool = operations.get("spool_dir", "")
     if operations.get("source") == "spool" and not spool:
         raise ValueError("let the full loader name the key")
-    if spool and spool_problem(os.path.normpath(spool), out[2], out[0]) is not None:
+    unit_dir = host.get("unit_dir", DEFAULT_UNIT_DIR)
+    if not isinstance(unit_dir, str) or "{" in unit_dir:
+        raise ValueError("let the full loader name the key")
+    if spool and spool_problem(os.path.normpath(spool), out[2], out[0], unit_dir=os.path.normpath(unit_dir),
+                               lock_path=out[1], config_dir=config_dir) is not None:
         raise ValueError("let the full loader name the key")
     return name, out[0], out[1]

@@ -34,6 +34,7 @@ from cattrs.errors import (
 from agent.config.boot import (
     DEFAULT_LOCK_PATH,
     DEFAULT_STATE_DIR,
+    DEFAULT_UNIT_DIR,
     DNS_SUBDOMAIN_RE,
     MIN_POLL_S,
     NAME_RE,
@@ -176,7 +177,7 @@ class HostSection:
     root: str = attrs.field(default="/opt/upgrade-agent", validator=_absolute)
     legacy_root: str = attrs.field(default="", validator=_absolute_or_empty)
     state_dir: str = attrs.field(default=DEFAULT_STATE_DIR, validator=_absolute)
-    unit_dir: str = attrs.field(default="/etc/systemd/system", validator=_absolute)
+    unit_dir: str = attrs.field(default=DEFAULT_UNIT_DIR, validator=_absolute)
     lock_path: str = attrs.field(default=DEFAULT_LOCK_PATH, validator=_absolute)
     systemctl_prefix: tuple[str, ...] = attrs.field(default=(), validator=_argv)
 
@@ -519,7 +520,7 @@ def _substituted(cfg: AgentConfig, machine: str | None) -> AgentConfig:
     )
 
 
-def _check_paths(host: HostSection, operations: OperationsSection) -> None:
+def _check_paths(host: HostSection, operations: OperationsSection, config_dir: str | None) -> None:
     """design §10 rules across keys (:func:`agent.config.pathrules.path_problem`), after substitution and
     normalisation: no system directory itself, no ``host.root``/``host.state_dir`` overlap, no lock file
     inside ``host.root``.
@@ -529,7 +530,8 @@ def _check_paths(host: HostSection, operations: OperationsSection) -> None:
     """
     problem = path_problem(host.root, host.state_dir, host.lock_path)
     if problem is None and operations.spool_dir:
-        problem = spool_problem(operations.spool_dir, host.root, host.state_dir)
+        problem = spool_problem(operations.spool_dir, host.root, host.state_dir, unit_dir=host.unit_dir,
+                                lock_path=host.lock_path, config_dir=config_dir)
     if problem is not None:
         raise _BadValue(*problem)
 
@@ -556,7 +558,8 @@ def parse_config(doc: Mapping[str, Any], source: str, machine: str | None = None
     try:
         cfg = _CONVERTER.structure(doc, AgentConfig)
         cfg = attrs.evolve(_substituted(cfg, machine), source=source)
-        _check_paths(cfg.host, cfg.operations)
+        config_dir = os.path.dirname(os.path.abspath(source)) if os.path.isabs(source) else None
+        _check_paths(cfg.host, cfg.operations, config_dir)
     except (ClassValidationError, _BadValue) as e:
         problems = _errors(e, "")
         key, message = problems[0] if problems else ("(top level)", str(e))

@@ -1,7 +1,6 @@
 """The cross-key path rules of the configuration (design §10), standard library only: shared by the full
-loader
-(:mod:`agent.config.loader`) and the boot path's quick reader (:mod:`agent.config.boot`), which must never
-accept what the full loader refuses.
+loader (:mod:`agent.config.loader`) and the boot path's quick reader (:mod:`agent.config.boot`), which
+must never accept what the full loader refuses.
 
 The agent creates, checks and (``uninstall``) removes ``host.root``, ``host.state_dir`` and the lock, so:
 
@@ -14,7 +13,9 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["SYSTEM_DIRS", "path_problem"]
+from agent.systemd.searchpath import SYSTEM_UNIT_DIRS
+
+__all__ = ["SYSTEM_DIRS", "path_problem", "spool_problem"]
 
 SYSTEM_DIRS = frozenset(
     {"/", "/etc", "/var", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/run", "/tmp", "/home", "/boot", "/dev",
@@ -47,15 +48,26 @@ def path_problem(root: str, state_dir: str, lock_path: str) -> tuple[str, str] |
     return None
 
 
-def spool_problem(spool_dir: str, root: str, state_dir: str) -> tuple[str, str] | None:
+def spool_problem(
+    spool_dir: str, root: str, state_dir: str, *, unit_dir: str, lock_path: str, config_dir: str | None
+) -> tuple[str, str] | None:
     """``[operations] spool_dir`` against the host paths (docs/configuration.md, cross-key path rules): the
-    spool is the control plane's directory, never a system directory, never inside or around ``host.root``
-    or ``host.state_dir`` (the agent's own files must not be reachable as operations, nor operations land
-    among them). ``(dotted key, message)`` or None; all paths absolute and normalised."""
+    spool is the control plane's directory, never a system directory, and it neither lies inside nor holds
+    a directory the agent writes or reads its instructions from: ``host.root``, ``host.state_dir``,
+    ``host.unit_dir``, the lock's directory, the configuration's directory, or any directory systemd loads
+    units from (:data:`agent.systemd.searchpath.SYSTEM_UNIT_DIRS`). Whoever may write operations must not
+    reach the agent's own files, units or configuration through it. ``(dotted key, message)`` or None; all
+    paths absolute and normalised.
+    """
     key = "operations.spool_dir"
     if spool_dir in SYSTEM_DIRS:
         return key, f'must not be "{spool_dir}" itself (a system directory)'
-    for other_key, other in (("host.root", root), ("host.state_dir", state_dir)):
+    others = [("host.root", root), ("host.state_dir", state_dir), ("host.unit_dir", unit_dir),
+              ("the directory of host.lock_path", os.path.dirname(lock_path))]
+    if config_dir is not None:
+        others.append(("the configuration's directory", config_dir))
+    others += [("the systemd unit directory", d) for d in SYSTEM_UNIT_DIRS]
+    for other_key, other in others:
         if _inside(spool_dir, other) or _inside(other, spool_dir):
             return key, f'"{spool_dir}" and {other_key} "{other}" must not overlap'
     return None

@@ -36,6 +36,7 @@ from agent.release.fetch import parse_sha256
 from agent.session.frame import EpisodeFrame
 from agent.session.request import make_request
 from agent.session.wiring import recover_executable, service_manager
+from agent.systemd.searchpath import SYSTEM_UNIT_DIRS
 from agent.systemd.stable_paths import check_stable_executables
 from agent.systemd.units import operator_unit_name, recover_boot_unit_name, recover_timer_name, render_units
 from upgrade_core import Folder, Policy, Ports, Slot, UpgradeRequest, UpgradeResult, other_slot, run_install
@@ -368,20 +369,35 @@ class Setup:
         return os.path.join(self.config.host.unit_dir, name)
 
     def refuse_foreign_units(self) -> None:
-        """Refuse to write over a unit file this agent did not write (docs/host.md, case C24).
+        """Refuse to write over, or in front of, a unit file this agent did not write (docs/host.md, case
+        C24).
+
+        A unit file in ``host.unit_dir`` must carry this agent's header line. A unit of the same name in any
+        other directory systemd loads units from (:data:`~agent.systemd.searchpath.SYSTEM_UNIT_DIRS`: a
+        vendor unit in ``/usr/lib/systemd/system``, a runtime or generated one) would be silently
+        overridden by the file ``install`` writes, so it is refused too.
 
         Raises:
             ConfigError: one of :meth:`units` exists without this agent's header line: another service's
-                unit, or one another configuration's install wrote (exit 2, naming the key and the owner).
+                unit, or one another configuration's install wrote, or one systemd loads from another unit
+                directory (exit 2, naming the key and the file that owns the name).
         """
         remover = self._remover()
+        unit_dir = os.path.normpath(self.config.host.unit_dir)
         for name in self.units():
+            key = "agent.unit" if name == self.config.agent.unit else "agent.name"
+            for directory in SYSTEM_UNIT_DIRS:
+                other = os.path.join(directory, name)
+                if os.path.normpath(directory) != unit_dir and os.path.lexists(other):
+                    raise ConfigError(
+                        f"{key}: {other} already defines {name}; the file install writes in {unit_dir} "
+                        "would override it: choose another unit name"
+                    )
             path = self._unit_path(name)
             if not os.path.lexists(path):
                 continue
             ours, why = remover.unit_is_ours(path)
             if not ours:
-                key = "agent.unit" if name == self.config.agent.unit else "agent.name"
                 raise ConfigError(
                     f"{key}: {path} already exists and is not this agent's ({why}); refusing to overwrite "
                     "it: choose another unit name, or remove that unit first"

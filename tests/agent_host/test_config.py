@@ -174,6 +174,16 @@ path = "/srv/m2"
          "must not overlap"),
         (MINIMAL + '[operations]\nspool_dir = "/var/lib/upgrade-agent/demo-agent/ops"\n',
          "operations.spool_dir", "must not overlap"),
+        # a spool among the units systemd loads, or around the agent's own directories, would let whoever
+        # writes operations write units or reach the agent's files
+        (MINIMAL + '[operations]\nspool_dir = "/etc/systemd/system/ops"\n', "operations.spool_dir",
+         '"/etc/systemd/system" must not overlap'),
+        (MINIMAL + '[operations]\nspool_dir = "/usr/lib/systemd/system"\n', "operations.spool_dir",
+         "must not overlap"),
+        (MINIMAL + '[host]\nunit_dir = "/srv/units"\n[operations]\nspool_dir = "/srv/units/ops"\n',
+         "operations.spool_dir", 'host.unit_dir "/srv/units" must not overlap'),
+        (MINIMAL + '[operations]\nspool_dir = "/run/upgrade-agent"\n', "operations.spool_dir",
+         "the directory of host.lock_path"),
         (MINIMAL + '[operations]\nnode_name = "Web_1"\n', "operations.node_name", "DNS subdomain"),
         (MINIMAL + '[operations]\nkubeconfig = "kube.yaml"\n', "operations.kubeconfig", "absolute"),
         (MINIMAL + '[operations]\npoll_s = 0\n', "operations.poll_s", "positive"),
@@ -194,6 +204,15 @@ def test_bad_input_names_file_and_dotted_key(tmp_path: Path, toml: str, key: str
     assert message.startswith(f"{path}: {key}: "), message
     assert fragment in message
     assert info.value.exit_code == 2
+
+
+def test_a_spool_in_the_configurations_own_directory_is_refused(tmp_path: Path) -> None:
+    """Whoever writes operations must not be able to write the agent's configuration beside them."""
+    path = write(tmp_path, MINIMAL + f'[operations]\nsource = "spool"\nspool_dir = "{tmp_path}/ops"\n')
+    with pytest.raises(ConfigError, match="the configuration's directory") as info:
+        load_config(path)
+    assert str(info.value).startswith(f"{path}: operations.spool_dir: ")
+    assert quick_paths(path) is None  # the boot reader leaves it to the full loader
 
 
 def test_bad_value_message_is_exactly_one_line(tmp_path: Path) -> None:

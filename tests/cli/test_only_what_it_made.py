@@ -24,6 +24,9 @@ from agent.config.boot import machine_arch
 from ._rig import Rig, snapshot
 
 
+VENDOR_DIRS = ("/usr/lib/systemd/system", "/lib/systemd/system")
+
+
 def sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -98,3 +101,20 @@ def test_unit_names_that_are_not_a_plain_foreign_service_are_refused(rig: Rig, u
     assert "agent.unit: " in err["error"], err
     assert "'" not in err["error"].split("agent.unit: ", 1)[1]  # no Python repr
     assert snapshot(rig.base) == before
+
+
+def test_install_refuses_a_unit_name_systemd_already_loads_from_another_directory(
+    rig: Rig, tmp_path: Path
+) -> None:
+    """A vendor unit of the same name (here the one systemd itself ships for its journal) would be silently
+    overridden by the file install writes in ``host.unit_dir``. Expected: exit 2 naming ``agent.unit`` and
+    the vendor file; nothing created."""
+    vendor = next(path for path in (Path(d) / "systemd-journald.service" for d in VENDOR_DIRS)
+                  if path.exists())
+    rig.write_config(agent_extra='unit = "systemd-journald.service"')
+    archive = archive_of(rig, b"#!/bin/sh\necho 1.0.0\n", tmp_path / "a.tar.gz")
+    before = snapshot(tmp_path)
+    err = rig.cli("install", "--archive", str(archive)).error_payload(2)
+    assert err["error"].startswith("agent.unit: ") and str(vendor) in err["error"], err
+    assert "would override it" in err["error"], err
+    assert snapshot(tmp_path) == before
