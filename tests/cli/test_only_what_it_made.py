@@ -23,7 +23,6 @@ from agent.config.boot import machine_arch
 
 from ._rig import Rig, snapshot
 
-
 VENDOR_DIRS = ("/usr/lib/systemd/system", "/lib/systemd/system")
 
 
