@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = [
     "check_host_root",
     "check_owner",
+    "check_placement",
     "check_result",
     "check_state",
     "journal_owner",
@@ -131,13 +132,16 @@ def check_owner(cfg: AgentConfig) -> None:
 def check_state(cfg: AgentConfig, *, owner: bool = True) -> None:
     """Everything a reader (and a writer, before it takes the host lock) checks; creates nothing.
 
-    ``state_dir`` and its ancestors, ``journal/`` and ``results/`` when they exist, the ancestors of the
-    lock file, and (``owner``) the journal's owner.
+    Where the agent's directories are placed (:func:`check_placement`), ``state_dir`` and its ancestors,
+    ``journal/`` and ``results/`` when they exist, the ancestors of the lock file, and (``owner``) the
+    journal's owner.
 
     Raises:
+        ConfigError: an agent directory sits directly in a world-writable directory, or the journal belongs
+            to another configuration (exit 2).
         HostRefusedError: a path fails its check (exit 4).
-        ConfigError: the journal belongs to another configuration (exit 2).
     """
+    check_placement(cfg)
     state_dir = cfg.host.state_dir
     fd = open_state_dir(state_dir, create=False)
     if fd is not None:
@@ -150,6 +154,36 @@ def check_state(cfg: AgentConfig, *, owner: bool = True) -> None:
     check_ancestors(cfg.host.lock_path)
     if owner and fd is not None:
         check_owner(cfg)
+
+
+def check_placement(cfg: AgentConfig) -> None:
+    """Refuse an agent directory (or the lock file) placed directly in a shared world-writable directory.
+
+    In ``/tmp``, ``/var/tmp`` or any sticky directory every user may write, another user can create
+    ``host.root``, ``host.state_dir``, the lock file or the spool first; the ownership checks then refuse
+    every command forever, the boot recovery included. That is a configuration mistake, named as one before
+    anything is touched (a sticky, root-owned directory is still accepted further up, as an ancestor). A
+    parent that is world-writable without the sticky bit is the host's fault instead, refused by the
+    ancestor rule (exit 4).
+
+    Raises:
+        ConfigError: naming the key, the path and its parent (exit 2).
+    """
+    placed = [("host.root", cfg.host.root), ("host.state_dir", cfg.host.state_dir),
+              ("host.lock_path", cfg.host.lock_path)]
+    if cfg.operations.spool_dir:
+        placed.append(("operations.spool_dir", cfg.operations.spool_dir))
+    for key, path in placed:
+        parent = os.path.dirname(path) or "/"
+        try:
+            st = os.stat(parent)
+        except OSError:
+            continue  # missing: created by the agent (0755) under checked ancestors
+        if st.st_mode & 0o002 and st.st_mode & stat.S_ISVTX:  # /tmp's kind; any other is the host's fault
+            raise ConfigError(
+                f"{key}: {path} sits directly in {parent}, which every user may write, so another user could "
+                "create it first; choose a path under a directory only root may write"
+            )
 
 
 def prepare_state(cfg: AgentConfig) -> None:

@@ -13,12 +13,23 @@ record other than a compaction snapshot is ``EpisodeClosed``. Anything else is F
 from __future__ import annotations
 
 import os
+import stat
 
 import journal
 from agent.config.boot import discover_config_path, quick_paths
 from upgrade_core.wire import event_tag
 
 __all__ = ["nothing_open"]
+
+
+def _shared(directory: str) -> bool:
+    """True when ``directory`` is world-writable and sticky (``/tmp``'s kind): an agent path placed directly
+    in it is a configuration error (:func:`agent.host.ownership.check_placement`)."""
+    try:
+        mode = os.stat(directory).st_mode
+    except OSError:
+        return False
+    return bool(mode & 0o002 and mode & stat.S_ISVTX)
 
 
 def nothing_open(config_path: str | None) -> bool:
@@ -29,6 +40,8 @@ def nothing_open(config_path: str | None) -> bool:
     try:
         paths = quick_paths(discover_config_path(config_path))
         if paths is None:  # the full loader words whatever is wrong with the file
+            return False
+        if any(_shared(os.path.dirname(p)) for p in paths[1:]):  # the full path names the key (exit 2)
             return False
         tail = journal.live_tail(os.path.join(paths[1], "journal"))
     except Exception:

@@ -11,6 +11,8 @@ as they were). ``host.systemctl_prefix`` is ``/bin/false``: no case reaches a se
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,3 +95,33 @@ def test_install_on_a_root_another_user_prepared_is_refused(tmp_path: Path, atta
     err = rig.cli("install", "--archive", str(archive)).error_payload(4)
     assert err["error"].startswith(f"{bad}: "), err
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("key", ["host.root", "host.state_dir", "host.lock_path"])
+def test_an_agent_path_directly_in_a_world_writable_directory_is_a_configuration_error(
+    tmp_path: Path, key: str
+) -> None:
+    """Another user can create a path directly in ``/tmp`` first (here a real unprivileged child does, for
+    the state directory), after which the ownership checks would refuse every command forever, the boot
+    recovery included. Expected: exit 2 naming the key, the path and ``/tmp``; nothing created."""
+    rig = Rig(tmp_path / "host", "squat")
+    squat = Path("/tmp") / f"upgrade-core-squat-{os.getpid()}-{key.split('.')[1]}"
+    text = rig.config.read_text()
+    old = {"host.root": rig.root, "host.state_dir": rig.state_dir, "host.lock_path": rig.lock_path}[key]
+    rig.config.write_text(text.replace(f'"{old}"', f'"{squat}"'))
+    try:
+        if key == "host.state_dir":  # squatted: another user made it first
+            code = f"import os; os.setgid({NOBODY}); os.setuid({NOBODY}); os.mkdir({str(squat)!r}, 0o755)"
+            subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+        before = snapshot(tmp_path)
+        commands = [["status"]] + ([] if key == "host.root" else [["recover", "--trigger", "manual"]])
+        for argv in commands:  # (the boot path's recover reads no host root: nothing open, nothing touched)
+            err = rig.cli(*argv).error_payload(2)
+            assert err["error"].startswith(f"{key}: {squat} sits directly in /tmp"), err
+        assert snapshot(tmp_path) == before
+        assert not squat.exists() or (key == "host.state_dir" and os.listdir(squat) == [])
+    finally:
+        if squat.is_dir():
+            squat.rmdir()
+        elif squat.exists():
+            squat.unlink()
