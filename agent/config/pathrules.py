@@ -53,10 +53,11 @@ def spool_problem(
 ) -> tuple[str, str] | None:
     """``[operations] spool_dir`` against the host paths (docs/configuration.md, cross-key path rules): the
     spool is the control plane's directory, never a system directory, and it neither lies inside nor holds
-    a directory the agent writes or reads its instructions from: ``host.root``, ``host.state_dir``,
-    ``host.unit_dir``, the lock's directory, the configuration's directory, or any directory systemd loads
-    units from (:data:`agent.systemd.searchpath.SYSTEM_UNIT_DIRS`). Whoever may write operations must not
-    reach the agent's own files, units or configuration through it. ``(dotted key, message)`` or None; all
+    a directory the agent writes or systemd reads units from: ``host.root``, ``host.state_dir``,
+    ``host.unit_dir``, the lock's directory, any directory of
+    :data:`agent.systemd.searchpath.SYSTEM_UNIT_DIRS` (a drop-in directory there is read too); nor is it, or
+    does it hold, the configuration's directory. Whoever may write operations must not reach the agent's own
+    files, units or configuration through it. ``(dotted key, message)`` or None; all
     paths absolute and normalised.
     """
     key = "operations.spool_dir"
@@ -64,10 +65,11 @@ def spool_problem(
         return key, f'must not be "{spool_dir}" itself (a system directory)'
     others = [("host.root", root), ("host.state_dir", state_dir), ("host.unit_dir", unit_dir),
               ("the directory of host.lock_path", os.path.dirname(lock_path))]
-    if config_dir is not None:
-        others.append(("the configuration's directory", config_dir))
     others += [("the systemd unit directory", d) for d in SYSTEM_UNIT_DIRS]
     for other_key, other in others:
         if _inside(spool_dir, other) or _inside(other, spool_dir):
             return key, f'"{spool_dir}" and {other_key} "{other}" must not overlap'
+    # configurations are discovered as CONFIG_DIR/*.toml, not below it: a spool in a subdirectory is apart
+    if config_dir is not None and _inside(config_dir, spool_dir):
+        return key, f'"{spool_dir}" must not be or hold the configuration\'s directory "{config_dir}"'
     return None

@@ -207,8 +207,11 @@ def test_bad_input_names_file_and_dotted_key(tmp_path: Path, toml: str, key: str
 
 
 def test_a_spool_in_the_configurations_own_directory_is_refused(tmp_path: Path) -> None:
-    """Whoever writes operations must not be able to write the agent's configuration beside them."""
-    path = write(tmp_path, MINIMAL + f'[operations]\nsource = "spool"\nspool_dir = "{tmp_path}/ops"\n')
+    """Whoever writes operations must not be able to write the agent's configuration beside them: the spool
+    may not be the configuration's directory or hold it (a subdirectory is apart: configurations are
+    discovered as ``*.toml`` in the directory itself)."""
+    (tmp_path / "etc").mkdir()
+    path = write(tmp_path / "etc", MINIMAL + f'[operations]\nsource = "spool"\nspool_dir = "{tmp_path}"\n')
     with pytest.raises(ConfigError, match="the configuration's directory") as info:
         load_config(path)
     assert str(info.value).startswith(f"{path}: operations.spool_dir: ")

@@ -118,23 +118,26 @@ def _upgrade(rig: Rig) -> Run:
 
 
 # -- (a) a state_dir prepared by another user ------------------------------------------------------------
+@pytest.mark.parametrize("parent", ["shared", "private"])
 @pytest.mark.parametrize("command", ["install", "upgrade", "recover", "recover-boot", "status"])
 def test_c23_state_dir_prepared_by_nobody_with_a_symlink_at_the_live_segment(
-    base: Path, command: str
+    base: Path, command: str, parent: str
 ) -> None:
-    """Situation: ``nobody`` created ``state_dir`` (0777) and ``state_dir/journal`` before the agent ever
-    ran, with a symlink where the live segment goes, pointing at a root-owned canary. (``state_dir``'s parent
-    is a sticky, root-owned, world-writable directory like ``/tmp``, which the ancestor rule accepts, so the
-    refusal is about ``state_dir`` itself.)
+    """Situation: ``nobody`` owns ``state_dir`` (0777) and created ``state_dir/journal`` before the agent ever
+    ran, with a symlink where the live segment goes, pointing at a root-owned canary. ``shared``: nobody made
+    ``state_dir`` itself, in a sticky, root-owned, world-writable parent like ``/tmp``; ``private``: the
+    parent is root's 0755 and ``state_dir`` was handed to nobody.
 
     Expected: ``install``, ``upgrade``, ``recover`` (manual and ``--trigger boot``, which tries the lean
-    fast path first) and ``status`` exit 4 with one line naming ``state_dir`` and its owner; the canary's
-    sha256 is unchanged and the symlink is still a symlink (nothing repaired through it, nothing created).
+    fast path first) and ``status`` refuse with one line: ``shared``, exit 2 naming ``host.state_dir`` (an
+    agent directory directly in a directory every user may write is a configuration error: anyone can make
+    it first); ``private``, exit 4 naming ``state_dir`` and its owner. The canary's sha256 is unchanged and
+    the symlink is still a symlink (nothing repaired through it, nothing created).
     """
     rig = Rig(base, "own-agent")
-    (base / "shared").mkdir()
-    (base / "shared").chmod(0o1777)
-    rig.state_dir = base / "shared" / "state"
+    (base / parent).mkdir()
+    (base / parent).chmod(0o1777 if parent == "shared" else 0o755)
+    rig.state_dir = base / parent / "state"
     rig.write_config()
     canary = base / "canary"
     canary.write_bytes(CANARY_BYTES)
@@ -143,7 +146,12 @@ def test_c23_state_dir_prepared_by_nobody_with_a_symlink_at_the_live_segment(
         rig.install_by_hand()
     (base / "archive.tar.gz").write_bytes(b"x")
     before = sha(canary)
-    as_nobody("mkdir", "-m", "0777", str(rig.state_dir))
+    if parent == "shared":
+        as_nobody("mkdir", "-m", "0777", str(rig.state_dir))
+    else:
+        rig.state_dir.mkdir()
+        rig.state_dir.chmod(0o777)
+        os.chown(rig.state_dir, NOBODY, NOBODY)
     as_nobody("mkdir", "-m", "0777", str(rig.state_dir / "journal"))
     as_nobody("ln", "-s", str(canary), str(rig.state_dir / "journal" / SEGMENT))
     planted = snapshot(rig.state_dir)
@@ -155,8 +163,12 @@ def test_c23_state_dir_prepared_by_nobody_with_a_symlink_at_the_live_segment(
         "status": ["status"],
     }[command]
     run = run_bounded(rig, *argv)
-    error = assert_refused(run, naming=str(rig.state_dir))
-    assert f"owned by uid {NOBODY}, not 0" in error
+    if parent == "shared":
+        placed = f"host.state_dir: {rig.state_dir} sits directly in {base / parent}"
+        error = assert_refused(run, 2, naming=placed)
+    else:
+        error = assert_refused(run, naming=str(rig.state_dir))
+        assert f"owned by uid {NOBODY}, not 0" in error
     assert sha(canary) == before
     assert os.path.islink(rig.state_dir / "journal" / SEGMENT)
     assert snapshot(rig.state_dir) == planted

@@ -166,7 +166,8 @@ def test_failed_install_on_a_mount_point_root_keeps_its_reason_and_uninstall_wor
     # between the two commands: how many files of the agent the unit dir holds, and what systemd knows of
     # the recovery timer install started (read in the sandbox while R is still mounted)
     script = (
-        f"mount -t tmpfs tmpfs {env.root} && echo canary > {env.root}/keep.txt && "
+        # mode=0755: a tmpfs is 1777 by default, which the host-root rule refuses (docs/host.md)
+        f"mount -t tmpfs -o mode=0755 tmpfs {env.root} && echo canary > {env.root}/keep.txt && "
         f"{cli} install --archive {rel.url} --sha256 {WRONG_SHA}; echo \"exit=$?\"; "
         f"echo \"units=$(find {env.sandbox.unit_dir} -name '{env.name}*' | wc -l)\"; "
         f"{inside} systemctl show -p LoadState,ActiveState --value {timer} | paste -sd,; "
