@@ -12,7 +12,7 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from upgrade_core import JournalView, UpgradeResult, fold
+from upgrade_core import EpisodeContext, Folder, JournalView, UpgradeResult, fold
 from upgrade_core import _events as ev
 from upgrade_core._events import Event
 from upgrade_core._fold import KnownBad
@@ -21,8 +21,12 @@ from ..sim.host import SimRecord
 from .journals import (
     CAND_SHA,
     COMMITTED,
+    COMMITTED_RESULT,
     HEALTHY,
+    LG_SHA,
     PRE_SWITCH,
+    RB_INTENDED,
+    RB_VERIFIED,
     ROLLING_BACK,
     SWITCH_INTENDED,
     attempt,
@@ -46,11 +50,47 @@ def test_each_fact_of_a_switched_episode_is_the_one_its_events_recorded() -> Non
     ]
     ep = fold(records(events)).episodes["op1"]
     assert ep.switch_intended and ep.switch_landed
+    assert (ep.candidate_slot, ep.candidate_sha256, ep.candidate_size) == ("green", CAND_SHA, 1000)
     assert ep.staging_path is None  # renamed onto the slot by CandidateInstalled
     assert (ep.mirrors_synced, ep.mirrors) == (True, ("/usr/local/bin/agent",))
     assert (ep.restart_unit, ep.restart_requested_monotonic) == ("agent-restart-op1-1-0001", 812.5)
     assert (ep.observed_pid, ep.observed_invocation) == (4242, "f" * 32)
     assert ep.last_good_slot == "blue"
+
+
+def test_what_the_fetch_and_the_staging_recorded_until_the_install() -> None:
+    ep = fold(records(PRE_SWITCH[:4])).episodes["op1"]
+    assert (ep.archive_size, ep.archive_sha256) == (500, "a" * 64)
+    assert (ep.staging_path, ep.installed) == ("/R/lib/agent/.agent-green.stage-01", False)
+    installed = fold(records(PRE_SWITCH)).episodes["op1"]
+    assert (installed.staging_path, installed.installed) == (None, True)
+
+
+def test_each_recovery_that_took_the_episode_over_is_counted() -> None:
+    recovered = [*PRE_SWITCH, ev.RecoveryStarted("boot"), ev.RecoveryStarted("manual")]
+    assert [fold(records(recovered[:n])).episodes["op1"].recoveries for n in (6, 7, 8)] == [0, 1, 2]
+
+
+def test_the_context_the_rules_see_follows_the_episodes_facts() -> None:
+    """What :func:`next_state` is given for the next event of an episode, after each fact it needs."""
+    events = [*SWITCH_INTENDED, ev.SwitchCommitted("green"), *attempt(1, "x"), *attempt(2, None)]
+    folder = Folder()
+    expected = {
+        1: EpisodeContext("op1", "upgrade"),
+        3: EpisodeContext("op1", "upgrade", "green", CAND_SHA),
+        4: EpisodeContext("op1", "upgrade", "green", CAND_SHA, verified_version="2.0.0"),
+        6: EpisodeContext("op1", "upgrade", "green", CAND_SHA, True, verified_version="2.0.0"),
+        len(events): EpisodeContext("op1", "upgrade", "green", CAND_SHA, True, 2, verified_version="2.0.0"),
+    }
+    for n, record in enumerate(records(events), 1):
+        folder.apply(record)
+        if n in expected:
+            assert folder.context_of("op1") == expected[n], n
+    published = [*COMMITTED, ev.ResultPublished(COMMITTED_RESULT)]
+    folder = Folder()
+    folder.apply_all(records(published))
+    assert folder.context_of("op1") == EpisodeContext(
+        "op1", "upgrade", "green", CAND_SHA, True, 1, 0, "committed", None, False, "2.0.0", False)
 
 
 def test_before_the_mirrors_sync_the_view_says_they_were_not() -> None:
@@ -79,6 +119,15 @@ def test_an_install_records_last_good_when_it_points_it_after_the_switch() -> No
     ep = fold(records([*INSTALL_SWITCHED, ev.LastGoodRepointed("blue")])).episodes["op1"]
     assert ep.last_good_slot == "blue"
     assert fold(records(INSTALL_SWITCHED)).episodes["op1"].last_good_slot is None
+
+
+def test_an_operator_rollback_knows_the_version_of_the_slot_it_switches_to() -> None:
+    """A ``rollback``'s candidate is last-good's slot: its version is the one CandidateVerified just read."""
+    view = fold(records(RB_INTENDED))
+    ep = view.episodes["op1"]
+    assert (ep.candidate_slot, ep.candidate_sha256, ep.candidate_version) == ("green", LG_SHA, "1.0.0")
+    assert view.slot_versions == {"green": "1.0.0"}
+    assert fold(records(RB_VERIFIED)).slot_versions == {}
 
 
 def test_a_commit_publishes_the_version_the_commit_recorded() -> None:
