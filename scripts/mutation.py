@@ -38,8 +38,37 @@ _SURVIVED = {0}
 _NO_TESTS = {5, 33}
 _SKIPPED = {34}
 
+_DEFAULT_UNUSED = (
+    "get()'s default is never used: each episode's fields start as a copy of _VIEW_FIELDS, which has the key"
+)
 EQUIVALENT: dict[str, str] = {
     # mutant name (mutmut's) -> why it cannot change behaviour; docs/mutation.md lists the same, by line
+    "journal._framing.x_decode_envelope__mutmut_43":
+        '"utf-8" -> "UTF-8": codec names are looked up case-insensitively',
+    "upgrade_core._fold.xǁFolderǁ_raise_watermark__mutmut_3":
+        "> -> >=: on equality the watermark is set to the value it already has",
+    "upgrade_core._fold.xǁFolderǁ_h_installed__mutmut_16":
+        "the else branch is unreachable: CandidateInstalled is legal only in verified, which only "
+        "CandidateVerified reaches, so candidate_version is never None there",
+    "upgrade_core._fold.xǁFolderǁ_h_installed__mutmut_17": "as _h_installed__mutmut_16 (unreachable branch)",
+    "upgrade_core._fold.xǁFolderǁ_h_installed__mutmut_18": "as _h_installed__mutmut_16 (unreachable branch)",
+    "upgrade_core._fold.xǁFolderǁ_h_failed__mutmut_14": _DEFAULT_UNUSED,
+    "upgrade_core._fold.xǁFolderǁ_h_failed__mutmut_16": _DEFAULT_UNUSED,
+    "upgrade_core._fold.xǁFolderǁ_h_failed__mutmut_17": _DEFAULT_UNUSED,
+    "upgrade_core._fold.xǁFolderǁ_h_recovery__mutmut_6": _DEFAULT_UNUSED,
+    "upgrade_core._fold.xǁFolderǁ_h_recovery__mutmut_8": _DEFAULT_UNUSED,
+    "upgrade_core._fold.xǁFolderǁ_h_recovery__mutmut_11": _DEFAULT_UNUSED,
+    "upgrade_core._health.xǁHealthJudgeǁ__init____mutmut_4":
+        'first_invocation starts as "" instead of None: read only once first_pid is set, which sets it too',
+    "upgrade_core._health.xǁHealthJudgeǁ__init____mutmut_5":
+        'first_n_restarts starts as "" instead of None: read only once first_pid is set, which sets it too',
+    "upgrade_core._health.xǁHealthJudgeǁ_identity__mutmut_15":
+        "main_pid <= 0 -> <= 1: MainPID 1 is systemd itself, never a unit's main process",
+    "upgrade_core._state.x__build_machine__mutmut_12":
+        "send_event=False dropped: False is transitions' default",
+    "upgrade_core._state.x_diagram_mermaid__mutmut_6":
+        "continue -> break at the first RecoveryStarted entry: those entries are added to the table after "
+        "all others, so nothing follows them",
 }
 """Survivors that no test can kill, each with its reason (docs/mutation.md)."""
 

@@ -11,15 +11,17 @@ from __future__ import annotations
 import os
 
 import pytest
-from hypothesis import settings
+from hypothesis import Phase, settings
 
 from agent.stable_paths import ALLOW_ENV
 
 os.environ[ALLOW_ENV] = "1"
 
 # `make mutation` (docs/mutation.md) runs with --hypothesis-profile=mutation: every mutant meets the same
-# examples, and no example database carries one mutant's counterexample over to the next
-settings.register_profile("mutation", derandomize=True, database=None)
+# examples, no example database carries one mutant's counterexample over to the next, and a failing example
+# is not shrunk (the verdict is the same; shrinking a mutant's counterexample costs minutes)
+settings.register_profile("mutation", derandomize=True, database=None,
+                          phases=(Phase.explicit, Phase.reuse, Phase.generate))
 
 pytest_plugins = ["tests.bundle"]  # the session's runtime bundle fixture, ``runtime_bundle``
 

@@ -130,6 +130,18 @@ def test_an_operator_rollback_knows_the_version_of_the_slot_it_switches_to() -> 
     assert fold(records(RB_VERIFIED)).slot_versions == {}
 
 
+def test_a_quarantine_records_what_the_host_showed() -> None:
+    """SPEC 10: a new journal's first episode says which slot holds which version and what last-good names."""
+    opened = ev.EpisodeOpened("quarantine-1", "quarantine", "/q/journal", None, None, "blue", "2.0.0", 3, 1.0,
+                              3.0)
+    facts = ev.JournalQuarantined("/q/journal", "blue", CAND_SHA, "2.0.0", "green", OTHER_SHA, "1.0.0")
+    view = fold(records([opened, facts], "quarantine-1"))
+    ep = view.episodes["quarantine-1"]
+    assert view.slot_versions == {"blue": "2.0.0", "green": "1.0.0"}
+    assert (ep.unchanged_version, ep.last_good_slot) == ("2.0.0", "green")
+    assert ep.terminal_result == UpgradeResult("quarantine-1", "noop", "2.0.0", "2.0.0", "blue", None)
+
+
 def test_a_commit_publishes_the_version_the_commit_recorded() -> None:
     events = [*HEALTHY, ev.UpgradeCommitted("green", "2.0.0+build.7")]
     ep = fold(records(events)).episodes["op1"]

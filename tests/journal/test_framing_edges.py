@@ -8,6 +8,7 @@ is not, even when the buffer goes on past the record, as it does inside a segmen
 
 from __future__ import annotations
 
+import binascii
 import struct
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 
 from journal._framing import (
     ENVELOPE,
+    MAX_PAYLOAD,
     SEGMENT_HEADER_SIZE,
     decode_envelope,
     decode_frames,
@@ -25,6 +27,7 @@ from journal._framing import (
     encode_frame,
     encode_records,
     encode_segment_header,
+    valid_frame_after,
 )
 
 from ._support import CODEC, Closed, Noted, Opened, build_journal, only_segment
@@ -109,3 +112,64 @@ def test_encode_records_continues_a_chain_without_a_header() -> None:
     rest, end = encode_records(6, entries[1:], prev_chain=mid)
     assert whole == header + first + rest and end == chain
     assert encode_records(9, [], prev_chain=1234) == (b"", 1234)
+
+
+# -- why a frame is bad, and the scan after it -------------------------------------------------------------
+GOOD, GOOD_CHAIN = encode_frame(2, b"ok", 0)
+
+
+def _frame(seq: int = 3, payload: bytes = b"abc", chain: int = GOOD_CHAIN) -> bytes:
+    """A frame that would follow :data:`GOOD` (chained to it)."""
+    return encode_frame(seq, payload, chain)[0]
+
+
+def _with(frame: bytes, offset: int, data: bytes) -> bytes:
+    return frame[:offset] + data + frame[offset + len(data) :]
+
+
+def _reheaded(length: int, seq: int, rest: bytes) -> bytes:
+    """A frame header whose own CRC holds (length and seq as given), followed by ``rest``."""
+    head = struct.pack("<IQ", length, seq)
+    return head + struct.pack("<I", binascii.crc32(head)) + rest
+
+
+@pytest.mark.parametrize(
+    ("buf", "reason"),
+    [
+        (_with(_frame(), 0, b"\x04"), "frame header CRC mismatch"),
+        (_frame(seq=9), "sequence number 9, expected 3"),
+        (_reheaded(MAX_PAYLOAD + 1, 3, bytes(16)), f"frame length {MAX_PAYLOAD + 1} exceeds {MAX_PAYLOAD}"),
+        (_reheaded(3, 3, b"abc" + bytes(4))[:-1], "incomplete frame"),
+        (_with(_frame(), 16, b"x"), "chained CRC mismatch"),
+        (_frame()[:-1] + b"\x01", "non-zero frame padding"),
+        (_frame()[:15], "incomplete frame header"),
+    ],
+)
+def test_each_bad_frame_is_named_by_the_first_field_that_fails(buf: bytes, reason: str) -> None:
+    frames, end, chain, bad = decode_frames(GOOD + buf, 0, 2, 0)
+    assert (len(frames), end, chain) == (1, len(GOOD), GOOD_CHAIN)
+    assert bad == (len(GOOD), reason)
+
+
+def test_a_frame_that_ends_exactly_at_the_buffers_end_is_whole() -> None:
+    for n in range(17):  # every padding length, 0 to 7
+        frame = _frame(payload=bytes(range(n)), chain=0)
+        frames, end, _, bad = decode_frames(frame, 0, 3, 0)
+        assert (len(frames), end, bad) == (1, len(frame), None)
+        assert decode_frames(frame[:-1], 0, 3, 0)[3] is not None
+
+
+def test_the_scan_after_a_bad_frame_finds_the_next_frame_valid_on_its_own() -> None:
+    second = _frame(seq=4, payload=b"defgh", chain=12345)  # its chain cannot be checked, its header can
+    for gap in (0, 8, 64):
+        buf = _with(_frame(), 0, b"\x04") + bytes(gap) + second
+        assert valid_frame_after(buf, 0) == 24 + gap
+        assert valid_frame_after(buf, 24 + gap) is None  # nothing after the last frame
+    # a frame exactly at the end of the buffer is found; one byte short, or with dirty padding, is not
+    assert valid_frame_after(bytes(8) + second, 0) == 8
+    assert valid_frame_after(bytes(8) + second[:-1], 0) is None
+    assert valid_frame_after(bytes(8) + second[:-1] + b"\x01", 0) is None
+    # a header whose CRC holds but whose length is past MAX_PAYLOAD is not a frame
+    assert valid_frame_after(bytes(8) + _reheaded(MAX_PAYLOAD + 1, 4, bytes(16)), 0) is None
+    # a frame header at the very end, too short to hold a frame, is not scanned past the end
+    assert valid_frame_after(bytes(8) + second[:15], 0) is None
