@@ -66,6 +66,9 @@ EQUIVALENT: dict[str, str] = {
         "main_pid <= 0 -> <= 1: MainPID 1 is systemd itself, never a unit's main process",
     "upgrade_core._state.x__build_machine__mutmut_12":
         "send_event=False dropped: False is transitions' default",
+    "upgrade_core._state.x_next_state__mutmut_7":
+        "type(event) -> type(None) in the unknown-episode check: (new, EpisodeOpened) is in the table, so a "
+        "refusal in state new is never for an EpisodeOpened and the second condition always holds",
     "upgrade_core._state.x_diagram_mermaid__mutmut_6":
         "continue -> break at the first RecoveryStarted entry: those entries are added to the table after "
         "all others, so nothing follows them",

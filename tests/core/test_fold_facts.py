@@ -16,14 +16,17 @@ from upgrade_core import EpisodeContext, Folder, JournalView, UpgradeResult, fol
 from upgrade_core import _events as ev
 from upgrade_core._events import Event
 from upgrade_core._fold import KnownBad
+from upgrade_core.errors import IllegalTransitionError
 
 from ..sim.host import SimRecord
 from .journals import (
     CAND_SHA,
     COMMITTED,
     COMMITTED_RESULT,
+    FULL_COMMIT,
     HEALTHY,
     LG_SHA,
+    OPENED,
     PRE_SWITCH,
     RB_INTENDED,
     RB_VERIFIED,
@@ -91,6 +94,19 @@ def test_the_context_the_rules_see_follows_the_episodes_facts() -> None:
     folder.apply_all(records(published))
     assert folder.context_of("op1") == EpisodeContext(
         "op1", "upgrade", "green", CAND_SHA, True, 1, 0, "committed", None, False, "2.0.0", False)
+
+
+def test_a_release_is_trusted_once_and_before_its_install_by_what_the_episode_already_did() -> None:
+    """The same event in the same state is legal or not by the episode's history (issue 12)."""
+    trusted = ev.ReleaseTrusted("0123456789ABCDEF", "agent", "2.0.0", 3)
+    once = [*PRE_SWITCH[:4], trusted]
+    folder = Folder()
+    folder.apply_all(records(once))
+    assert folder.context_of("op1").release_trusted and folder.episode("op1").release == trusted
+    with pytest.raises(IllegalTransitionError, match=r"ReleaseTrusted twice in one episode$"):
+        fold(records([*once, trusted]))
+    with pytest.raises(IllegalTransitionError, match=r"ReleaseTrusted after the candidate was installed$"):
+        fold(records([*PRE_SWITCH, trusted]))
 
 
 def test_before_the_mirrors_sync_the_view_says_they_were_not() -> None:
@@ -244,3 +260,45 @@ def test_the_security_watermark_is_the_highest_committed_one() -> None:
         summary("c", "rolled_back", "f" * 64, True, 9), summary("d", "committed", None, None, 3),
     )
     assert view.security_watermark == 5
+
+
+# -- rules that depend on the journal's history, not only on the episode's state --------------------------
+def test_an_episode_id_is_never_opened_again_not_even_after_compaction() -> None:
+    again = records([OPENED], start=len(FULL_COMMIT) + 1)
+    with pytest.raises(IllegalTransitionError) as info:
+        fold([*records(FULL_COMMIT), *again])
+    assert (info.value.state, info.value.seq) == ("closed", len(FULL_COMMIT) + 1)  # still in the journal
+    summary_of_op1 = ev.EpisodeSummary("op1", COMMITTED_RESULT, 1.0, 2.0, CAND_SHA)
+    compacted = [SimRecord(7, ev.SNAPSHOT_EPISODE, 0.0, ev.HistorySnapshot((summary_of_op1,)))]
+    with pytest.raises(IllegalTransitionError) as info:  # compacted away: only its summary remembers it
+        fold([*compacted, *records([OPENED], start=8)])
+    assert (info.value.state, info.value.seq, info.value.reason) == (
+        "new", 8, "episode 'op1' opened again after closing")
+    folder = Folder()
+    folder.apply_all(compacted)
+    assert folder.context_of("op1") == EpisodeContext("op1", closed_before=True)
+    assert folder.context_of("op2") == EpisodeContext("op2")
+
+
+def test_an_event_for_an_episode_never_opened_is_refused_naming_its_record() -> None:
+    with pytest.raises(IllegalTransitionError) as info:
+        fold([*records(PRE_SWITCH[:2]), *records([ev.ArchiveFetched(1, "a" * 64)], "op9", start=3)])
+    assert (info.value.state, info.value.seq) == ("new", 3)
+    assert info.value.reason == "ArchiveFetched for unknown episode 'op9'"
+
+
+def test_an_order_the_table_forbids_has_no_rule_to_name() -> None:
+    """A transition missing from the table is refused as such: the error carries no rule beyond it."""
+    with pytest.raises(IllegalTransitionError) as info:
+        fold(records([OPENED, ev.SwitchCommitted("green")]))
+    assert (info.value.state, info.value.event, info.value.seq, info.value.reason) == (
+        "opened", "SwitchCommitted", 2, None)
+
+
+def test_each_episode_knows_its_first_and_latest_record() -> None:
+    second = attrs.evolve(OPENED, operation="op2")
+    view = fold([*records(FULL_COMMIT), *records([second, ev.ArchiveFetched(1, "a" * 64)], "op2",
+                                                  start=len(FULL_COMMIT) + 1)])
+    first, latest = view.episodes["op1"], view.episodes["op2"]
+    assert (first.opened_seq, first.last_seq) == (1, len(FULL_COMMIT))
+    assert (latest.opened_seq, latest.last_seq) == (len(FULL_COMMIT) + 1, len(FULL_COMMIT) + 2)
