@@ -141,6 +141,8 @@ def _reheaded(length: int, seq: int, rest: bytes) -> bytes:
         (_reheaded(MAX_PAYLOAD + 1, 3, bytes(16)), f"frame length {MAX_PAYLOAD + 1} exceeds {MAX_PAYLOAD}"),
         (_reheaded(3, 3, b"abc" + bytes(4))[:-1], "incomplete frame"),
         (_with(_frame(), 16, b"x"), "chained CRC mismatch"),
+        # no padding (16 + 4 + 4 bytes): the frame fits exactly, so it is its CRC that is wrong
+        (_with(_frame(payload=b"abcd"), 16, b"x"), "chained CRC mismatch"),
         (_frame()[:-1] + b"\x01", "non-zero frame padding"),
         (_frame()[:15], "incomplete frame header"),
     ],
