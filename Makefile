@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.stamp
 # `make install`: where the tool goes on a classic host (its own venv, off the checkout and off /usr)
 PREFIX ?= /opt/upgrade-core
 
-.PHONY: demo test test-long lint bench mutants clean install bundle
+.PHONY: demo test test-long lint bench mutants mutation clean install bundle
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@./scripts/bootstrap.sh
@@ -31,6 +31,10 @@ bench: $(STAMP)
 mutants: $(STAMP)
 	@$(PY) -m tests.mutants
 
+# mutmut over the pure core (docs/mutation.md); slow, so not part of `make test`; work files in .mutation/
+mutation: $(STAMP)
+	@$(PY) scripts/mutation.py
+
 # docs/install.md: the wheel built from this checkout, in a venv at PREFIX (scripts/install_prefix.sh)
 install: $(STAMP)
 	@./scripts/install_prefix.sh "$(PREFIX)"
@@ -40,4 +44,4 @@ bundle: $(STAMP)
 	@$(PY) scripts/build_bundle.py --dist dist
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache .mutation
