@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".mutation"
-COPY = ("pyproject.toml", "README.md", "upgrade_core", "journal", "agent", "tests")
+COPY = ("pyproject.toml", "README.md", "docs", "upgrade_core", "journal", "agent", "tests")
 MODULES = (
     "upgrade_core/_decide.py",
     "upgrade_core/_state.py",

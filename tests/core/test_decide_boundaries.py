@@ -1,4 +1,4 @@
-"""The recovery decision (SPEC 4.5) at the boundaries the golden rows do not reach.
+"""The recovery decision (design §4.5) at the boundaries the golden rows do not reach.
 
 ``test_decide.py`` has one row per case of the table, mostly with three attempts and at most one begun. What
 recovery does with an active candidate depends on what already happened in the episode, not only on its state:

@@ -3,7 +3,7 @@
 The orchestrator and recovery read these facts from :class:`EpisodeView` instead of the host: whether the
 mirrors were synced (a resumed episode syncs them again otherwise), the restart request's monotonic time (a
 resumed attempt without a restart judges by it), the last-good slot, the version a commit recorded, why an
-abort happened. Known-bad memory (issue 12 item 4) and failed digests are kept per digest across episodes and
+abort happened. Known-bad memory (docs/trust.md) and failed digests are kept per digest across episodes and
 across ``HistorySnapshot`` records, so the order of summaries matters too.
 """
 
@@ -97,7 +97,7 @@ def test_the_context_the_rules_see_follows_the_episodes_facts() -> None:
 
 
 def test_a_release_is_trusted_once_and_before_its_install_by_what_the_episode_already_did() -> None:
-    """The same event in the same state is legal or not by the episode's history (issue 12)."""
+    """The same event in the same state is legal or not by the episode's history (docs/trust.md)."""
     trusted = ev.ReleaseTrusted("0123456789ABCDEF", "agent", "2.0.0", 3)
     once = [*PRE_SWITCH[:4], trusted]
     folder = Folder()
@@ -147,7 +147,8 @@ def test_an_operator_rollback_knows_the_version_of_the_slot_it_switches_to() -> 
 
 
 def test_a_quarantine_records_what_the_host_showed() -> None:
-    """SPEC 10: a new journal's first episode says which slot holds which version and what last-good names."""
+    """design §10: a new journal's first episode says which slot holds which version and what last-good
+    names."""
     opened = ev.EpisodeOpened("quarantine-1", "quarantine", "/q/journal", None, None, "blue", "2.0.0", 3, 1.0,
                               3.0)
     facts = ev.JournalQuarantined("/q/journal", "blue", CAND_SHA, "2.0.0", "green", OTHER_SHA, "1.0.0")

@@ -1,4 +1,4 @@
-"""HealthJudge at its edges (SPEC 4.3 step 7): the exact verdicts and reasons, and the boundaries of time.
+"""HealthJudge at its edges (design §4.3 step 7): the exact verdicts and reasons, and the boundaries of time.
 
 ``tests/core/test_health.py`` covers each rule; these pin what a mutation run showed no test deciding: the
 reason each wait reports (it ends up in ``HealthFailed`` at the timeout), a process that started at the very

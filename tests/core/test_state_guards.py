@@ -1,4 +1,4 @@
-"""The lifecycle's own guards (SPEC 4.2, 4.6 inv. 4) and the messages of the rules beyond the table.
+"""The lifecycle's own guards (design §4.2, 4.6 inv. 4) and the messages of the rules beyond the table.
 
 ``upgrade_core._state`` validates its table when it is imported: the ``transitions`` machine built from
 it must be strict and deterministic, agree with the table, carry no callback, leave no state unreachable
@@ -164,7 +164,7 @@ def test_each_rule_refuses_with_its_own_message(
 
 
 def test_a_quarantine_episode_records_its_quarantine() -> None:
-    """The one kind allowed to journal ``JournalQuarantined`` (SPEC 10): opened -> unchanged."""
+    """The one kind allowed to journal ``JournalQuarantined`` (design §10): opened -> unchanged."""
     ctx = _ctx(kind="quarantine")
     record = ev.JournalQuarantined("/q", "blue", SHA, "1.0.0", "green", SHA, "0.9.0")
     assert next_state(S.OPENED, ctx, record) is S.UNCHANGED

@@ -1,5 +1,5 @@
-"""The byte layout (SPEC 5) at its edges: records that fill their bounds exactly, records one byte short, and
-``encode_records`` against the real writer.
+"""The byte layout (design §5) at its edges: records that fill their bounds exactly, records one byte short,
+and ``encode_records`` against the real writer.
 
 ``test_framing.py`` pins the golden bytes; these pin where a length check starts to refuse (an envelope, a
 snapshot's ``covers_through`` or an episode id that ends exactly at the record's end is whole; one byte more
