@@ -45,6 +45,12 @@ EQUIVALENT: dict[str, str] = {
     # mutant name (mutmut's) -> why it cannot change behaviour; docs/mutation.md lists the same, by line
     "journal._framing.x_decode_envelope__mutmut_43":
         '"utf-8" -> "UTF-8": codec names are looked up case-insensitively',
+    "journal._framing.x_valid_frame_after__mutmut_8":
+        "pos + 16 <= n -> < n: a header that ends exactly at the buffer's end leaves no room for the frame's "
+        "CRC trailer, so the scan could never return it anyway",
+    "journal._framing.x_valid_frame_after__mutmut_9":
+        "the all-zero-header skip compares an empty slice (so never skips): an all-zero header fails its "
+        "CRC anyway (crc32 of 12 zero bytes is 0x7bd5c66f, not 0), the skip only saves the CRC",
     "upgrade_core._fold.xǁFolderǁ_raise_watermark__mutmut_3":
         "> -> >=: on equality the watermark is set to the value it already has",
     "upgrade_core._fold.xǁFolderǁ_h_installed__mutmut_16":

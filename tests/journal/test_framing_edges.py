@@ -145,6 +145,8 @@ def _reheaded(length: int, seq: int, rest: bytes) -> bytes:
         (_with(_frame(payload=b"abcd"), 16, b"x"), "chained CRC mismatch"),
         (_frame()[:-1] + b"\x01", "non-zero frame padding"),
         (_frame()[:15], "incomplete frame header"),
+        # a whole header and nothing after it: the header can be read, so it is the frame that is cut
+        (_frame()[:16], "incomplete frame"),
     ],
 )
 def test_each_bad_frame_is_named_by_the_first_field_that_fails(buf: bytes, reason: str) -> None:
