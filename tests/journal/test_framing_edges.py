@@ -177,3 +177,10 @@ def test_the_scan_after_a_bad_frame_finds_the_next_frame_valid_on_its_own() -> N
     assert valid_frame_after(bytes(8) + _reheaded(MAX_PAYLOAD + 1, 4, bytes(16)), 0) is None
     # a frame header at the very end, too short to hold a frame, is not scanned past the end
     assert valid_frame_after(bytes(8) + second[:15], 0) is None
+
+
+def test_a_frame_of_the_largest_payload_is_whole() -> None:
+    frame = encode_frame(3, bytes(MAX_PAYLOAD), 0)[0]
+    frames, end, _, bad = decode_frames(frame, 0, 3, 0)
+    assert (len(frames), end, bad) == (1, len(frame), None)
+    assert valid_frame_after(bytes(8) + frame, 0) == 8  # valid on its own too
