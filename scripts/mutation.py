@@ -46,8 +46,8 @@ EQUIVALENT: dict[str, str] = {
     "journal._framing.x_decode_envelope__mutmut_43":
         '"utf-8" -> "UTF-8": codec names are looked up case-insensitively',
     "journal._framing.x_decode_frames__mutmut_51":
-        "nxt - end == 4 -> nxt + end == 4: that test is a shortcut; without it the padding slice is empty and "
-        "_ZERO_PAD[0] is b'', so the comparison after it holds for the same frames",
+        "nxt - end == 4 -> nxt + end == 4: that test is a shortcut; without it the padding slice is empty "
+        "and _ZERO_PAD[0] is b'', so the comparison after it holds for the same frames",
     "journal._framing.x_valid_frame_after__mutmut_8":
         "pos + 16 <= n -> < n: a header that ends exactly at the buffer's end leaves no room for the frame's "
         "CRC trailer, so the scan could never return it anyway",
