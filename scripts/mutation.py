@@ -45,6 +45,8 @@ EQUIVALENT: dict[str, str] = {
     # mutant name (mutmut's) -> why it cannot change behaviour; docs/mutation.md lists the same, by line
     "journal._framing.x_decode_envelope__mutmut_43":
         '"utf-8" -> "UTF-8": codec names are looked up case-insensitively',
+    "journal._framing.x_decode_segment_header__mutmut_11":
+        "unpack_from(buf, 0) -> unpack_from(buf): the offset's default is 0",
     "journal._framing.x_decode_frames__mutmut_51":
         "nxt - end == 4 -> nxt + end == 4: that test is a shortcut; without it the padding slice is empty "
         "and _ZERO_PAD[0] is b'', so the comparison after it holds for the same frames",
