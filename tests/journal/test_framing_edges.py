@@ -184,3 +184,21 @@ def test_a_frame_of_the_largest_payload_is_whole() -> None:
     frames, end, _, bad = decode_frames(frame, 0, 3, 0)
     assert (len(frames), end, bad) == (1, len(frame), None)
     assert valid_frame_after(bytes(8) + frame, 0) == 8  # valid on its own too
+
+
+_HEADER = encode_segment_header(5)
+
+
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [
+        (b"XXXX" + _HEADER[4:], "segment header has a wrong magic"),
+        (_HEADER[:-1] + bytes([_HEADER[-1] ^ 1]), "segment header CRC mismatch"),
+        (_HEADER[:20], "segment header incomplete (20 of 32 bytes)"),
+    ],
+)
+def test_each_bad_segment_header_is_named_exactly(header: bytes, reason: str) -> None:
+    """The reason names what is wrong, word for word (it reaches the operator in the corruption error)."""
+    assert decode_segment_header(header) == (0, reason)
+    if len(header) == len(_HEADER):  # the frames after it change nothing
+        assert decode_segment_header(header + bytes(64)) == (0, reason)
