@@ -45,6 +45,8 @@ EQUIVALENT: dict[str, str] = {
     # mutant name (mutmut's) -> why it cannot change behaviour; docs/mutation.md lists the same, by line
     "journal._framing.x_decode_envelope__mutmut_43":
         '"utf-8" -> "UTF-8": codec names are looked up case-insensitively',
+    "journal._framing.x_encode_segment_header__mutmut_16":
+        "the packed crc field 0 -> 1: the [:28] slice drops those four bytes before the CRC is computed",
     "journal._framing.x_decode_segment_header__mutmut_11":
         "unpack_from(buf, 0) -> unpack_from(buf): the offset's default is 0",
     "journal._framing.x_decode_frames__mutmut_51":
