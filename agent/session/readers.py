@@ -76,6 +76,18 @@ class Readers:
         self.host = host
         self._units = units
 
+    def _checked_journal_dir(self) -> str:
+        """``state_dir/journal``, after the writer's checks (design §10: ``state_dir``, the journal's owner,
+        the host root); creates nothing.
+
+        Raises:
+            HostRefusedError: a path is not ours (exit 4).
+            ConfigError: a misplaced agent path, or another configuration's journal (exit 2).
+        """
+        check_state(self.config)
+        check_host_root(self.host)
+        return journal_dir(self.config)
+
     def view(self) -> JournalView:
         """The folded journal, read-only: no lock, nothing written or created (design §5 readers).
 
@@ -85,9 +97,7 @@ class Readers:
             JournalError: the journal is corrupt or of a newer format (exit 3, naming file and offset).
             HistoryError: its order of events is illegal (exit 3).
         """
-        check_state(self.config)  # design §10: the same checks as a writer; creates nothing
-        check_host_root(self.host)
-        directory = journal_dir(self.config)
+        directory = self._checked_journal_dir()
         try:
             rep = replay(directory, EVENT_CODEC)
         except StoreError as exc:
@@ -248,8 +258,7 @@ class Readers:
             ConfigError: the journal belongs to another configuration (exit 2).
             JournalUnreadableError: a record cannot be decoded, or the format is newer (exit 3).
         """
-        check_state(self.config)
-        directory = journal_dir(self.config)
+        directory = self._checked_journal_dir()
         try:
             rep = replay(directory, EVENT_CODEC)
         except JournalCorruptError as exc:
@@ -265,8 +274,7 @@ class Readers:
         Raises:
             As :meth:`verify_journal`, a corrupt record included (exit 3, naming file and offset).
         """
-        check_state(self.config)
-        directory = journal_dir(self.config)
+        directory = self._checked_journal_dir()
         try:
             return list(replay(directory, EVENT_CODEC).records)
         except StoreError as exc:
