@@ -348,9 +348,22 @@ class OperationsSection:
 
 @attrs.frozen
 class MirrorEntry:
-    """One ``[[mirrors]]`` entry: an absolute path that receives a verified copy of the current slot."""
+    """One ``[[mirrors]]`` entry: an absolute path that receives a verified copy of the current slot.
+
+    Attributes:
+        path: the mirror file.
+        root: the mirror tree it lies in ("" = ``path``'s directory); the tree may belong to another uid
+            (a container's root), so the copy is confined beneath it: no component below ``root`` is
+            followed if it is a symlink (design §10).
+    """
 
     path: str = attrs.field(validator=_absolute)
+    root: str = attrs.field(default="", validator=_absolute_or_empty)
+
+    @root.validator
+    def _root_holds_path(self, _attribute: object, value: str) -> None:
+        if value and not os.path.normpath(self.path).startswith(os.path.normpath(value).rstrip("/") + "/"):
+            raise _BadValue("root", f"{value} does not hold path {self.path}")
 
 
 @attrs.frozen

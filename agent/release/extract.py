@@ -79,6 +79,7 @@ import attrs
 import zstandard
 
 from agent.errors import ConfigError
+from agent.fs import durable
 from agent.groups import leaves, sole_error
 from agent.release.fetch import ChunkSink, CodingSink
 from upgrade_core.errors import (
@@ -856,9 +857,7 @@ def extract_sync(
     done = False
     try:
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(staging_path, flags, 0o755)
-            os.fchmod(fd, 0o755)  # the umask must not strip the execute bits
+            fd = durable.create_exclusive(staging_path, 0o755)  # fchmod-ed: the umask keeps the execute bits
         except OSError as exc:
             raise _staging_error(exc, staging_path, "create") from None
         first = pull()
@@ -910,8 +909,8 @@ def extract_sync(
         if fd >= 0:
             os.close(fd)
             if not done:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(staging_path)
+                with contextlib.suppress(OSError):
+                    durable.remove_if_present(staging_path, sync_dir=False)
 
 
 def _check_digest(raw: _RawInput, expected_sha256: str | None, shown: str) -> str:

@@ -10,13 +10,13 @@ reaches the disk, in the staging file the host prepared.
 from __future__ import annotations
 
 import contextlib
-import os
 import ssl
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import attrs
 
+from agent.fs import durable
 from agent.redact import redact_url
 from agent.release.extract import ExtractLimits, MemberPolicy, extract, member_parts
 from agent.release.fetch import ChunkSink, CodingSink, FetchPolicy, ProgressCallback, fetch, parse_sha256
@@ -124,8 +124,8 @@ class ArchiveSourceImpl:
             try:
                 release = trusted_release(signed[0], signed[1], hasher)
             except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(staging_path)
+                with contextlib.suppress(OSError):
+                    durable.remove_if_present(staging_path, sync_dir=False)
                 raise
         return StagedCandidate(
             slot=slot,

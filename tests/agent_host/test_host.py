@@ -379,5 +379,5 @@ def test_from_config(tmp_path: Path) -> None:
     )
     host = AgentHost.from_config(cfg)
     assert host.slot_path("green") == str(tmp_path / "R" / "lib" / NAME / f"{NAME}-green")
-    assert host._mirrors == (f"/m/{NAME}",)
+    assert host._mirrors == ((f"/m/{NAME}", ""),)
     assert host._max_member_bytes == 7
