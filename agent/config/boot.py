@@ -15,7 +15,7 @@ import tomllib
 from collections.abc import Mapping
 from typing import Any
 
-from agent.fs.regular import read_regular_file
+from agent.fs.regular import list_names, read_regular_file
 
 __all__ = [
     "CONFIG_DIR",
@@ -111,11 +111,7 @@ def discover_config_path(
     if from_env:
         return from_env
     try:
-        names = sorted(
-            n for n in os.listdir(config_dir) if n.endswith(".toml") and not n.startswith(".")
-        )
-    except FileNotFoundError:
-        names = []
+        names = [n for n in list_names(config_dir) if n.endswith(".toml") and not n.startswith(".")]
     except OSError as e:
         raise _config_error(f"{config_dir}: cannot list configuration files: {e.strerror}") from None
     found = [os.path.join(config_dir, n) for n in names if os.path.isfile(os.path.join(config_dir, n))]

@@ -37,6 +37,7 @@ __all__ = [
     "make_dirs",
     "missing_dirs",
     "remove_if_present",
+    "remove_regular",
 ]
 
 _CHUNK = 1 << 20  # bytes per read/write when copying or hashing
@@ -108,8 +109,9 @@ def _parent(path: str, owned_from: str | None) -> Dir:
 
 
 def create_exclusive(path: str, mode: int, *, owned_from: str | None = None) -> int:
-    """Create the new file ``path`` (``O_CREAT | O_EXCL | O_NOFOLLOW``, ``mode`` applied with ``fchmod``) inside
-    its checked directory (:meth:`agent.fs.tree.Dir.create`), for a staging file that a stream then fills.
+    """Create the new file ``path`` (``O_CREAT | O_EXCL | O_NOFOLLOW``, ``mode`` applied with ``fchmod``)
+    inside its checked directory (:meth:`agent.fs.tree.Dir.create`), for a staging file that a stream
+    then fills.
 
     Returns:
         The write descriptor (the caller closes it).
@@ -201,7 +203,28 @@ def remove_if_present(path: str, *, sync_dir: bool = True, owned_from: str | Non
     if d is None:
         return False
     with d:
-        return d.unlink(os.path.basename(path), sync=sync_dir)
+        return d.remove(os.path.basename(path), sync=sync_dir)
+
+
+def remove_regular(path: str) -> bool:
+    """Remove ``path`` only when it is a regular file (a lock file, never a link, FIFO or directory someone
+    put in its place), with ``unlinkat`` on its checked directory, then fsync the directory.
+
+    Returns:
+        True when a regular file was removed; False when nothing, or something else, stands there.
+
+    Raises:
+        upgrade_core.errors.HostRefusedError: a directory on the way is not the agent's (exit 4).
+        OSError: EROFS, EACCES...
+    """
+    d = open_parent(path)
+    if d is None:
+        return False
+    with d:
+        st = d.lstat(os.path.basename(path))
+        if st is None or not stat.S_ISREG(st.st_mode):
+            return False
+        return d.remove(os.path.basename(path))
 
 
 def copy_file_durable(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["NotARegularFileError", "UntrustedFileError", "read_regular_file"]
+__all__ = ["NotARegularFileError", "UntrustedFileError", "list_names", "read_regular_file", "read_text"]
 
 
 class NotARegularFileError(OSError):
@@ -60,6 +60,28 @@ def read_regular_file(
             return f.read()
     finally:
         os.close(fd)
+
+
+def read_text(path: str, *, follow: bool = True, limit: int | None = None) -> str | None:
+    """The text (UTF-8, undecodable bytes replaced) of the regular file ``path`` (a ``/proc`` file, a unit
+    file to compare), or None when it is absent, unreadable or not a regular file; see
+    :func:`read_regular_file`."""
+    try:
+        return read_regular_file(path, follow=follow, limit=limit).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def list_names(directory: str) -> list[str]:
+    """The entries of ``directory``, sorted (``.`` and ``..`` excluded); a missing directory has none.
+
+    Raises:
+        OSError: it exists but cannot be listed (EACCES, ENOTDIR).
+    """
+    try:
+        return sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
 
 
 def _not_regular(path: str) -> NotARegularFileError:

@@ -54,7 +54,8 @@ def check_ancestors(path: str) -> None:
     try:
         tree.check_ancestors(path)
     except OSError as exc:
-        raise _refuse(getattr(exc, "filename", None) or path, f"cannot inspect: {exc.strerror or exc}") from None
+        where = getattr(exc, "filename", None) or path
+        raise _refuse(where, f"cannot inspect: {exc.strerror or exc}") from None
 
 
 def open_state_dir(state_dir: str, *, create: bool) -> int | None:

@@ -199,7 +199,8 @@ class Dir:
         except OSError:
             st = self.lstat(name)
             if st is not None and not stat.S_ISDIR(st.st_mode):
-                raise refusal(path, f"is {_kind(st.st_mode)}, not a directory; refused, never followed") from None
+                what = f"is {_kind(st.st_mode)}, not a directory; refused, never followed"
+                raise refusal(path, what) from None
             raise
         try:
             if made:
@@ -216,7 +217,7 @@ class Dir:
             raise
         return Dir(fd, path)
 
-    def mkdir(self, name: str, mode: int) -> bool:
+    def make_dir(self, name: str, mode: int) -> bool:
         """Create the directory ``name`` with ``mode`` (``fchmod`` on the new descriptor, then this directory
         fsynced); True when created, False when something already stood there (not checked here: open it
         with :meth:`child`)."""
@@ -225,13 +226,14 @@ class Dir:
             os.mkdir(name, mode, dir_fd=self.fd)
         except FileExistsError:
             return False
-        with contextlib.closing(self.child(name)) as sub:
-            assert sub is not None
+        sub = self.child(name)
+        assert sub is not None
+        with sub:
             os.fchmod(sub.fd, mode)
         os.fsync(self.fd)
         return True
 
-    def rmdir(self, name: str) -> None:
+    def remove_dir(self, name: str) -> None:
         """``unlinkat(AT_REMOVEDIR)`` of the empty directory ``name``, then fsync this one.
 
         Raises:
@@ -242,8 +244,8 @@ class Dir:
 
     # -- files -----------------------------------------------------------------------------------------
     def open_own(self, name: str, flags: int, mode: int = 0o600) -> int:
-        """Open ``name`` as a file of the agent's (:func:`journal.safefs.open_file`: regular, root's, one link,
-        not group/world-writable; never a symlink or FIFO).
+        """Open ``name`` as a file of the agent's (:func:`journal.safefs.open_file`: regular, root's, one
+        link, not group/world-writable; never a symlink or FIFO).
 
         Raises:
             FileNotFoundError, FileExistsError: as ``open(2)`` with ``flags``.
@@ -255,8 +257,8 @@ class Dir:
             raise _converted(exc) from None
 
     def open_regular(self, name: str) -> int:
-        """Open ``name`` read-only when it is a regular file whoever owns it (``O_NOFOLLOW | O_NONBLOCK``, then
-        ``fstat``): a slot to hash, a unit file to compare, a mirror to compare.
+        """Open ``name`` read-only when it is a regular file whoever owns it (``O_NOFOLLOW | O_NONBLOCK``,
+        then ``fstat``): a slot to hash, a unit file to compare, a mirror to compare.
 
         Raises:
             FileNotFoundError: nothing there.
@@ -267,7 +269,8 @@ class Dir:
         if st is None:
             raise FileNotFoundError(errno.ENOENT, "no such file", self.join(name))
         if not stat.S_ISREG(st.st_mode):
-            raise refusal(self.join(name), f"is {_kind(st.st_mode)}, not a regular file; refused, never opened")
+            what = f"is {_kind(st.st_mode)}, not a regular file; refused, never opened"
+            raise refusal(self.join(name), what)
         fd = os.open(name, os.O_RDONLY | safefs.FILE_FLAGS, dir_fd=self.fd)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
@@ -295,8 +298,8 @@ class Dir:
             return hashlib.file_digest(f, "sha256").hexdigest()
 
     def create(self, name: str, mode: int) -> int:
-        """Create ``name`` with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and ``mode`` (``fchmod``-ed, so the umask does
-        not narrow it); the write descriptor is the caller's.
+        """Create ``name`` with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and ``mode`` (``fchmod``-ed, so the umask
+        does not narrow it); the write descriptor is the caller's.
 
         Raises:
             FileExistsError: anything already stands there (never opened).
@@ -315,9 +318,9 @@ class Dir:
         return f".{self._name(name)}.{kind}-{os.urandom(8).hex()}"
 
     def replace(self, name: str, data: bytes, mode: int) -> bool:
-        """Replace the file ``name`` with ``data`` durably (case C12): temp ``O_EXCL`` + write + fsync + rename
-        + directory fsync. Identical content with ``mode`` (a regular file) is not rewritten (the file and
-        directory are fsynced anyway).
+        """Replace the file ``name`` with ``data`` durably (case C12): temp ``O_EXCL`` + write + fsync +
+        rename + directory fsync. Identical content with ``mode`` (a regular file) is not rewritten (the file
+        and directory are fsynced anyway).
 
         Returns:
             True when (re)written, False when it already held ``data`` with ``mode``.
@@ -402,7 +405,7 @@ class Dir:
         os.link(self._name(src), self._name(dst), src_dir_fd=self.fd, dst_dir_fd=other.fd,
                 follow_symlinks=False)
 
-    def unlink(self, name: str, *, sync: bool = True) -> bool:
+    def remove(self, name: str, *, sync: bool = True) -> bool:
         """``unlinkat`` of the file or symlink ``name`` (decided by ``fstatat``, so a read-only file system's
         EROFS for a missing name is no error, case C14), then fsync this directory when ``sync``.
 
@@ -607,11 +610,11 @@ def open_dir(
             want = parents if create is not None else None
             if not walk.ancestor(part, shown, create=want):
                 return None
-        parent_st = os.fstat(walk.fd)
+        parent_st: os.stat_result | None = os.fstat(walk.fd)
         # The own directory: with ``own_link`` a root-owned link here is resolved like an ancestor's (a host
         # root adopted in place); what it names follows the own rule.
         if not own_parts:
-            _check_own(parent_st, _ROOT)
+            _check_own(os.fstat(walk.fd), _ROOT)
             current = Dir(os.dup(walk.fd), _ROOT)
         else:
             shown = own
@@ -626,11 +629,11 @@ def open_dir(
                 if st is None:
                     if create is None:
                         return None
-                    mode = create if len(own_parts) == len(parts) else parents
+                    own_mode = create if len(own_parts) == len(parts) else parents
                     with contextlib.suppress(FileExistsError):
-                        os.mkdir(name, mode, dir_fd=walk.fd)
+                        os.mkdir(name, own_mode, dir_fd=walk.fd)
                         fd = os.open(name, safefs.DIR_FLAGS, dir_fd=walk.fd)
-                        os.fchmod(fd, mode)
+                        os.fchmod(fd, own_mode)
                         os.close(fd)
                         os.fsync(walk.fd)
                         if made is not None:
@@ -656,7 +659,7 @@ def open_dir(
                 raise refusal(shown, f"is {_kind(own_st.st_mode)}, not a directory; refused")
             current = Dir(os.dup(walk.fd), own)
         for i, part in enumerate(parts[len(own_parts):], start=len(own_parts)):
-            mode = None
+            mode: int | None = None
             if create is not None and not confined:
                 mode = create if i == len(parts) - 1 else parents
             existed = mode is None or current.lstat(part) is not None

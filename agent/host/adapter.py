@@ -137,8 +137,8 @@ class AgentHost:
         try:
             return open_dir(self.layout.agent_dir, owned_from=self._root, own_link=True)
         except NotADirectoryError:
-            raise LayoutConflictError(f"{self.layout.agent_dir}: a file stands where a layout directory must be"
-                                      ) from None
+            where = self.layout.agent_dir
+            raise LayoutConflictError(f"{where}: a file stands where a layout directory must be") from None
         except OSError as e:
             raise host_error("open the layout directory", self.layout.agent_dir, e) from None
 
@@ -262,7 +262,7 @@ class AgentHost:
                     st = d.lstat(n)
                     if st is None or not stat.S_ISREG(st.st_mode):
                         continue  # not a file we could have made: leave it for the operator
-                    if d.unlink(n, sync=False):
+                    if d.remove(n, sync=False):
                         removed.append(path)
                 except OSError as e:
                     raise host_error("remove a staging leftover", path, e) from None
@@ -354,7 +354,7 @@ class AgentHost:
             return
         with d:
             try:
-                d.unlink(os.path.basename(staging_path))
+                d.remove(os.path.basename(staging_path))
             except OSError as e:
                 raise host_error("remove the staging file", staging_path, e) from None
 
@@ -429,7 +429,8 @@ class AgentHost:
             st = None
         try:
             if d is None or st is None or not stat.S_ISREG(st.st_mode) or st.st_size == 0:
-                raise HostError(f"{slot_path}: missing or empty; {os.path.basename(link)} is not pointed at it")
+                label = os.path.basename(link)
+                raise HostError(f"{slot_path}: missing or empty; {label} is not pointed at it")
             try:
                 d.symlink(self.layout.slot_target(slot), os.path.basename(link))
             except OSError as e:

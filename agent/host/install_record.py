@@ -37,7 +37,6 @@ failed as ``PATH: cannot remove: why`` (``errors``); neither ever raises out of 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -48,6 +47,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from agent.fs import durable
+from agent.fs.regular import read_text
 from agent.fs.statefile import read_state_file, remove_state_file, write_state_file
 from agent.fs.tree import Dir, open_dir
 from agent.host.layout import Layout
@@ -252,11 +252,10 @@ class InstallRecord:
 def _mount_points() -> set[str]:
     """Mount points of this mount namespace (``/proc/self/mountinfo``, octal escapes decoded)."""
     points: set[str] = set()
-    with contextlib.suppress(OSError), open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) > 4:
-                points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    for line in (read_text("/proc/self/mountinfo") or "").splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
     return points
 
 
@@ -474,7 +473,7 @@ def _why(e: BaseException) -> str:
 def _unlink(d: Dir, name: str, out: Cleanup) -> None:
     path = d.join(name)
     try:
-        if d.unlink(name):
+        if d.remove(name):
             out.removed.append(path)
     except OSError as e:
         out.errors.append(f"{path}: cannot remove: {e.strerror or e}")
@@ -532,7 +531,8 @@ def remove_state_files(state_dir: str, *, keep_record: bool = False) -> Cleanup:
                 if sub_st is None:
                     continue
                 if not stat.S_ISDIR(sub_st.st_mode):
-                    out.kept.append(f"{directory}: kept: {_kind_of(sub_st.st_mode)}, not the agent's directory")
+                    kind = _kind_of(sub_st.st_mode)
+                    out.kept.append(f"{directory}: kept: {kind}, not the agent's directory")
                     continue
                 try:
                     d = state.child(sub)
@@ -588,7 +588,7 @@ def _rmdir_if_empty(parent: Dir, name: str, d: Dir, out: Cleanup) -> None:
         out.kept.append(f"{path}: kept: replaced while it was being emptied")
         return
     try:
-        parent.rmdir(name)
+        parent.remove_dir(name)
     except FileNotFoundError:
         return
     except OSError as e:

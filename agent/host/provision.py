@@ -153,7 +153,8 @@ class Provisioner:
                             same = _plain_executable(agent_dir.lstat(blue)) \
                                 and d.sha256(name) == agent_dir.sha256(blue)
                     if not same:
-                        raise LayoutConflictError(f"{link}: a file that is not the adopted binary stands here")
+                        what = "a file that is not the adopted binary stands here"
+                        raise LayoutConflictError(f"{link}: {what}")
                     return d.symlink(target, name, over_file=True)
                 return d.symlink(target, name)
         except OSError as e:

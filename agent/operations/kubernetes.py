@@ -30,6 +30,7 @@ from typing import Any, Final, TypeVar
 import anyio
 
 from agent.errors import ConfigError
+from agent.fs.regular import read_text
 from agent.operations.model import Operation, SourceError, k8s_status
 from agent.redact import redact_url
 from upgrade_core import OperationStatus
@@ -122,12 +123,8 @@ def _one_line(text: object, limit: int = 200) -> str:
 
 def _service_account_namespace() -> str:
     """The pod's namespace (the service account's ``namespace`` file), else ``default``."""
-    try:
-        with open(os.path.join(SERVICE_ACCOUNT_DIR, "namespace"), encoding="utf-8") as f:
-            ns = f.read().strip()
-    except OSError:
-        return "default"
-    return ns or "default"
+    ns = read_text(os.path.join(SERVICE_ACCOUNT_DIR, "namespace"), limit=256)
+    return (ns or "").strip() or "default"
 
 
 def _creation_seconds(stamp: object) -> float:

@@ -28,6 +28,7 @@ import anyio
 import anyio.to_thread
 
 from agent.fs.statefile import open_state_dir, write_checked_file
+from agent.fs.tree import Dir
 from agent.logline import log
 from agent.operations.model import Operation, SourceError, spool_status
 from journal import JournalRefusedError, safefs
@@ -126,7 +127,7 @@ class SpoolSource:
         try:
             st = os.fstat(dir_fd)
             seen = _identity(st)
-            names = os.listdir(dir_fd)
+            names = Dir(dir_fd, self.spool_dir).names()  # the descriptor stays ours: closed below
             ops = []
             for name in sorted(names):
                 if name.startswith(".") or not name.endswith(".json") or name.endswith(_STATUS_SUFFIX):

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 import attrs
 
-from agent.fs import durable
+from agent.fs.tree import open_dir
 from upgrade_core import Slot
 from upgrade_core.errors import UpgradeError
 
@@ -115,7 +115,8 @@ def utc_stamp(now: float | None = None) -> str:
 
 
 def move_aside(state_dir: str, journal_dir: str, now: float | None = None) -> str:
-    """Rename ``journal_dir`` to ``state_dir/quarantine/<UTC time>[-N]/journal``, durably.
+    """Rename ``journal_dir`` to ``state_dir/quarantine/<UTC time>[-N]/journal``, durably, through checked
+    directory handles (:mod:`agent.fs.tree`: ``renameat`` between the state directory and the new one).
 
     Args:
         state_dir: ``host.state_dir`` (exists: the caller holds the lock and found a journal).
@@ -127,25 +128,31 @@ def move_aside(state_dir: str, journal_dir: str, now: float | None = None) -> st
 
     Raises:
         FileNotFoundError: there is no journal directory (nothing to quarantine).
+        HostRefusedError: a directory on the way is not the agent's (exit 4).
         OSError: a directory could not be created, renamed or fsynced (the journal stays where it was
             unless the rename itself returned).
     """
-    if not os.path.isdir(journal_dir) or os.path.islink(journal_dir):
+    state = open_dir(state_dir)
+    if state is None:
         raise FileNotFoundError(2, "no journal directory to quarantine", journal_dir)
-    root = os.path.join(state_dir, QUARANTINE_DIR)
-    durable.make_dirs(root, 0o700)
-    stamp = utc_stamp(now)
-    target_dir, n = os.path.join(root, stamp), 0
-    while True:
-        try:
-            os.mkdir(target_dir, 0o700)
-            break
-        except FileExistsError:
-            n += 1
-            target_dir = os.path.join(root, f"{stamp}-{n}")
-    durable.fsync_dir(root)
-    target = os.path.join(target_dir, "journal")
-    os.rename(journal_dir, target)
-    durable.fsync_dir(target_dir)
-    durable.fsync_dir(state_dir)
-    return target
+    with state:
+        journal_name = os.path.basename(journal_dir)
+        journal = state.child(journal_name)  # the agent's own directory, never a link
+        if journal is None:
+            raise FileNotFoundError(2, "no journal directory to quarantine", journal_dir)
+        journal.close()
+        root = state.child(QUARANTINE_DIR, create=0o700)
+        assert root is not None
+        with root:
+            stamp = utc_stamp(now)
+            name, n = stamp, 0
+            while not root.make_dir(name, 0o700):
+                n += 1
+                name = f"{stamp}-{n}"
+            target_dir = root.child(name)
+            assert target_dir is not None
+            with target_dir:
+                state.rename(journal_name, "journal", into=target_dir)
+                target_dir.fsync()
+                state.fsync()
+                return target_dir.join("journal")

@@ -74,7 +74,8 @@ def syscall_spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, ...
 
     def symlink(target: str, path: str, *a: Any, **k: Any) -> None:
         fd = k.get("dir_fd")
-        calls.append(("symlink", os.fspath(path) if fd is None else os.path.join(_fd_path(fd), os.fspath(path))))
+        where = os.fspath(path) if fd is None else os.path.join(_fd_path(fd), os.fspath(path))
+        calls.append(("symlink", where))
         real_symlink(target, path, *a, **k)
 
     def write(fd: int, data: Any) -> int:
