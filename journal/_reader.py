@@ -37,7 +37,7 @@ from ._framing import (
     valid_frame_after,
 )
 from .errors import JournalCorruptError, JournalDecodeError, JournalRefusedError, JournalVersionError
-from .safefs import check_parent, open_dir, read_file
+from .safefs import open_dir, read_file, walk_to
 
 # Not ``typing.TYPE_CHECKING``: importing typing costs several ms at boot (mypy treats this name as True).
 TYPE_CHECKING = False
@@ -169,8 +169,9 @@ class gc_paused:  # lower case: used like a function, ``with gc_paused():``
 def open_journal_dir(directory: str) -> int | None:
     """Open the journal directory through its checked parent (read-only; never creates anything).
 
-    The parent must pass :func:`journal.safefs.check_parent` (owned by root or us, not writable by others
-    unless sticky and root-owned), the directory itself :func:`journal.safefs.check_owned`; it is opened
+    The parent is reached by :func:`journal.safefs.walk_to` (from ``/``, one component at a time, each by
+    :func:`journal.safefs.check_parent`: owned by root or us, not writable by others unless sticky and
+    root-owned), the directory itself :func:`journal.safefs.check_owned`; it is opened
     ``O_NOFOLLOW`` relative to the parent's descriptor, so neither a symlink nor a swapped directory is
     followed (design §10, case C23).
 
@@ -181,14 +182,10 @@ def open_journal_dir(directory: str) -> int | None:
         JournalRefusedError: the parent or the directory fails its check.
     """
     parent = os.path.dirname(directory) or "/"
-    try:
-        pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+    pfd = walk_to(parent)
+    if pfd is None:
         return None
-    except OSError as exc:
-        raise JournalRefusedError(parent, f"cannot open: {exc.strerror or exc}") from None
     try:
-        check_parent(os.fstat(pfd), parent)
         return open_dir(directory, dir_fd=pfd, name=os.path.basename(directory))
     finally:
         os.close(pfd)

@@ -165,12 +165,13 @@ def _record_owner(dir_fd: int, directory: str, owner: dict[str, str]) -> None:
 
 
 def _open_dir(directory: str) -> int:
-    """Create (0700) or open the journal directory through its checked parent, and check it."""
+    """Create (0700) or open the journal directory through its checked parent, and check it. The parent is
+    reached by :func:`journal.safefs.walk_to` (from ``/``, one component at a time, each checked; missing
+    ones created 0700), so no directory on the way is trusted by path."""
     parent = os.path.dirname(directory) or "/"
-    _segment.mkdir_durable(parent)
-    pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC)
+    pfd = safefs.walk_to(parent, create=0o700)
+    assert pfd is not None
     try:
-        safefs.check_parent(os.fstat(pfd), parent)
         return safefs.make_dir(pfd, os.path.basename(directory), directory)
     finally:
         os.close(pfd)

@@ -50,8 +50,7 @@ __all__ = [
     "refusal",
 ]
 
-MAX_LINK_HOPS = 40
-"""Symlinks an ancestor walk resolves before it refuses (Linux's ``MAXSYMLINKS``, path_resolution(7))."""
+MAX_LINK_HOPS = safefs.MAX_LINK_HOPS
 
 _ROOT = "/"
 
@@ -463,102 +462,6 @@ def _parts(path: str) -> list[str]:
     return [p for p in path.split("/") if p]
 
 
-class _Walk:
-    """One walk: the descriptor reached so far, its real path, and the link budget."""
-
-    def __init__(self, made: list[str] | None) -> None:
-        self.made = made
-        self.fd = os.open(_ROOT, safefs.DIR_FLAGS)
-        self.real = _ROOT
-        self.hops = 0
-        try:
-            _check_ancestor(os.fstat(self.fd), _ROOT)
-        except BaseException:
-            os.close(self.fd)
-            raise
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def _step_into(self, fd: int, name: str) -> None:
-        os.close(self.fd)
-        self.fd = fd
-        self.real = os.path.join(self.real, name)
-
-    def restart(self) -> None:
-        fd = os.open(_ROOT, safefs.DIR_FLAGS)
-        os.close(self.fd)
-        self.fd = fd
-        self.real = _ROOT
-
-    def ancestor(self, name: str, shown: str, *, create: int | None) -> bool:
-        """Step into the ancestor ``name`` (resolving a root-owned link in a checked directory).
-
-        Returns:
-            False when it is missing and ``create`` is None.
-        """
-        for _attempt in range(2):
-            try:
-                fd = os.open(name, safefs.DIR_FLAGS, dir_fd=self.fd)
-            except FileNotFoundError:
-                if create is None:
-                    return False
-                try:
-                    os.mkdir(name, create, dir_fd=self.fd)
-                except FileExistsError:
-                    continue
-                fd = os.open(name, safefs.DIR_FLAGS, dir_fd=self.fd)
-                try:
-                    os.fchmod(fd, create)
-                    os.fsync(self.fd)
-                except BaseException:
-                    os.close(fd)
-                    raise
-                if self.made is not None:
-                    self.made.append(shown)
-            except OSError as exc:
-                st = _lstat_at(self.fd, name)
-                if st is None or not stat.S_ISLNK(st.st_mode):
-                    if st is not None:
-                        raise refusal(shown, f"is {_kind(st.st_mode)}, not a directory; refused") from None
-                    raise refusal(shown, f"cannot open: {exc.strerror or exc}") from None
-                self._follow(name, st, shown)
-                return True
-            try:
-                _check_ancestor(os.fstat(fd), shown)
-            except BaseException:
-                os.close(fd)
-                raise
-            self._step_into(fd, name)
-            return True
-        raise refusal(shown, "keeps changing while it is opened")
-
-    def _follow(self, name: str, st: os.stat_result, shown: str) -> None:
-        """Resolve the ancestor link ``name``: root's (in a directory that passed the check), at most
-        :data:`MAX_LINK_HOPS` of them; its target walked from ``/`` by the ancestor rule."""
-        euid = os.geteuid()
-        if st.st_uid not in (0, euid):
-            raise refusal(shown, f"a symlink owned by uid {st.st_uid}, not {_owners(euid)}")
-        self.hops += 1
-        if self.hops > MAX_LINK_HOPS:
-            raise refusal(shown, f"more than {MAX_LINK_HOPS} symlinks on the way; refused")
-        target = os.readlink(name, dir_fd=self.fd)
-        full = os.path.normpath(os.path.join(self.real, target))  # self.real has no links in it
-        self.restart()
-        for part in _parts(full):
-            if not self.ancestor(part, shown, create=None):
-                raise refusal(shown, f"a symlink to {full}, which does not exist")
-
-
-def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
-    try:
-        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except OSError:
-        return None
-
-
 def open_dir(
     path: str,
     *,
@@ -593,6 +496,23 @@ def open_dir(
         HostRefusedError: a component fails its rule (exit 4); nothing was created after it.
         OSError: a directory cannot be opened or created (EACCES, EROFS, ENOSPC).
     """
+    try:
+        return _open_dir(path, owned_from=owned_from, create=create, parents=parents, confined=confined,
+                         made=made, own_link=own_link)
+    except JournalRefusedError as exc:
+        raise _converted(exc) from None
+
+
+def _open_dir(
+    path: str,
+    *,
+    owned_from: str | None = None,
+    create: int | None = None,
+    parents: int = 0o755,
+    confined: bool = False,
+    made: list[str] | None = None,
+    own_link: bool = False,
+) -> Dir | None:
     path = os.path.normpath(path)
     if not path.startswith("/"):
         raise ValueError(f"{path}: not an absolute path")
@@ -602,7 +522,7 @@ def open_dir(
     if parts[: len(own_parts)] != own_parts:
         raise ValueError(f"{own}: not {path} or one of its ancestors")
     n_anc = len(own_parts) - 1  # components strictly above the own directory
-    walk = _Walk(made)
+    walk = safefs.Walk(made)
     try:
         shown = _ROOT
         for part in parts[:n_anc]:
@@ -619,11 +539,11 @@ def open_dir(
         else:
             shown = own
             name = own_parts[-1]
-            st = _lstat_at(walk.fd, name)
+            st = safefs.lstat_at(walk.fd, name)
             if st is not None and stat.S_ISLNK(st.st_mode):
                 if not own_link:
                     raise refusal(shown, "is a symlink, not a directory; refused, never followed")
-                walk._follow(name, st, shown)
+                walk.follow(name, st, shown)
                 parent_st = None  # a link's target: its own check below, placement judged on the link
             else:
                 if st is None:
@@ -643,12 +563,12 @@ def open_dir(
                 except FileNotFoundError:
                     return None
                 except OSError:
-                    st = _lstat_at(walk.fd, name)
+                    st = safefs.lstat_at(walk.fd, name)
                     if st is not None and not stat.S_ISDIR(st.st_mode):
                         raise refusal(shown, f"is {_kind(st.st_mode)}, not a directory; refused, never "
                                              "followed") from None
                     raise
-                walk._step_into(fd, name)
+                walk.step_into(fd, name)
             if parent_st is not None and _shared(parent_st) and parent_st.st_mode & stat.S_ISVTX:
                 raise refusal(shown, f"sits directly in {os.path.dirname(own) or _ROOT}, which every user "
                                      "may write; refused (another user could have made it)")
@@ -683,15 +603,12 @@ def check_ancestors(path: str) -> None:
         HostRefusedError: an ancestor fails the rule (exit 4).
         OSError: a directory cannot be opened (EACCES).
     """
-    walk = _Walk(None)
     try:
-        shown = _ROOT
-        for part in _parts(os.path.dirname(os.path.normpath(path))):
-            shown = os.path.join(shown, part)
-            if not walk.ancestor(part, shown, create=None):
-                return
-    finally:
-        walk.close()
+        fd = safefs.walk_to(os.path.dirname(os.path.normpath(path)))
+    except JournalRefusedError as exc:
+        raise _converted(exc) from None
+    if fd is not None:
+        os.close(fd)
 
 
 def open_parent(path: str, *, owned_from: str | None = None, create: int | None = None) -> Dir | None:
