@@ -473,6 +473,26 @@ class AgentHost:
                 raise host_error("write the mirror", mirror, e) from None
         return tuple(m for m, _ in self._mirrors)
 
+    def check_mirrors(self) -> None:
+        """Walk to every mirror's directory as :meth:`sync_mirrors` will (confined beneath its root), writing
+        nothing: a mirror that cannot be reached that way is named before an episode opens, not after the
+        switch.
+
+        Raises:
+            HostRefusedError: a symlink or a non-directory on the way, or an ancestor of the mirror's root
+                that is not root's (exit 4).
+            HostError: a mirror's directory is missing or cannot be opened.
+        """
+        for mirror, tree_root in self._mirrors:
+            parent = os.path.dirname(mirror)
+            try:
+                d = open_dir(parent, owned_from=tree_root or parent, confined=True)
+            except OSError as e:
+                raise host_error("open the mirror directory", parent, e) from None
+            if d is None:
+                raise HostError(f"{mirror}: mirror directory {parent} does not exist")
+            d.close()
+
     async def sync_mirrors(self, slot: Slot, sha256: str) -> tuple[str, ...]:
         """Copy the slot to every ``[[mirrors]].path`` (temp + fsync + digest check + rename + dir fsync).
 

@@ -116,14 +116,17 @@ class EpisodeFrame:
 
         Before the host lock is taken, ``state_dir`` (and its ancestors, ``journal/``, ``results/``, the
         result file of ``operation``, the lock's directory) and the journal's owner are checked (design §10):
-        a refusal (exit 4) or a foreign journal (exit 2) leaves the host untouched. ``before_wire`` runs
-        under the lock before the journal is opened (``journal quarantine`` moves an untrusted journal
-        aside there).
+        the host root (:func:`agent.host.ownership.check_host_root`) and every mirror's directory
+        (:meth:`agent.host.adapter.AgentHost.check_mirrors`) likewise: a refusal (exit 4) or a foreign journal
+        (exit 2) leaves the host untouched, and a mirror that cannot be walked is named before any switch.
+        ``before_wire`` runs under the lock before the journal is opened (``journal quarantine`` moves an
+        untrusted journal aside there).
         """
         if self._running:
             raise RuntimeError("Session: one write at a time")
         check_state(self.config)
         check_host_root(self.host)
+        self.host.check_mirrors()
         if operation is not None:
             check_result(self.config, operation)
         self._running = True

@@ -158,6 +158,8 @@ path = "/srv/m2"
         (MINIMAL + "[health]\ncommand_probe = [\"\"]\n", "health.command_probe", "empty"),
         (MINIMAL + "[journal]\nkeep_episodes = 0\n", "journal.keep_episodes", "positive"),
         (MINIMAL + "[[mirrors]]\npath = \"rel/x\"\n", "mirrors[0].path", "absolute"),
+        (MINIMAL + "[[mirrors]]\npath = \"/srv/m/x\"\nroot = \"/srv/other\"\n", "mirrors[0].root",
+         "does not hold path"),
         (MINIMAL + "[[mirrors]]\npath = \"/a\"\n[[mirrors]]\n", "mirrors[1].path", "required"),
         (MINIMAL + "[[mirrors]]\npath = \"/a\"\nmode = 1\n", "mirrors[0].mode", "unknown key"),
         (MINIMAL + "mirrors = 3\n", "agent.mirrors", "unknown key"),
