@@ -75,6 +75,7 @@ class EpisodeView:
         boot_id: ``EpisodeOpened.boot_id`` (the boot it opened in), None in older journals.
         published_seq: the sequence number of its ``ResultPublished`` record, once there is one (a managed
             operation's status names it as ``journalSeq``: the exactly-once publication of docs/managed.md).
+        below_watermark: ``EpisodeOpened.below_watermark``: a ``rollback`` run with ``--below-watermark``.
     """
 
     episode_id: str
@@ -129,6 +130,7 @@ class EpisodeView:
     closed_at: float | None = None
     boot_id: str | None = None
     published_seq: int | None = None
+    below_watermark: bool = False
 
     # -- derived facts ---------------------------------------------------------------------------------
     @property
@@ -274,6 +276,9 @@ class JournalView:
         known_bad: candidate sha256 -> the latest operation that condemned it
             (:attr:`EpisodeView.condemns_candidate`); a later commit of the same digest (offered with
             ``--retry-known-bad``) clears it. Kept across compaction (``EpisodeSummary.known_bad``).
+        slot_security_versions: slot -> the signed ``security_version`` of the release installed in it, as
+            far as the journal knows (absent: an unsigned release, or one installed before the kept
+            history); an operator rollback to a last-good below the watermark is refused by it.
     """
 
     episodes: dict[str, EpisodeView]
@@ -285,6 +290,7 @@ class JournalView:
     last_seq: int
     security_watermark: int | None = None
     known_bad: dict[str, KnownBad] = attrs.Factory(dict)
+    slot_security_versions: dict[Slot, int] = attrs.Factory(dict)
 
     def result_of(self, operation: str) -> UpgradeResult | None:
         """The recorded result of a closed episode ``operation``, or None."""
@@ -325,6 +331,7 @@ class Folder:
         self._slot_versions: dict[Slot, str] = {}
         self._watermark: int | None = None
         self._known_bad: dict[str, KnownBad] = {}
+        self._slot_security: dict[Slot, int] = {}
         self._cache: JournalView | None = None
 
     @property
@@ -392,6 +399,7 @@ class Folder:
                 last_seq=self._last_seq,
                 security_watermark=self._watermark,
                 known_bad=dict(self._known_bad),
+                slot_security_versions=dict(self._slot_security),
             )
         return self._cache
 
@@ -445,7 +453,7 @@ class Folder:
             "expected_version": e.expected_version, "from_slot": e.from_slot, "from_version": e.from_version,
             "max_health_attempts": e.max_health_attempts, "stability_s": e.stability_s,
             "health_timeout_s": e.health_timeout_s, "opened_seq": seq, "last_seq": seq, "opened_at": wall,
-            "boot_id": e.boot_id,
+            "boot_id": e.boot_id, "below_watermark": e.below_watermark,
         })
         return _Ep(episode_id, _OPENED, fields, ctx)
 
@@ -510,6 +518,11 @@ class Folder:
             self._slot_versions[e.slot] = version
         else:
             self._slot_versions.pop(e.slot, None)
+        release: ev.ReleaseTrusted | None = f.get("release")
+        if release is not None:
+            self._slot_security[e.slot] = release.security_version
+        else:
+            self._slot_security.pop(e.slot, None)
 
     def _h_last_good(self, ep: _Ep, e: ev.LastGoodRepointed, seq: int) -> None:
         ep.fields["last_good_slot"] = e.slot
@@ -603,6 +616,8 @@ class Folder:
         ep.fields["last_good_slot"] = e.last_good_slot
         self._slot_versions[e.last_good_slot] = e.last_good_version
         self._slot_versions[e.current_slot] = e.current_version
+        for slot in (e.last_good_slot, e.current_slot):  # read from the host: no signature is known
+            self._slot_security.pop(slot, None)
 
     def _h_published(self, ep: _Ep, e: ev.ResultPublished, seq: int) -> None:
         ep.fields["published"] = e.result
