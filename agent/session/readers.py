@@ -32,6 +32,7 @@ from upgrade_core import (
     UpgradeRequest,
     fold,
     other_slot,
+    rollback_refusal,
     rollback_target,
 )
 from upgrade_core.errors import HistoryError, UpgradeError
@@ -150,9 +151,10 @@ class Readers:
             tuple(plan), inactive, lock, open_ep, episode, drift.missing, drift.drifted, next_
         )
 
-    def rollback_preflight(self, operation: str) -> Preflight:
+    def rollback_preflight(self, operation: str, *, below_watermark: bool = False) -> Preflight:
         """``rollback --preflight``: the plan, from the links, the journal and a lock probe; changes nothing
-        and runs no binary (as :meth:`preflight`).
+        and runs no binary (as :meth:`preflight`). A rollback the anti-rollback watermark would refuse
+        (``below_watermark`` false) plans only that refusal.
 
         Raises:
             NotInstalledError, LayoutConflictError, NothingToRollBackError: as ``rollback`` (exit 2).
@@ -175,7 +177,10 @@ class Readers:
             current = links.current
             assert current is not None  # rollback_target refuses a host without current
             versions = view.slot_versions
-            plan += [
+            refusal = rollback_refusal(
+                view.security_watermark, target, view.slot_security_versions.get(target), below_watermark
+            )
+            plan += [f"refuse (aborted, exit 1): {refusal}"] if refusal is not None else [
                 f"run the version command of last-good's slot {target} ({versions.get(target, '?')})",
                 f"switch current from {current} ({versions.get(current, '?')}) to {target}; "
                 f"last-good stays {target}",

@@ -419,9 +419,9 @@ class Session:
         """``upgrade --preflight``: see :meth:`agent.session.readers.Readers.preflight`."""
         return self._readers.preflight(request)
 
-    def rollback_preflight(self, operation: str) -> Preflight:
+    def rollback_preflight(self, operation: str, *, below_watermark: bool = False) -> Preflight:
         """``rollback --preflight``: see :meth:`agent.session.readers.Readers.rollback_preflight`."""
-        return self._readers.rollback_preflight(operation)
+        return self._readers.rollback_preflight(operation, below_watermark=below_watermark)
 
     def verify_journal(self) -> JournalCheck:
         """``journal verify``: see :meth:`agent.session.readers.Readers.verify_journal`."""

@@ -159,15 +159,18 @@ def test_a_rollback_below_the_watermark_is_refused_unless_below_watermark(
     current.unlink()
     current.symlink_to(f"{rig.name}-green")
     before = rig.host_facts()
+    refusal = (
+        "last-good blue has security version 3, below this host's watermark 5; --below-watermark to roll "
+        "back anyway, or upgrade-agent trust reset clears the watermark"
+    )
+    plan = rig.cli("rollback", "--preflight").payload()["plan"]
+    assert plan == [f"refuse (aborted, exit 1): {refusal}"], plan
+    assert "switch current from green" in rig.cli("rollback", "--preflight", "--below-watermark").stdout
     run = rig.cli("rollback", "--operation", "rb-refused")
     assert run.code == 1, run
     run.assert_clean_stderr()
     out = run.payload()
-    assert (out["result"], out["reason"]) == (
-        "aborted",
-        "last-good blue has security version 3, below this host's watermark 5; --below-watermark to roll "
-        "back anyway, or upgrade-agent trust reset clears the watermark",
-    ), out
+    assert (out["result"], out["reason"]) == ("aborted", refusal), out
     assert rig.host_facts() == before
     # The override goes past the refusal to the switch; the rig's systemctl is /bin/false, so neither slot
     # can be restarted (needs_attention, exit 3). The episode's opening records the override.

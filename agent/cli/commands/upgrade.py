@@ -51,9 +51,9 @@ def cmd_rollback(args: argparse.Namespace) -> Outcome:
     """
     session = cli_session(args)
     operation = session.rollback_operation(args.operation)
-    if args.preflight:
-        return _preflight_outcome(session.rollback_preflight(operation))
     below = args.below_watermark
+    if args.preflight:
+        return _preflight_outcome(session.rollback_preflight(operation, below_watermark=below))
     log(f"rollback {operation}: current to last-good" + (" (--below-watermark)" if below else ""))
     return result_outcome(
         run_writing(session, args, lambda: session.rollback(operation, below_watermark=below))
