@@ -213,7 +213,7 @@ async def run_rollback(
     path = host.slot_path(target)
     view = run.folder.view()
     refusal = rollback_refusal(
-        view.security_watermark, target, view.slot_security_versions.get(target), below_watermark
+        view.security_watermark, target, view.signed_security_versions.get(sha), below_watermark
     )
 
     async def verify() -> bool:

@@ -276,9 +276,10 @@ class JournalView:
         known_bad: candidate sha256 -> the latest operation that condemned it
             (:attr:`EpisodeView.condemns_candidate`); a later commit of the same digest (offered with
             ``--retry-known-bad``) clears it. Kept across compaction (``EpisodeSummary.known_bad``).
-        slot_security_versions: slot -> the signed ``security_version`` of the release installed in it, as
-            far as the journal knows (absent: an unsigned release, or one installed before the kept
-            history); an operator rollback to a last-good below the watermark is refused by it.
+        signed_security_versions: member sha256 -> the ``security_version`` a verified signature claimed for
+            it (the ``ReleaseTrusted`` of the episode that staged it; the latest wins), kept across
+            compaction (an ``EpisodeSummary`` carries both). Keyed by digest, not slot: an operator rollback
+            looks up the bytes last-good's slot holds now, and refuses those below the watermark.
     """
 
     episodes: dict[str, EpisodeView]
@@ -290,7 +291,7 @@ class JournalView:
     last_seq: int
     security_watermark: int | None = None
     known_bad: dict[str, KnownBad] = attrs.Factory(dict)
-    slot_security_versions: dict[Slot, int] = attrs.Factory(dict)
+    signed_security_versions: dict[str, int] = attrs.Factory(dict)
 
     def result_of(self, operation: str) -> UpgradeResult | None:
         """The recorded result of a closed episode ``operation``, or None."""
@@ -331,7 +332,7 @@ class Folder:
         self._slot_versions: dict[Slot, str] = {}
         self._watermark: int | None = None
         self._known_bad: dict[str, KnownBad] = {}
-        self._slot_security: dict[Slot, int] = {}
+        self._signed: dict[str, int] = {}
         self._cache: JournalView | None = None
 
     @property
@@ -399,7 +400,7 @@ class Folder:
                 last_seq=self._last_seq,
                 security_watermark=self._watermark,
                 known_bad=dict(self._known_bad),
-                slot_security_versions=dict(self._slot_security),
+                signed_security_versions=dict(self._signed),
             )
         return self._cache
 
@@ -465,6 +466,8 @@ class Folder:
                 self._failed.add(summary.candidate_sha256)
             if summary.security_version is not None and summary.result.result == "committed":
                 self._raise_watermark(summary.security_version)
+            if summary.security_version is not None and summary.candidate_sha256:
+                self._signed[summary.candidate_sha256] = summary.security_version
             sha = summary.candidate_sha256
             if sha is None:
                 continue
@@ -506,6 +509,9 @@ class Folder:
 
     def _h_release_trusted(self, ep: _Ep, e: ev.ReleaseTrusted, seq: int) -> None:
         ep.fields["release"] = e
+        sha = ep.fields.get("candidate_sha256")
+        if sha:
+            self._signed[sha] = e.security_version
         _refresh(ep)
 
     def _h_installed(self, ep: _Ep, e: ev.CandidateInstalled, seq: int) -> None:
@@ -518,11 +524,6 @@ class Folder:
             self._slot_versions[e.slot] = version
         else:
             self._slot_versions.pop(e.slot, None)
-        release: ev.ReleaseTrusted | None = f.get("release")
-        if release is not None:
-            self._slot_security[e.slot] = release.security_version
-        else:
-            self._slot_security.pop(e.slot, None)
 
     def _h_last_good(self, ep: _Ep, e: ev.LastGoodRepointed, seq: int) -> None:
         ep.fields["last_good_slot"] = e.slot
@@ -616,8 +617,6 @@ class Folder:
         ep.fields["last_good_slot"] = e.last_good_slot
         self._slot_versions[e.last_good_slot] = e.last_good_version
         self._slot_versions[e.current_slot] = e.current_version
-        for slot in (e.last_good_slot, e.current_slot):  # read from the host: no signature is known
-            self._slot_security.pop(slot, None)
 
     def _h_published(self, ep: _Ep, e: ev.ResultPublished, seq: int) -> None:
         ep.fields["published"] = e.result

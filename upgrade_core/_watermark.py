@@ -48,8 +48,9 @@ def rollback_refusal(
     Args:
         watermark: the host's watermark, None when it has none.
         slot: the slot ``last-good`` names.
-        security_version: the signed security version of the release installed in ``slot``, None when the
-            journal does not know one (an unsigned release, or history no longer kept).
+        security_version: the signed security version of the bytes ``slot`` holds (looked up by their
+            sha256), None when the journal knows none (an unsigned or adopted release, or a journal that
+            was quarantined since).
         below_watermark: ``rollback --below-watermark`` was given (the operator's deliberate override).
 
     Returns:

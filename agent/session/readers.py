@@ -177,9 +177,9 @@ class Readers:
             current = links.current
             assert current is not None  # rollback_target refuses a host without current
             versions = view.slot_versions
-            refusal = rollback_refusal(
-                view.security_watermark, target, view.slot_security_versions.get(target), below_watermark
-            )
+            sha = self.host.slot_sha256_sync(target)
+            level = view.signed_security_versions.get(sha) if sha is not None else None
+            refusal = rollback_refusal(view.security_watermark, target, level, below_watermark)
             plan += [f"refuse (aborted, exit 1): {refusal}"] if refusal is not None else [
                 f"run the version command of last-good's slot {target} ({versions.get(target, '?')})",
                 f"switch current from {current} ({versions.get(current, '?')}) to {target}; "

@@ -132,6 +132,12 @@ def test_an_unsigned_release_is_refused_on_a_host_with_a_watermark(
     assert rig.cli("status").payload()["security_watermark"] == 5
 
 
+def _staging(events: list[Event], sha: str) -> list[Event]:
+    """``events`` with ``sha`` as the staged and installed member's digest."""
+    return [attrs.evolve(e, sha256=sha) if isinstance(e, (ev.CandidateStaged, ev.CandidateInstalled)) else e
+            for e in events]
+
+
 def _swapped(events: list[Event]) -> list[Event]:
     """``events`` with the slots blue and green exchanged (an upgrade green -> blue)."""
     other = {"blue": "green", "green": "blue"}
@@ -151,9 +157,13 @@ def test_a_rollback_below_the_watermark_is_refused_unless_below_watermark(
     """Blue holds a release signed at security version 3, green (current) one at 5: ``rollback`` to
     last-good (blue) is refused, naming both numbers and the override; ``--below-watermark`` is journaled."""
     rig = installed_rig
+
+    def digest(slot: str) -> str:  # last-good's level is looked up by the bytes its slot holds
+        return hashlib.sha256(rig.slot(slot).read_bytes()).hexdigest()
+
     write_journal(_journal_dir(rig), [
-        ("op-three", _swapped(signed_commit("op-three", rig.name, 3))),
-        ("op-five", signed_commit("op-five", rig.name, 5)),
+        ("op-three", _staging(_swapped(signed_commit("op-three", rig.name, 3)), digest("blue"))),
+        ("op-five", _staging(signed_commit("op-five", rig.name, 5), digest("green"))),
     ])
     current = rig.agent_dir / f"{rig.name}-current"
     current.unlink()

@@ -79,6 +79,18 @@ def test_the_watermark_survives_compaction() -> None:
     assert fold([SimRecord(1, ev.SNAPSHOT_EPISODE, 0.0, again)]).security_watermark == 5
 
 
+def test_the_signed_level_of_each_digest_survives_compaction() -> None:
+    """An operator rollback looks last-good's level up by digest: compaction must not turn a known level
+    into an unknown one (which would demand ``--below-watermark`` for a rollback at the watermark)."""
+    recs = records(signed(FULL_COMMIT, 5))
+    assert fold(recs).signed_security_versions == {CAND_SHA: 5}
+    decoded = EVENT_CODEC.decode(EVENT_CODEC.encode(summarize_history(recs)))
+    assert fold([SimRecord(len(recs), ev.SNAPSHOT_EPISODE, 0.0, decoded)]).signed_security_versions == {
+        CAND_SHA: 5
+    }
+    assert fold(records(FULL_COMMIT)).signed_security_versions == {}  # unsigned: no level known
+
+
 def test_an_old_snapshot_without_security_versions_still_decodes_and_keeps_its_bytes() -> None:
     summary = ev.EpisodeSummary("old", ROLLED_BACK_RESULT, 1.0, 2.0, "d" * 64)
     payload = EVENT_CODEC.encode(ev.HistorySnapshot((summary,)))
@@ -171,7 +183,7 @@ async def two_signed_levels(low: int, high: int) -> World:
 @pytest.mark.anyio
 async def test_a_rollback_below_the_watermark_is_refused_unless_below_watermark() -> None:
     w = await two_signed_levels(3, 5)
-    assert fold(w.replay()).slot_security_versions == {"green": 3, "blue": 5}
+    assert fold(w.replay()).signed_security_versions == {w.slot_sha("green"): 3, w.slot_sha("blue"): 5}
     before = host_facts(w)
     refused = await run_rollback(w.ports(), SIM_POLICY, "rb1")
     assert (refused.result, refused.reason) == (
