@@ -175,8 +175,8 @@ async def run_rollback(
 
     On a host with an anti-rollback watermark, a last-good whose release is below it (or of no known
     security version) is refused before its version command (``aborted``, the reason names both numbers
-    and the override) unless ``below_watermark``; the override is journaled in ``EpisodeOpened``
-    (docs/trust.md).
+    and the override) unless ``below_watermark``; an override that overrode a refusal is journaled in
+    ``EpisodeOpened.below_watermark`` (docs/trust.md).
 
     Args:
         ports, policy, folder: as :func:`run_upgrade`.
@@ -209,15 +209,15 @@ async def run_rollback(
                                      "is missing or empty")
     label = f"last-good {target}"
     request = UpgradeRequest(operation, label, label, expected_sha256=sha)
-    await run.open_episode(request, "rollback", current, below_watermark=below_watermark)
-    path = host.slot_path(target)
     view = run.folder.view()
-    refusal = rollback_refusal(
-        view.security_watermark, target, view.signed_security_versions.get(sha), below_watermark
-    )
+    refusal = rollback_refusal(view.security_watermark, target, view.signed_security_versions.get(sha))
+    # journaled only when it overrides a refusal: the episode says the operator went below the watermark
+    overridden = refusal is not None and below_watermark
+    await run.open_episode(request, "rollback", current, below_watermark=overridden)
+    path = host.slot_path(target)
 
     async def verify() -> bool:
-        if refusal is not None:
+        if refusal is not None and not below_watermark:
             raise SecurityVersionError(refusal)
         await run.bracket(operation, lambda: ports.verifier.verify(path, None), ev.CandidateVerified,
                           kind=ev.CandidateVerified)

@@ -40,10 +40,9 @@ def release_refusal(watermark: int | None, security_version: int | None) -> str 
     return None
 
 
-def rollback_refusal(
-    watermark: int | None, slot: Slot, security_version: int | None, below_watermark: bool
-) -> str | None:
-    """Why an operator rollback to ``last-good`` (``slot``) is refused by the watermark, or None.
+def rollback_refusal(watermark: int | None, slot: Slot, security_version: int | None) -> str | None:
+    """Why an operator rollback to ``last-good`` (``slot``) is refused by the watermark, or None; the
+    refusal names the override, ``--below-watermark``, which the caller honours (and journals).
 
     Args:
         watermark: the host's watermark, None when it has none.
@@ -51,12 +50,11 @@ def rollback_refusal(
         security_version: the signed security version of the bytes ``slot`` holds (looked up by their
             sha256), None when the journal knows none (an unsigned or adopted release, or a journal that
             was quarantined since).
-        below_watermark: ``rollback --below-watermark`` was given (the operator's deliberate override).
 
     Returns:
         The abort reason (exit 1), or None when the rollback may go on.
     """
-    if watermark is None or below_watermark:
+    if watermark is None:
         return None
     override = f"--below-watermark to roll back anyway, or {RESET_HINT}"
     if security_version is None:

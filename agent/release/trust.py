@@ -16,9 +16,9 @@ The keyring (``[trust] keyring``, a file or URL fetched under the archive's rule
      "revoked": ["88666849DDB7434"]}
 
 The top-level ``expires`` (RFC 3339 UTC) is the keyring's own, signed with it: past it the keyring is
-refused, served or cached, so a mirror that keeps serving an old, genuine keyring (a freeze attack, as TUF's
-timestamp expiry counters) cannot keep a revoked key valid for longer than that. A served keyring without
-it is refused: it could be frozen forever.
+refused, served or cached, so a mirror that keeps serving an old, genuine keyring (a freeze attack, the one
+TUF's expiring timestamp metadata bounds) cannot keep a revoked key valid for longer than that. A served
+keyring without it is refused: it could be frozen forever.
 
 ``serial`` is a positive integer that never goes back: the verified keyring is cached in
 ``state_dir/trust/keyring.json`` (0600 in a 0700 directory, written like a result: temp, fsync, rename,
@@ -57,9 +57,7 @@ from agent.release.verify import normalise_version
 from upgrade_core import ReleaseTrusted
 from upgrade_core.errors import FetchError, FetchHTTPError, HostError, KeyringError, SignatureError
 
-__all__ = [
-    "Keyring", "ReleaseTrust", "TrustedKeys", "legacy_refusal", "parse_keyring", "signature_source",
-]
+__all__ = ["Keyring", "ReleaseTrust", "TrustedKeys", "parse_keyring", "signature_source"]
 
 MAX_KEYRING_BYTES = 1 << 20
 _KEYRING_KEYS = {"serial", "keys", "revoked"}
@@ -216,7 +214,7 @@ def _verify_with_roots(sig: Signature, roots: tuple[PublicKey, ...], data: bytes
         raise KeyringError(str(exc)) from None
 
 
-def legacy_refusal(sig: Signature, what: str) -> str:
+def _legacy_refusal(sig: Signature, what: str) -> str:
     """The line refusing a legacy (``Ed``, not pre-hashed) signature of ``what`` (a release, the keyring)."""
     return (
         f"{sig.shown}: the legacy Ed algorithm (not pre-hashed) is not accepted for {what} "
@@ -288,7 +286,7 @@ class ReleaseTrust:
     def _verified(self, data: bytes, sig_bytes: bytes, shown: str) -> Keyring:
         sig = parse_signature(sig_bytes, shown + ".minisig")
         if sig.algorithm == "Ed" and not self.allow_legacy:
-            raise KeyringError(legacy_refusal(sig, "the keyring"))
+            raise KeyringError(_legacy_refusal(sig, "the keyring"))
         _verify_with_roots(sig, self.roots, data)
         return parse_keyring(data, shown)
 
@@ -310,8 +308,8 @@ class ReleaseTrust:
         return parse_keyring(cached[0], shown)
 
     async def keys(self) -> TrustedKeys:
-        """The roots and the newest keyring: the served one if newer than the cache (then cached), else the
-        cache.
+        """The roots and the served keyring, checked against the cache (the serial floor, unless a root no
+        longer configured signed it) and fresh; a higher serial (or a cache without a floor) is cached.
 
         Raises:
             KeyringError: the served keyring is malformed, not signed by a root key, legacy-signed (unless
@@ -372,7 +370,7 @@ class ReleaseTrust:
         else:
             sig = parse_signature(data, shown)
             if sig.algorithm == "Ed" and not self.allow_legacy:
-                raise SignatureError(legacy_refusal(sig, f"release {redact_url(archive)}"))
+                raise SignatureError(_legacy_refusal(sig, f"release {redact_url(archive)}"))
             key = (await self.keys()).signer(sig, self.now())
             return sig, key
         if self.require:

@@ -153,8 +153,8 @@ class Readers:
 
     def rollback_preflight(self, operation: str, *, below_watermark: bool = False) -> Preflight:
         """``rollback --preflight``: the plan, from the links, the journal and a lock probe; changes nothing
-        and runs no binary (as :meth:`preflight`). A rollback the anti-rollback watermark would refuse
-        (``below_watermark`` false) plans only that refusal.
+        and runs no binary (as :meth:`preflight`). A rollback the anti-rollback watermark refuses plans
+        only that refusal; with ``below_watermark``, the override comes first in the plan.
 
         Raises:
             NotInstalledError, LayoutConflictError, NothingToRollBackError: as ``rollback`` (exit 2).
@@ -179,15 +179,20 @@ class Readers:
             versions = view.slot_versions
             sha = self.host.slot_sha256_sync(target)
             level = view.signed_security_versions.get(sha) if sha is not None else None
-            refusal = rollback_refusal(view.security_watermark, target, level, below_watermark)
-            plan += [f"refuse (aborted, exit 1): {refusal}"] if refusal is not None else [
-                f"run the version command of last-good's slot {target} ({versions.get(target, '?')})",
-                f"switch current from {current} ({versions.get(current, '?')}) to {target}; "
-                f"last-good stays {target}",
-                f"restart {cfg.agent.unit} through a transient unit and health-check it "
-                f"({cfg.health.max_attempts} attempts, {cfg.health.stability_s} s stable)",
-                f"commit (both links name {target}), or go back to {links.current} and health-check it",
-            ]
+            refusal = rollback_refusal(view.security_watermark, target, level)
+            if refusal is not None:
+                plan.append(f"override, journaled (--below-watermark): {refusal}" if below_watermark
+                            else f"refuse (aborted, exit 1): {refusal}")
+            if refusal is None or below_watermark:
+                plan += [
+                    f"run the version command of last-good's slot {target} ({versions.get(target, '?')})",
+                    f"switch current from {current} ({versions.get(current, '?')}) to {target}; "
+                    f"last-good stays {target}",
+                    f"restart {cfg.agent.unit} through a transient unit and health-check it "
+                    f"({cfg.health.max_attempts} attempts, {cfg.health.stability_s} s stable)",
+                    f"commit (both links name {target}), or go back to {links.current} and health-check "
+                    "it",
+                ]
         episode, drift, next_ = self.convergence(view, installed=True)
         assert target is not None
         return Preflight(tuple(plan), target, probe_lock(cfg.host.lock_path), open_ep, episode, drift.missing,

@@ -175,7 +175,9 @@ def test_a_rollback_below_the_watermark_is_refused_unless_below_watermark(
     )
     plan = rig.cli("rollback", "--preflight").payload()["plan"]
     assert plan == [f"refuse (aborted, exit 1): {refusal}"], plan
-    assert "switch current from green" in rig.cli("rollback", "--preflight", "--below-watermark").stdout
+    overridden = rig.cli("rollback", "--preflight", "--below-watermark").payload()["plan"]
+    assert overridden[0] == f"override, journaled (--below-watermark): {refusal}", overridden
+    assert "switch current from green" in overridden[2], overridden
     run = rig.cli("rollback", "--operation", "rb-refused")
     assert run.code == 1, run
     run.assert_clean_stderr()

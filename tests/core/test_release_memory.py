@@ -224,8 +224,9 @@ async def test_a_rollback_to_a_last_good_of_unknown_level_needs_the_override_too
 
 @pytest.mark.anyio
 async def test_a_rollback_at_the_watermark_needs_no_override() -> None:
+    """Nor is an override that overrode nothing journaled as one."""
     w = await two_signed_levels(5, 5)
-    assert (await run_rollback(w.ports(), SIM_POLICY, "rb1")).result == "committed"
+    assert (await run_rollback(w.ports(), SIM_POLICY, "rb1", below_watermark=True)).result == "committed"
     assert not check_settled(w).episodes["rb1"].below_watermark
 
 
