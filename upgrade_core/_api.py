@@ -41,5 +41,6 @@ from ._operations import (
     refused_status,
 )
 from ._state import TRANSITIONS, EpisodeContext, EpisodeState, advance, diagram_mermaid, next_state
+from ._watermark import release_refusal, rollback_refusal
 from .codec import EVENT_CODEC, EventCodec, EventDecodeError
 from .ports import Ports

@@ -96,6 +96,10 @@ class EpisodeOpened(Event):
     ``boot_id`` is the kernel's boot id (``/proc/sys/kernel/random/boot_id``) of the boot the episode opened
     in (a managed operation's status reports it, docs/managed.md); None (the default, omitted on disk)
     in journals written before it was recorded.
+
+    ``below_watermark`` is true for a ``rollback`` the operator ran with ``--below-watermark``: its last-good
+    was below the host's anti-rollback watermark, or of unknown level, and the operator overrode the refusal
+    (docs/trust.md). False (the default, omitted on disk) otherwise.
     """
 
     TAG: ClassVar[str] = "EpisodeOpened"
@@ -110,6 +114,7 @@ class EpisodeOpened(Event):
     stability_s: float
     health_timeout_s: float
     boot_id: str | None = None
+    below_watermark: bool = False
 
 
 @attrs.frozen

@@ -30,7 +30,8 @@ from ._flow_types import HandedOff, Policy, RestartScheduled, ResumeOutcome, Upg
 from ._fold import Folder
 from ._health import Failed, Passed
 from ._steps import FlowRun
-from .errors import AlreadyInstalledError, NothingToRollBackError, NotInstalledError
+from ._watermark import rollback_refusal
+from .errors import AlreadyInstalledError, NothingToRollBackError, NotInstalledError, SecurityVersionError
 from .ports import Host, LinkState, Ports
 
 
@@ -154,7 +155,12 @@ def rollback_target(links: LinkState, current_link: str) -> Slot:
 
 
 async def run_rollback(
-    ports: Ports, policy: Policy, operation: str, *, folder: Folder | None = None
+    ports: Ports,
+    policy: Policy,
+    operation: str,
+    *,
+    folder: Folder | None = None,
+    below_watermark: bool = False,
 ) -> UpgradeResult:
     """Operator rollback (design §10 ``rollback``, docs/recovery.md): ``current`` to ``last-good``'s slot as
     an episode of kind ``rollback`` (the caller holds the host lock).
@@ -167,9 +173,15 @@ async def run_rollback(
     moves: after a commit both links name the rolled-back-to slot (the next upgrade overwrites the other);
     after a failure both links are as they were.
 
+    On a host with an anti-rollback watermark, a last-good whose release is below it (or of no known
+    security version) is refused before its version command (``aborted``, the reason names both numbers
+    and the override) unless ``below_watermark``; an override that overrode a refusal is journaled in
+    ``EpisodeOpened.below_watermark`` (docs/trust.md).
+
     Args:
         ports, policy, folder: as :func:`run_upgrade`.
         operation: the operation id.
+        below_watermark: ``rollback --below-watermark``: roll back below the watermark all the same.
 
     Returns:
         ``committed`` (``current`` names the last-good slot, healthy; exit 0), ``aborted`` (its version
@@ -197,10 +209,16 @@ async def run_rollback(
                                      "is missing or empty")
     label = f"last-good {target}"
     request = UpgradeRequest(operation, label, label, expected_sha256=sha)
-    await run.open_episode(request, "rollback", current)
+    view = run.folder.view()
+    refusal = rollback_refusal(view.security_watermark, target, view.signed_security_versions.get(sha))
+    # journaled only when it overrides a refusal: the episode says the operator went below the watermark
+    overridden = refusal is not None and below_watermark
+    await run.open_episode(request, "rollback", current, below_watermark=overridden)
     path = host.slot_path(target)
 
     async def verify() -> bool:
+        if refusal is not None and not below_watermark:
+            raise SecurityVersionError(refusal)
         await run.bracket(operation, lambda: ports.verifier.verify(path, None), ev.CandidateVerified,
                           kind=ev.CandidateVerified)
         return True

@@ -75,6 +75,7 @@ class EpisodeView:
         boot_id: ``EpisodeOpened.boot_id`` (the boot it opened in), None in older journals.
         published_seq: the sequence number of its ``ResultPublished`` record, once there is one (a managed
             operation's status names it as ``journalSeq``: the exactly-once publication of docs/managed.md).
+        below_watermark: ``EpisodeOpened.below_watermark``: a ``rollback`` run with ``--below-watermark``.
     """
 
     episode_id: str
@@ -129,6 +130,7 @@ class EpisodeView:
     closed_at: float | None = None
     boot_id: str | None = None
     published_seq: int | None = None
+    below_watermark: bool = False
 
     # -- derived facts ---------------------------------------------------------------------------------
     @property
@@ -274,6 +276,10 @@ class JournalView:
         known_bad: candidate sha256 -> the latest operation that condemned it
             (:attr:`EpisodeView.condemns_candidate`); a later commit of the same digest (offered with
             ``--retry-known-bad``) clears it. Kept across compaction (``EpisodeSummary.known_bad``).
+        signed_security_versions: member sha256 -> the ``security_version`` a verified signature claimed for
+            it (the ``ReleaseTrusted`` of the episode that staged it; the latest wins), kept across
+            compaction (an ``EpisodeSummary`` carries both). Keyed by digest, not slot: an operator rollback
+            looks up the bytes last-good's slot holds now, and refuses those below the watermark.
     """
 
     episodes: dict[str, EpisodeView]
@@ -285,6 +291,7 @@ class JournalView:
     last_seq: int
     security_watermark: int | None = None
     known_bad: dict[str, KnownBad] = attrs.Factory(dict)
+    signed_security_versions: dict[str, int] = attrs.Factory(dict)
 
     def result_of(self, operation: str) -> UpgradeResult | None:
         """The recorded result of a closed episode ``operation``, or None."""
@@ -325,6 +332,7 @@ class Folder:
         self._slot_versions: dict[Slot, str] = {}
         self._watermark: int | None = None
         self._known_bad: dict[str, KnownBad] = {}
+        self._signed: dict[str, int] = {}
         self._cache: JournalView | None = None
 
     @property
@@ -392,6 +400,7 @@ class Folder:
                 last_seq=self._last_seq,
                 security_watermark=self._watermark,
                 known_bad=dict(self._known_bad),
+                signed_security_versions=dict(self._signed),
             )
         return self._cache
 
@@ -445,7 +454,7 @@ class Folder:
             "expected_version": e.expected_version, "from_slot": e.from_slot, "from_version": e.from_version,
             "max_health_attempts": e.max_health_attempts, "stability_s": e.stability_s,
             "health_timeout_s": e.health_timeout_s, "opened_seq": seq, "last_seq": seq, "opened_at": wall,
-            "boot_id": e.boot_id,
+            "boot_id": e.boot_id, "below_watermark": e.below_watermark,
         })
         return _Ep(episode_id, _OPENED, fields, ctx)
 
@@ -457,6 +466,8 @@ class Folder:
                 self._failed.add(summary.candidate_sha256)
             if summary.security_version is not None and summary.result.result == "committed":
                 self._raise_watermark(summary.security_version)
+            if summary.security_version is not None and summary.candidate_sha256:
+                self._signed[summary.candidate_sha256] = summary.security_version
             sha = summary.candidate_sha256
             if sha is None:
                 continue
@@ -498,6 +509,9 @@ class Folder:
 
     def _h_release_trusted(self, ep: _Ep, e: ev.ReleaseTrusted, seq: int) -> None:
         ep.fields["release"] = e
+        sha = ep.fields.get("candidate_sha256")
+        if sha:
+            self._signed[sha] = e.security_version
         _refresh(ep)
 
     def _h_installed(self, ep: _Ep, e: ev.CandidateInstalled, seq: int) -> None:

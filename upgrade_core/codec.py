@@ -52,7 +52,7 @@ def _make_converter() -> cattrs.Converter:
     conv.register_unstructure_hook(HealthFailed, make_dict_unstructure_fn(HealthFailed, conv, cause=omit))
     conv.register_unstructure_hook(Aborted, make_dict_unstructure_fn(Aborted, conv, cause=omit))
     conv.register_unstructure_hook(
-        EpisodeOpened, make_dict_unstructure_fn(EpisodeOpened, conv, boot_id=omit)
+        EpisodeOpened, make_dict_unstructure_fn(EpisodeOpened, conv, boot_id=omit, below_watermark=omit)
     )
     return conv
 

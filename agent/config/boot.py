@@ -285,6 +285,7 @@ FAST_SCHEMA: dict[str, dict[str, _Check]] = {
         "root_keys": _root_keys,
         "keyring": lambda v: isinstance(v, str) and "\x00" not in v,
         "require_signatures": lambda v: type(v) is bool,
+        "allow_legacy_signatures": lambda v: type(v) is bool,
     },
     # no "{" in the paths here: a substituted spool path is the full loader's to check against host.root
     "operations": {

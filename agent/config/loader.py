@@ -287,11 +287,14 @@ class TrustSection:
         keyring: "" or a source (file or URL) of a root-signed keyring of signing keys (see
             :mod:`agent.release.trust`); its signature is ``<keyring>.minisig``.
         require_signatures: None (the default) means true whenever a key is configured.
+        allow_legacy_signatures: also accept minisign's legacy ``Ed`` signatures (over the whole file, not
+            pre-hashed); false by default because minisign does not sign the algorithm bytes.
     """
 
     root_keys: tuple[str, ...] = attrs.field(default=(), validator=_root_keys)
     keyring: str = attrs.field(default="", validator=_keyring_source)
     require_signatures: bool | None = None
+    allow_legacy_signatures: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.keyring and not self.root_keys:

@@ -192,7 +192,8 @@ class AgentHost:
         """Absolute path of ``R/lib/NAME/NAME-current`` (what ``ExecStart`` runs)."""
         return self.layout.current_link
 
-    def _slot_sha256_sync(self, slot: Slot) -> str | None:
+    def slot_sha256_sync(self, slot: Slot) -> str | None:
+        """:meth:`slot_sha256` in the calling thread (a reader that runs no event loop)."""
         path = self.layout.slot_path(slot)
         name = self.layout.slot_target(slot)
         d = self.agent_dir()
@@ -226,7 +227,7 @@ class AgentHost:
 
         Cancellation: no effect (read only; the worker thread is waited for).
         """
-        return await anyio.to_thread.run_sync(self._slot_sha256_sync, slot)
+        return await anyio.to_thread.run_sync(self.slot_sha256_sync, slot)
 
     def is_installed(self) -> bool:
         """True when ``R/lib/NAME/NAME-current`` exists as a symlink (whatever it names)."""

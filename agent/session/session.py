@@ -218,16 +218,19 @@ class Session:
         """
         return operation_id(operation)
 
-    async def rollback(self, operation: str) -> UpgradeResult:
+    async def rollback(self, operation: str, *, below_watermark: bool = False) -> UpgradeResult:
         """Operator rollback (docs/recovery.md): ``current`` to ``last-good``'s slot as its own episode
         (kind ``rollback``), restart, health-check; an unhealthy last-good returns to the previous current.
 
         Args:
             operation: from :meth:`rollback_operation`.
+            below_watermark: ``--below-watermark``: roll back to a last-good below the host's anti-rollback
+                watermark (or of unknown security version); journaled in the episode (docs/trust.md).
 
         Returns:
             ``committed`` (on last-good's slot, healthy; both links name it; exit 0), ``aborted`` (its version
-            command failed or a signal came before the switch: nothing changed; exit 1), ``rolled_back`` (back
+            command failed, last-good is below the watermark without ``below_watermark``, or a signal came
+            before the switch: nothing changed; exit 1), ``rolled_back`` (back
             on the previous current, healthy; the reason names both slots and versions; exit 1) or
             ``needs_attention`` (neither healthy; exit 3); a closed operation id returns its recorded result.
 
@@ -248,7 +251,8 @@ class Session:
             if self.view().result_of(operation) is None:
                 raise
         return await self._frame.write(
-            lambda p, pol, f: run_rollback(p, pol, operation, folder=f), operation=operation
+            lambda p, pol, f: run_rollback(p, pol, operation, folder=f, below_watermark=below_watermark),
+            operation=operation,
         )
 
     async def recover(self, trigger: Trigger = "manual") -> UpgradeResult | HandedOff:
@@ -415,9 +419,9 @@ class Session:
         """``upgrade --preflight``: see :meth:`agent.session.readers.Readers.preflight`."""
         return self._readers.preflight(request)
 
-    def rollback_preflight(self, operation: str) -> Preflight:
+    def rollback_preflight(self, operation: str, *, below_watermark: bool = False) -> Preflight:
         """``rollback --preflight``: see :meth:`agent.session.readers.Readers.rollback_preflight`."""
-        return self._readers.rollback_preflight(operation)
+        return self._readers.rollback_preflight(operation, below_watermark=below_watermark)
 
     def verify_journal(self) -> JournalCheck:
         """``journal verify``: see :meth:`agent.session.readers.Readers.verify_journal`."""

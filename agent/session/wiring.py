@@ -191,6 +191,7 @@ def release_trust(cfg: AgentConfig, download: FetchPolicy, signature: str | None
         state_dir=cfg.host.state_dir,
         download=download,
         signature=signature,
+        allow_legacy=cfg.trust.allow_legacy_signatures,
     )
 
 
