@@ -26,6 +26,11 @@ The bytes are handed, as they arrive, to an async *sink* (the extraction pipelin
   sha256 is always over the file as published. ``br`` (no brotli decoder among our dependencies) and any other
   coding are refused, naming the coding. Content-Length, ``max_bytes`` and the truncation rules apply to
   the bytes on the wire (the raw stream, never httpx's decoded one).
+- TLS and proxy (docs/trust.md): every request goes through the policy's :class:`~agent.https.Transport`:
+  the operating system's trust store plus ``download.ca_file``, the client certificate of mutual TLS, and
+  ``download.proxy`` when set; never a proxy, ``.netrc`` or CA list from the environment. A certificate the
+  trust refuses is :class:`~upgrade_core.errors.FetchCertificateError` ("certificate verify failed:
+  <OpenSSL's reason>"), a handshake the server refuses names its alert.
 - Time: ``timeout_s`` bounds the whole transfer (including time the sink spends), and an idle timeout
   (default 30 s) bounds every single wait for the network: :class:`~upgrade_core.errors.FetchTimeoutError`.
 - Foreign errors (``httpx.*``, ``OSError``) are translated here, with the redacted URL, ``from None``:
@@ -42,7 +47,6 @@ import base64
 import ipaddress
 import os
 import re
-import ssl
 import stat
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Literal, Protocol, cast
@@ -54,9 +58,11 @@ import attrs
 import httpx
 
 from agent.errors import UsageError
+from agent.https import Transport, tls_failure
 from agent.redact import redact_url
 from upgrade_core.errors import (
     ArchiveLimitError,
+    FetchCertificateError,
     FetchContentEncodingError,
     FetchError,
     FetchHTTPError,
@@ -108,6 +114,9 @@ class FetchPolicy:
         idle_timeout_s: bound on each single network wait (connect, read), seconds.
         chunk_bytes: the size of each read of a local file handed to the sink, bytes (an http(s) body is
             handed over as the network delivers it, in pieces of at most 64 KiB).
+        transport: the TLS trust, client certificate and proxy of http(s) requests (default: the
+            operating system's trust store, no client certificate, no proxy);
+            :func:`agent.release.tls.download_transport` builds it from ``[download]``.
     """
 
     allow_http: AllowHttp = "loopback"
@@ -115,6 +124,7 @@ class FetchPolicy:
     timeout_s: float = attrs.field(default=600.0, validator=attrs.validators.gt(0))
     idle_timeout_s: float = attrs.field(default=30.0, validator=attrs.validators.gt(0))
     chunk_bytes: int = attrs.field(default=256 * 1024, validator=attrs.validators.gt(0))
+    transport: Transport = attrs.field(factory=Transport, eq=False)
 
 
 @attrs.frozen
@@ -322,7 +332,6 @@ async def fetch(
     headers: Mapping[str, str] | None = None,
     max_bytes: int | None = None,
     progress: ProgressCallback | None = None,
-    ssl_context: ssl.SSLContext | None = None,
     content_coding: CodingSink | None = None,
 ) -> FetchResult:
     """Stream ``source`` into ``sink`` chunk by chunk, as the bytes arrive on the wire.
@@ -336,7 +345,6 @@ async def fetch(
             same origin rule as userinfo.
         max_bytes: ``limits.max_archive_bytes``: a longer announced or delivered body fails early.
         progress: called with (bytes so far, total or None) after each chunk.
-        ssl_context: trust store for https (default: the system's).
         content_coding: awaited once, before the first chunk, when the server applied a
             ``Content-Encoding`` although we asked for identity; the chunks are then the encoded bytes
             and the consumer must undo the codings. None: such a response is refused.
@@ -346,7 +354,10 @@ async def fetch(
 
     Raises:
         UsageError: unsupported scheme or malformed URL.
-        FetchError: http refused by policy, connection or read failure, a local file unreadable.
+        FetchError: http refused by policy, connection or read failure, a TLS handshake the server
+            refused, the proxy unreachable or refusing the tunnel, a local file unreadable.
+        FetchCertificateError: the server's certificate failed verification
+            (``"<URL>: certificate verify failed: <reason>"``).
         FetchHTTPError: a non-2xx final status (``status`` attribute).
         FetchRedirectError: a refused or excess redirect (C08).
         FetchLengthMismatchError: body length differs from ``Content-Length`` or the chunked body was
@@ -363,9 +374,7 @@ async def fetch(
     try:
         with anyio.fail_after(policy.timeout_s):
             if target.local_path is None:
-                return await _fetch_http(
-                    source, policy, sink, headers, max_bytes, progress, ssl_context, content_coding
-                )
+                return await _fetch_http(source, policy, sink, headers, max_bytes, progress, content_coding)
             return await _fetch_file(target.local_path, shown, policy, sink, max_bytes, progress)
     except TimeoutError:
         raise FetchTimeoutError(
@@ -462,6 +471,17 @@ async def _fetch_file(
 def _translate_httpx(exc: Exception, url: str, policy: FetchPolicy, received: int | None) -> FetchError:
     """Map an httpx failure to our error, naming only the redacted URL (httpx's text quotes the URL)."""
     shown = redact_url(url)
+    tls = tls_failure(exc, policy.transport)
+    if tls is not None:
+        error = FetchCertificateError if tls.startswith("certificate verify failed") else FetchError
+        return error(f"{shown}: {tls}")
+    if isinstance(exc, httpx.ProxyError):  # the proxy's status line, e.g. "407 Proxy Authentication Required"
+        status = "".join(c for c in " ".join(str(exc).split()) if c.isprintable())[:80] or "no status"
+        proxy = policy.transport.shown_proxy
+        return FetchError(f"{shown}: download.proxy {proxy} refused the tunnel ({status})")
+    if policy.transport.proxy is not None and isinstance(exc, httpx.ConnectError) and received is None:
+        return FetchError(f"{shown}: connection failed (through download.proxy "
+                          f"{policy.transport.shown_proxy})")
     if isinstance(exc, httpx.TimeoutException):
         return FetchTimeoutError(
             f"{shown}: no data for {policy.idle_timeout_s:g} s (idle timeout, {type(exc).__name__})"
@@ -483,7 +503,6 @@ async def _fetch_http(
     headers: Mapping[str, str] | None,
     max_bytes: int | None,
     progress: ProgressCallback | None,
-    ssl_context: ssl.SSLContext | None,
     content_coding: CodingSink | None,
 ) -> FetchResult:
     url, basic = _strip_userinfo(source)
@@ -495,12 +514,7 @@ async def _fetch_http(
     if basic is not None and not credentials:
         credentials = {"Authorization": basic}
     home = url
-    timeout = httpx.Timeout(policy.idle_timeout_s)
-    verify: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
-    # trust_env=False: no proxy/netrc/SSL_CERT_FILE surprises on a fleet host; the source is explicit.
-    async with httpx.AsyncClient(
-        follow_redirects=False, timeout=timeout, verify=verify, trust_env=False
-    ) as client:
+    async with policy.transport.client(policy.idle_timeout_s) as client:
         for hop in range(policy.max_redirects + 1):
             check_http_allowed(url, policy.allow_http)
             send_headers = dict(plain_headers)
