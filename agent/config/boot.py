@@ -280,6 +280,7 @@ FAST_SCHEMA: dict[str, dict[str, _Check]] = {
         "client_cert": lambda v: v == "" or (_abs(v) and "{" not in v),
         "client_key": lambda v: v == "" or (_abs(v) and "{" not in v),
         "proxy": _proxy,
+        "retry_deadline_s": lambda v: type(v) in (int, float) and 0 <= v < float("inf"),
     },
     "limits": {
         key: _pos_int

@@ -91,6 +91,11 @@ def _poll_interval(_inst: object, a: attrs.Attribute[Any], v: float) -> None:
                                 f"got {v!r}")
 
 
+def _non_negative_seconds(_inst: object, a: attrs.Attribute[Any], v: float) -> None:
+    if not (math.isfinite(v) and v >= 0):
+        raise _BadValue(a.name, f"must be 0 or a positive number of seconds, got {v!r}")
+
+
 def _non_negative(_inst: object, a: attrs.Attribute[Any], v: int) -> None:
     if v < 0:
         raise _BadValue(a.name, f"must be 0 or more, got {v!r}")
@@ -212,6 +217,8 @@ class DownloadSection:
             ``client_key``).
         client_key: "" or the absolute path of its unencrypted PEM private key (with ``client_cert``).
         proxy: "" or an ``http://``/``https://`` proxy URL; proxies from the environment are never used.
+        retry_deadline_s: seconds during which transient download failures are tried again, resuming by
+            ``Range`` (see :mod:`agent.release.fetch`); 0 is one attempt.
 
     The files are read and checked when a download is about to start
     (:func:`agent.release.tls.download_transport`), not here: commands that download nothing never read them.
@@ -224,6 +231,7 @@ class DownloadSection:
     client_cert: str = attrs.field(default="", validator=_absolute_or_empty)
     client_key: str = attrs.field(default="", validator=_absolute_or_empty)
     proxy: str = attrs.field(default="", validator=_proxy)
+    retry_deadline_s: float = attrs.field(default=300.0, validator=_non_negative_seconds)
 
     def __attrs_post_init__(self) -> None:
         if self.client_cert and not self.client_key:

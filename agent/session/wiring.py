@@ -295,6 +295,7 @@ async def wire(
         allow_http=cfg.download.allow_http,
         max_redirects=cfg.download.max_redirects,
         timeout_s=cfg.download.timeout_s,
+        retry_deadline_s=cfg.download.retry_deadline_s,
         transport=transport or Transport(),
     )
     source = source_override or ArchiveSourceImpl(
