@@ -1,7 +1,8 @@
 """TLS through the whole CLI (docs/trust.md, TLS): a release server whose certificate authority is made in the
 test, on loopback. A certificate the host does not trust aborts the upgrade with the exact reason; a bad
 ``[download]`` certificate setting is one line naming the key before anything is locked or journaled; commands
-that download nothing never read those files. The committed upgrade over TLS with ``download.ca_file`` and
+that download nothing never read those files; the keyring and the signature come through the same client as
+the archive. The committed upgrade over TLS with ``download.ca_file`` and
 ``download.proxy`` runs under the private systemd (``tests/systemd/test_tls_upgrade.py``)."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from tests.agent_fetch._servers import LoopbackServer, body, serve
 from tests.agent_fetch._tls import Authority, ConnectProxy
 
 from ._rig import Rig, version_script
+from .test_signed_releases import key_id, keypair, publish_keyring, release, sign
 
 ARCH = machine_arch() or "amd64"
 
@@ -127,3 +129,37 @@ def test_commands_that_download_nothing_never_read_the_certificate_files(
     for argv in (("status",), ("history",), ("recover",)):
         run = rig.cli(*argv)
         assert run.code == 0, run
+
+
+@pytest.mark.parametrize("with_ca_file", [False, True], ids=["host trust only", "with ca_file"])
+def test_the_keyring_and_the_signature_are_fetched_with_the_downloads_trust(
+    installed_rig: Rig, ca: Authority, tmp_path: Path, with_ca_file: bool
+) -> None:
+    """``[trust] keyring`` and ``<archive>.minisig`` come from the same https server as the archive, through
+    the same client: refused for its certificate without ``ca_file``; with it, fetched and checked (here the
+    keyring revokes the release's signing key, so the upgrade ends on that, before the archive)."""
+    rig = installed_rig
+    root_sec, root_pub = keypair(tmp_path, "root")
+    sec, pub = keypair(tmp_path, "sign1")
+    revoked = [key_id(tmp_path / "sign1.pub")]
+    ring = publish_keyring(tmp_path, root_sec, 1, [(pub, "2099-01-01T00:00:00Z")], revoked)
+    archive = release(rig, tmp_path)
+    signature = sign(sec, archive, f"name={rig.name} version=2.0.0 security_version=1")
+    with serve(ca.server_context()) as server:
+        for path in (ring, Path(f"{ring}.minisig"), archive, signature):
+            server.routes[f"/{path.name}"] = body(path.read_bytes())
+        download = f'[download]\nca_file = "{ca.cert}"\n' if with_ca_file else ""
+        keyring = server.url("/keyring.json")
+        rig.write_config(extra=f'[trust]\nroot_keys = ["{root_pub}"]\nkeyring = "{keyring}"\n{download}')
+        before = rig.host_facts()
+        run = rig.cli("upgrade", "--archive", server.url(f"/{archive.name}"), "--operation", "keyring-tls")
+        fetched = sorted(p for p, _ in server.requests)
+    assert run.code == 1, run
+    reason = run.payload()["reason"]
+    if with_ca_file:
+        assert "revoked" in reason, reason
+        assert fetched == sorted([f"/{signature.name}", "/keyring.json", "/keyring.json.minisig"])
+    else:
+        assert reason.endswith(": certificate verify failed: unable to get local issuer certificate"), reason
+        assert reason.startswith(server.url("/")) and fetched == []
+    assert rig.host_facts() == before and rig.staging_leftovers() == []
