@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from agent.errors import ConfigError
-from agent.https import Transport
+from agent.https import Transport, tls_failure
 from agent.process import BoundedRunTimeout, run_bounded
 from agent.redact import redact_url
 from upgrade_core.ports import HealthProbe, ProbeUnreachable
@@ -86,7 +86,8 @@ class HttpProbe:
             async with self._transport.client(self._timeout_s) as client:
                 response = await client.get(self._url)
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
-            detail = self._scrub(str(exc)) or "no detail"
+            tls = tls_failure(exc, self._transport)  # what OpenSSL said, also where httpx's text is empty
+            detail = tls if tls is not None else self._scrub(str(exc)) or "no detail"
             reason = _one_line(f"http probe {self._shown}: {type(exc).__name__}: {detail}")
             if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
                 # never reached the service (network not up, DNS, refused): not the release's fault alone
