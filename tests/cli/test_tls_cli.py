@@ -86,13 +86,14 @@ def _config_error(rig: Rig, argv: tuple[str, ...], code: int) -> str:
     return line.removeprefix("upgrade-agent: ")
 
 
+@pytest.mark.parametrize("command", ["upgrade", "install"])
 def test_a_missing_ca_file_is_exit_2_naming_the_key_before_anything_is_touched(
-    installed_rig: Rig, release_server: LoopbackServer, tmp_path: Path
+    installed_rig: Rig, release_server: LoopbackServer, tmp_path: Path, command: str
 ) -> None:
     rig = installed_rig
     missing = tmp_path / "absent-ca.pem"
     rig.write_config(extra=f'[download]\nca_file = "{missing}"\n')
-    line = _config_error(rig, ("upgrade", "--archive", release_server.url("/a.tar.gz")), 2)
+    line = _config_error(rig, (command, "--archive", release_server.url("/a.tar.gz")), 2)
     assert line == f"{rig.config}: download.ca_file: {missing}: file not found"
     assert release_server.requests == []
 
