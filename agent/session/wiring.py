@@ -188,9 +188,13 @@ def download_transport(cfg: AgentConfig) -> Transport:
         HostRefusedError: one of them owned by another user or writable by others, the key readable by
             them (exit 4, naming the path).
     """
+    d = cfg.download
+    if not (d.ca_file or d.client_cert or d.client_key or d.proxy):
+        from agent.https import Transport
+
+        return Transport()  # the system's store: no file to read, and cryptography (~50 ms) stays unloaded
     from agent.release.tls import download_transport as build
 
-    d = cfg.download
     return build(cfg.source, ca_file=d.ca_file, client_cert=d.client_cert, client_key=d.client_key,
                  proxy=d.proxy)
 
