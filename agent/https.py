@@ -101,23 +101,24 @@ def _library_text(exc: ssl.SSLError) -> str:
     return found.group("text") if found else text
 
 
-def tls_failure(exc: BaseException, transport: Transport) -> str | None:
+def tls_failure(exc: BaseException) -> str | None:
     """What went wrong in TLS, when ``exc`` (or an exception it was raised from) is a TLS failure.
 
     httpx wraps the ``ssl`` module's errors (``httpx.ConnectError`` from an ``SSLCertVerificationError``);
     an alert the server sends after the handshake (TLS 1.3 checks the client's certificate then) arrives as
-    a bare ``ssl.SSLError``.
+    a bare ``ssl.SSLError``, or behind an anyio or trio ``BrokenResourceError``.
 
     Args:
         exc: the exception a request raised.
-        transport: the transport it used (whether a client certificate was configured).
 
     Returns:
         ``"certificate verify failed: <OpenSSL's reason>"`` when the server's certificate was refused (e.g.
         "unable to get local issuer certificate", "certificate has expired", "Hostname mismatch, ..."),
-        ``"TLS handshake refused by the server: <alert>"`` when the server ended the handshake (it requires
-        a client certificate, naming the keys to set when none is configured, or refused ours), ``"TLS
-        handshake failed: <reason>"`` for any other TLS error, or None when ``exc`` is no TLS failure.
+        ``"TLS handshake refused by the server: <alert>"`` when the server ended the handshake with an alert
+        (e.g. "tlsv13 alert certificate required"), ``"TLS handshake failed: <reason>"`` for another TLS
+        error (e.g. "wrong version number": no TLS on that port), or None when ``exc`` is no TLS failure.
+        A connection closed without TLS's goodbye (``SSLEOFError``) is a cut connection, not a TLS failure:
+        None.
     """
     seen: set[int] = set()
     cause: BaseException | None = exc
@@ -125,12 +126,12 @@ def tls_failure(exc: BaseException, transport: Transport) -> str | None:
         seen.add(id(cause))
         if isinstance(cause, ssl.SSLCertVerificationError):
             return f"certificate verify failed: {cause.verify_message or _library_text(cause)}"
+        if isinstance(cause, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+            return None
         if isinstance(cause, ssl.SSLError):
-            text, reason = _library_text(cause), cause.reason or ""
-            if "ALERT" not in reason:
-                return f"TLS handshake failed: {text}"
-            hint = ("; set download.client_cert and download.client_key"
-                    if "CERTIFICATE_REQUIRED" in reason and not transport.client_certificate else "")
-            return f"TLS handshake refused by the server: {text}{hint}"
+            text = _library_text(cause)
+            if "ALERT" in (cause.reason or ""):
+                return f"TLS handshake refused by the server: {text}"
+            return f"TLS handshake failed: {text}"
         cause = cause.__cause__ or cause.__context__
     return None

@@ -493,10 +493,13 @@ async def _fetch_file(
 def _translate_httpx(exc: Exception, url: str, policy: FetchPolicy, received: int | None) -> FetchError:
     """Map an httpx failure to our error, naming only the redacted URL (httpx's text quotes the URL)."""
     shown = redact_url(url)
-    tls = tls_failure(exc, policy.transport)
+    tls = tls_failure(exc)
     if tls is not None:
-        error = FetchCertificateError if tls.startswith("certificate verify failed") else FetchError
-        return error(f"{shown}: {tls}")
+        if tls.startswith("certificate verify failed"):
+            return FetchCertificateError(f"{shown}: {tls}")
+        if "certificate required" in tls and not policy.transport.client_certificate:
+            tls += "; set download.client_cert and download.client_key"
+        return FetchError(f"{shown}: {tls}")
     if isinstance(exc, httpx.ProxyError):  # the proxy's status line, e.g. "407 Proxy Authentication Required"
         status = "".join(c for c in " ".join(str(exc).split()) if c.isprintable())[:80] or "no status"
         proxy = policy.transport.shown_proxy
@@ -584,10 +587,10 @@ def _retry_after(response: httpx.Response) -> float | None:
     return max(0.0, (when - dt.datetime.now(dt.UTC)).total_seconds())
 
 
-def _transient(exc: BaseException, policy: FetchPolicy) -> bool:
+def _transient(exc: BaseException) -> bool:
     """A transport failure worth another attempt: a timeout, a connection refused, reset or cut, a body
     ended early. Never a TLS refusal, a proxy's refusal, a bad URL or a protocol error of our own."""
-    if tls_failure(exc, policy.transport) is not None:
+    if tls_failure(exc) is not None:
         return False
     if isinstance(exc, httpx.TimeoutException | httpx.NetworkError | httpx.RemoteProtocolError):
         return True
@@ -596,7 +599,7 @@ def _transient(exc: BaseException, policy: FetchPolicy) -> bool:
 
 def _transport_failure(exc: Exception, url: str, policy: FetchPolicy, received: int | None) -> Exception:
     error = _translate_httpx(exc, url, policy, received)
-    return _Retryable(error) if _transient(exc, policy) else error
+    return _Retryable(error) if _transient(exc) else error
 
 
 def _with_note(error: FetchError, note: str) -> FetchError:

@@ -86,7 +86,7 @@ class HttpProbe:
             async with self._transport.client(self._timeout_s) as client:
                 response = await client.get(self._url)
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
-            tls = tls_failure(exc, self._transport)  # what OpenSSL said, also where httpx's text is empty
+            tls = tls_failure(exc)  # what OpenSSL said, also where httpx's text is empty
             detail = tls if tls is not None else self._scrub(str(exc)) or "no detail"
             reason = _one_line(f"http probe {self._shown}: {type(exc).__name__}: {detail}")
             if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):

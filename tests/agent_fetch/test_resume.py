@@ -15,10 +15,12 @@ import pytest
 
 from agent.release.fetch import FetchPolicy
 from agent.release.source import ArchiveSourceImpl
+from agent.release.tls import download_transport
 from upgrade_core.errors import FetchError, FetchHTTPError, FetchLengthMismatchError
 
 from ._archives import Entry, compress, tar_bytes
-from ._servers import Handler, LoopbackServer
+from ._servers import Handler, LoopbackServer, serve
+from ._tls import Authority
 from .conftest import MEMBER
 
 pytestmark = pytest.mark.anyio
@@ -99,6 +101,20 @@ async def test_cut_twice_then_resumed_each_time_from_where_it_stopped(
     assert (await _stage(server, tmp_path)).read_bytes() == BINARY
     half = CUT_AT // 2
     assert _ranges(server) == [(None, None), (f"bytes={half}-", ETAG), (f"bytes={2 * half}-", ETAG)]
+
+
+async def test_a_body_cut_over_https_is_resumed_as_over_http(tmp_path: Path) -> None:
+    """The server closes its TLS connection without TLS's goodbye mid-body: a cut connection, not a TLS
+    refusal (agent.https.tls_failure), so it is resumed."""
+    ca = Authority.make(tmp_path / "pki")
+    transport = download_transport("test.toml", ca_file=str(ca.cert))
+    source = ArchiveSourceImpl(member=MEMBER, download=FetchPolicy(
+        retry_deadline_s=30, retry_backoff_s=0.05, transport=transport))
+    with serve(ca.server_context()) as server:
+        server.routes["/a.tar.gz"], _ = flaky(["cut", "ok"])
+        await source.stage(server.url("/a.tar.gz"), DIGEST, str(tmp_path / "staged"), "blue")
+        assert _ranges(server) == [(None, None), (f"bytes={CUT_AT}-", ETAG)]
+    assert (tmp_path / "staged").read_bytes() == BINARY
 
 
 async def test_503_then_200_is_fetched_whole_on_the_second_request(
