@@ -228,6 +228,13 @@ def _pos_num(v: object) -> bool:
 # a plain lowercase service name; any other (still valid) unit name is the full loader's to judge
 _PLAIN_SERVICE = re.compile(r"[a-z0-9_][a-z0-9_.-]{0,240}\.service")
 _HTTP_URL = re.compile(r"https?://[^/?#@\s]+(?:[/?#]\S*)?")
+# a proxy without credentials: a host name or IPv4 literal, an optional port; anything else: the full loader
+_PROXY_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::(?P<port>[0-9]{1,5}))?/?")
+
+
+def _proxy(v: object) -> bool:
+    found = _PROXY_URL.fullmatch(v) if isinstance(v, str) else None
+    return v == "" or (found is not None and int(found.group("port") or 0) <= 65535)
 # a minisign public key as one bare line: base64 of 42 bytes (56 characters, no padding) whose first two bytes
 # are "Ed" (so its text starts "RW"); anything else, such as a key after its untrusted comment, is the full
 # loader's (agent.release.minisign.parse_public_key) to accept or name
@@ -265,6 +272,11 @@ FAST_SCHEMA: dict[str, dict[str, _Check]] = {
         "allow_http": lambda v: v in ("never", "loopback", "always"),
         "max_redirects": lambda v: type(v) is int and v >= 0,
         "timeout_s": _pos_num,
+        "ca_file": lambda v: v == "" or (_abs(v) and "{" not in v),
+        "client_cert": lambda v: v == "" or (_abs(v) and "{" not in v),
+        "client_key": lambda v: v == "" or (_abs(v) and "{" not in v),
+        "proxy": _proxy,
+        "retry_deadline_s": lambda v: type(v) in (int, float) and 0 <= v < float("inf"),
     },
     "limits": {
         key: _pos_int
@@ -322,6 +334,9 @@ def plausibly_valid(doc: dict[str, Any]) -> bool:
                 return False
     health = doc.get("health", {})
     trust = doc.get("trust", {})
+    download = doc.get("download", {})
+    if bool(download.get("client_cert")) != bool(download.get("client_key")):
+        return False  # DownloadSection's cross-key rule: the full loader names the key
     if (trust.get("keyring") or trust.get("require_signatures")) and not trust.get("root_keys"):
         return False  # TrustSection's cross-key rules: the full loader names the key
     return not (health.get("http_probe") and health.get("command_probe"))

@@ -91,6 +91,11 @@ def _poll_interval(_inst: object, a: attrs.Attribute[Any], v: float) -> None:
                                 f"got {v!r}")
 
 
+def _non_negative_seconds(_inst: object, a: attrs.Attribute[Any], v: float) -> None:
+    if not (math.isfinite(v) and v >= 0):
+        raise _BadValue(a.name, f"must be 0 or a positive number of seconds, got {v!r}")
+
+
 def _non_negative(_inst: object, a: attrs.Attribute[Any], v: int) -> None:
     if v < 0:
         raise _BadValue(a.name, f"must be 0 or more, got {v!r}")
@@ -136,6 +141,23 @@ def _http_probe(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
 
         shown = redact_url(v)
         raise _BadValue(a.name, f'must be "" or an http:// or https:// URL with a host, got {shown!r}')
+
+
+def _proxy(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
+    if v == "":
+        return
+    try:
+        parts = urllib.parse.urlsplit(v)
+        ok = (parts.scheme in ("http", "https") and bool(parts.hostname) and parts.path in ("", "/")
+              and not parts.query and not parts.fragment and not any(c.isspace() for c in v))
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        ok = False
+    if not ok:
+        from agent.redact import redact_url
+
+        raise _BadValue(a.name, f'must be "" or a proxy URL http://HOST:PORT or https://HOST:PORT '
+                                f"(credentials allowed, no path), got {redact_url(v)!r}")
 
 
 # -- the sections ----------------------------------------------------------------------------------
@@ -184,17 +206,38 @@ class HostSection:
 
 @attrs.frozen
 class DownloadSection:
-    """``[download]``.
+    """``[download]`` (design §6; TLS and proxy: docs/trust.md).
 
     Attributes:
         allow_http: ``never``, ``loopback`` (127.0.0.0/8, ::1, localhost) or ``always``.
         max_redirects: redirects followed at most (0: none).
         timeout_s: seconds for the whole transfer.
+        ca_file: "" or the absolute path of a PEM bundle trusted beside the operating system's store.
+        client_cert: "" or the absolute path of a PEM client certificate for mutual TLS (with
+            ``client_key``).
+        client_key: "" or the absolute path of its unencrypted PEM private key (with ``client_cert``).
+        proxy: "" or an ``http://``/``https://`` proxy URL; proxies from the environment are never used.
+        retry_deadline_s: seconds during which transient download failures are tried again, resuming by
+            ``Range`` (see :mod:`agent.release.fetch`); 0 is one attempt.
+
+    The files are read and checked when a download is about to start
+    (:func:`agent.release.tls.download_transport`), not here: commands that download nothing never read them.
     """
 
     allow_http: AllowHttp = "loopback"
     max_redirects: int = attrs.field(default=5, validator=_non_negative)
     timeout_s: float = attrs.field(default=600.0, validator=_positive)
+    ca_file: str = attrs.field(default="", validator=_absolute_or_empty)
+    client_cert: str = attrs.field(default="", validator=_absolute_or_empty)
+    client_key: str = attrs.field(default="", validator=_absolute_or_empty)
+    proxy: str = attrs.field(default="", validator=_proxy)
+    retry_deadline_s: float = attrs.field(default=300.0, validator=_non_negative_seconds)
+
+    def __attrs_post_init__(self) -> None:
+        if self.client_cert and not self.client_key:
+            raise _BadValue("client_cert", "needs client_key (mutual TLS takes both)")
+        if self.client_key and not self.client_cert:
+            raise _BadValue("client_key", "needs client_cert (mutual TLS takes both)")
 
 
 @attrs.frozen
@@ -519,7 +562,7 @@ def _substituted(cfg: AgentConfig, machine: str | None) -> AgentConfig:
                 raise _BadValue(f"{prefix}.{a.name}", str(e)) from None
         for k, v in changes.items():
             if k in ("root", "legacy_root", "state_dir", "unit_dir", "lock_path", "path", "spool_dir",
-                     "kubeconfig") and v:
+                     "kubeconfig", "ca_file", "client_cert", "client_key") and v:
                 changes[k] = os.path.normpath(v)
         try:
             return attrs.evolve(section, **changes)
@@ -530,6 +573,7 @@ def _substituted(cfg: AgentConfig, machine: str | None) -> AgentConfig:
         cfg,
         agent=sub(cfg.agent, "agent"),
         host=sub(cfg.host, "host"),
+        download=sub(cfg.download, "download"),
         health=sub(cfg.health, "health"),
         operations=sub(cfg.operations, "operations"),
         mirrors=tuple(sub(m, f"mirrors[{i}]") for i, m in enumerate(cfg.mirrors)),

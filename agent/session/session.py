@@ -207,7 +207,7 @@ class Session:
 
         return await self._frame.write(
             lambda p, pol, f: run_upgrade(p, pol, request, folder=f), operation=request.operation,
-            signature=request.signature,
+            signature=request.signature, fetches=True,
         )
 
     def rollback_operation(self, operation: str | None = None) -> str:

@@ -113,7 +113,7 @@ class Setup:
         if self.host.is_installed():
             return await self._frame.write(
                 lambda p, pol, f: self._install_again(p, request), source_override=source_override,
-                signature=request.signature,
+                signature=request.signature, fetches=source_override is None,
             )
         provision.check_bare()  # before the lock file too: a refusal leaves the host untouched
         return await self._frame.write(
@@ -121,6 +121,7 @@ class Setup:
             source_override=source_override,
             operation=request.operation,
             signature=request.signature,
+            fetches=source_override is None,
         )
 
     async def _install_bare(
