@@ -124,8 +124,9 @@ def _lean_import() -> types.SimpleNamespace:
 
 
 def _one_line(text: object, limit: int = 200) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    """An API server's or client library's text on one line, whitespace runs collapsed, cleaned and
+    bounded by :func:`agent.sanitize.clean_text` (``limit`` characters)."""
+    return clean_text(" ".join(str(text).split()), limit)
 
 
 _MAX_KUBECONFIG_BYTES = 1024 * 1024  # a kubeconfig is a few KiB; a larger one is left to the loader
