@@ -307,6 +307,7 @@ FAST_SCHEMA: dict[str, dict[str, _Check]] = {
         "namespace": lambda v: v == "" or (isinstance(v, str) and DNS_SUBDOMAIN_RE.fullmatch(v) is not None),
         "kubeconfig": lambda v: v == "" or (_abs(v) and "{" not in v),
         "poll_s": lambda v: _pos_num(v) and v >= MIN_POLL_S,
+        "allow_local_sources": lambda v: type(v) is bool,
     },
 }
 """Section -> key -> a predicate the value must meet for the quick path to trust the file."""

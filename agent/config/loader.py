@@ -371,6 +371,9 @@ class OperationsSection:
         kubeconfig: kubernetes: "" for the in-cluster service account, else an absolute kubeconfig path.
         poll_s: spool: seconds between two scans of the directory (the operator's idle cost); at least
             ``MIN_POLL_S`` (0.1 s).
+        allow_local_sources: an operation may name a local path or ``file://`` URL as its archive or
+            signature; off by default, since whoever may write an operation (a spool file, a Kubernetes
+            object) would otherwise make root read any file (docs/managed.md, "A control plane is not root").
     """
 
     source: OperationsSource = ""
@@ -379,6 +382,7 @@ class OperationsSection:
     namespace: str = attrs.field(default="", validator=_node_name)
     kubeconfig: str = attrs.field(default="", validator=_absolute_or_empty)
     poll_s: float = attrs.field(default=2.0, validator=_poll_interval)
+    allow_local_sources: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.source == "spool" and not self.spool_dir:

@@ -914,11 +914,16 @@ def extract_sync(
 
 
 def _check_digest(raw: _RawInput, expected_sha256: str | None, shown: str) -> str:
+    """The sha256 of the file as published; DigestMismatchError when it is not ``expected_sha256``.
+
+    The refusal names the expected digest only, never the one the bytes have: the source may be a local
+    file that whoever asked for the upgrade cannot read (a control plane's operation), and the reason is
+    journaled, logged and published as the operation's status, so the digest would tell them about that
+    file.
+    """
     archive_sha256 = raw.hexdigest()
     if expected_sha256 is not None and not hmac.compare_digest(archive_sha256, expected_sha256):
-        raise DigestMismatchError(
-            f"{shown}: sha256 of the archive is {archive_sha256}, expected {expected_sha256}"
-        )
+        raise DigestMismatchError(f"{shown}: the archive's sha256 is not the expected {expected_sha256}")
     return archive_sha256
 
 

@@ -10,6 +10,7 @@ import anyio
 
 from agent.cli.commands.common import rfc3339
 from agent.cli.commands.outcome import Outcome
+from agent.sanitize import MAX_LOG_LINE_CHARS, clean_text
 from agent.session.quarantine import HINT
 from agent.session.session import Session
 from upgrade_core.codec import to_dict
@@ -51,9 +52,11 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
         }
         for r in session.journal_records()
     ]
+    # one line per record whatever a value holds: a source or reason may quote what a control plane or a
+    # server sent (agent.sanitize); --json escapes by itself
     human = "\n".join(
         f"{r['seq']:>6} {r['time']} {r['episode'][:12]:<12} {r['event']['_type']} "
-        + " ".join(f"{k}={v}" for k, v in r["event"].items() if k != "_type")
+        + " ".join(f"{k}={clean_text(v, MAX_LOG_LINE_CHARS)}" for k, v in r["event"].items() if k != "_type")
         for r in records
     )
     return Outcome({"records": records}, human or "empty journal")
