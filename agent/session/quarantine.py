@@ -18,9 +18,9 @@ The session (:meth:`agent.session.session.Session.quarantine`) runs it under the
    ``JournalQuarantined`` event carries the quarantine path, both slots, their digests and versions.
 
 A crash between 2 and 3 leaves an empty journal (no episode open, the old one in quarantine): every command
-works and ``status`` shows the links without versions; running the command again records it, but carries
-over nothing (the journal it then moves aside is the empty one; docs/recovery.md says how to recover the
-watermark from the first quarantined journal).
+works and ``status`` shows the links without versions; running the command again records it, and carries
+over what the journal the first run moved aside tells (:func:`carry_over` falls back to earlier quarantined
+journals when the current one tells nothing).
 """
 
 from __future__ import annotations
@@ -182,9 +182,11 @@ class CarriedOver:
             new journal).
         watermark: the watermark carried over (None: none).
         known_bad: the known-bad release digests carried over, sorted.
-        read_through: the sequence number of the last old record used (0: none could be used).
-        problem: why reading stopped before the end (one line naming the file and offset, or the rule), None
-            when the whole old journal was read.
+        read_through: the sequence number of the last record used (of ``source`` when set; 0: none).
+        problem: why reading the old journal stopped before the end (one line naming the file and offset, or
+            the rule), None when the whole old journal was read.
+        source: None when the facts come from the old journal; else (nothing of it could be used) the
+            newest earlier quarantined journal that tells something, which they were read from.
     """
 
     snapshot: HistorySnapshot
@@ -192,15 +194,12 @@ class CarriedOver:
     known_bad: tuple[str, ...]
     read_through: int
     problem: str | None
+    source: str | None
 
 
-def carry_over(directory: str) -> CarriedOver:
-    """Read the old journal ``directory`` as far as it can be read, and what the new one must keep of it.
-
-    Never raises for the journal's contents: a refused directory (not ours), an unreadable segment, a
-    corrupt or undecodable record or an illegal order ends the reading there, and ``problem`` says which.
-    Changes nothing.
-    """
+def _readable(directory: str) -> tuple[list[Any], str | None]:
+    """The old journal's records that can be used (before its first corruption and its first illegal
+    record), and why reading stopped before the end (None: it did not)."""
     problem: str | None = None
     try:
         replayed, error = salvage(directory, EVENT_CODEC)
@@ -218,7 +217,45 @@ def carry_over(directory: str) -> CarriedOver:
             problem = str(exc)
             break
         used += 1
-    legal = records[:used]
+    return records[:used], problem
+
+
+def _earlier_quarantines(state_dir: str) -> list[str]:
+    """The journals earlier quarantines moved aside, newest first (``<UTC time>[-N]`` sorts by time)."""
+    root = os.path.join(state_dir, QUARANTINE_DIR)
+    try:
+        stamps = os.listdir(root)
+    except OSError:
+        return []
+    return [os.path.join(root, stamp, "journal") for stamp in sorted(stamps, key=_stamp_order, reverse=True)]
+
+
+def _stamp_order(stamp: str) -> tuple[str, int]:
+    base, _, n = stamp.partition("-")
+    return base, int(n) if n.isdigit() else 0
+
+
+def carry_over(directory: str, state_dir: str) -> CarriedOver:
+    """Read the old journal ``directory`` as far as it can be read, and what the new one must keep of it.
+
+    When nothing of it can be used (empty: a quarantine interrupted after its move; or unreadable from its
+    first record), the journals earlier quarantines moved aside are read instead, newest first, and the first
+    one that tells something is used (``source`` names it): an empty journal must not wipe the watermark.
+
+    Never raises for the journals' contents: a refused directory (not ours), an unreadable segment, a
+    corrupt or undecodable record or an illegal order ends the reading there, and ``problem`` says which.
+    Changes nothing.
+    """
+    legal, problem = _readable(directory)
+    source: str | None = None
+    if not legal:
+        for earlier in _earlier_quarantines(state_dir):
+            found, _ = _readable(earlier)
+            if found:
+                legal, source = found, earlier
+                break
+    folder = Folder()
+    folder.apply_all(legal)
     view = folder.view()
     summaries = tuple(
         attrs.evolve(s, opened_seq=None, published_seq=None) for s in summarize_history(legal).episodes
@@ -233,5 +270,5 @@ def carry_over(directory: str) -> CarriedOver:
     )
     return CarriedOver(
         HistorySnapshot(summaries, facts), watermark, tuple(sorted(view.known_bad)),
-        legal[-1].seq if legal else 0, problem,
+        legal[-1].seq if legal else 0, problem, source,
     )

@@ -169,12 +169,13 @@ class Quarantined:
 
     def to_json(self) -> dict[str, Any]:
         """``{"quarantined": path, "operation", "current": {...}, "last_good": {...}, "carried_over":
-        {"security_watermark", "known_bad": [sha256...], "read_through_seq", "problem"}}``."""
+        {"security_watermark", "known_bad": [sha256...], "read_through_seq", "problem", "source"}}``."""
         c = self.carried
         return {"quarantined": self.quarantine_path, "operation": self.result.operation,
                 "current": attrs.asdict(self.current), "last_good": attrs.asdict(self.last_good),
                 "carried_over": {"security_watermark": c.watermark, "known_bad": list(c.known_bad),
-                                 "read_through_seq": c.read_through, "problem": c.problem}}
+                                 "read_through_seq": c.read_through, "problem": c.problem,
+                                 "source": c.source}}
 
 
 @attrs.frozen

@@ -355,7 +355,9 @@ class Session:
                 max_output_bytes=cfg.max_output_bytes,
             )
             found["host"] = await read_host(self.host, verifier)
-            found["carried"] = await anyio.to_thread.run_sync(carry_over, directory)
+            found["carried"] = await anyio.to_thread.run_sync(
+                carry_over, directory, self.config.host.state_dir
+            )
             found["path"] = await anyio.to_thread.run_sync(move_aside, self.config.host.state_dir, directory)
 
         async def record(ports: Ports, policy: Policy, folder: Folder) -> UpgradeResult:

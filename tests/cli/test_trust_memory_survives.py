@@ -13,6 +13,9 @@ afterwards are signed with the real ``minisign`` and refused before any switch. 
 - ``keep_episodes = 1``, after an upgrade, an operator rollback, an upgrade and an aborted upgrade, each
   followed by ``journal compact``: ``status`` shows green 2.0.0 and blue 1.0.0, ``history`` lists op-4,
   op-3, op-2 (the rollback), op-1 (the upgrade before it), and the next upgrade reports from-version 2.0.0.
+- a quarantine interrupted after its move (an empty journal left) loses nothing: quarantining again carries
+  over what the journal the first run moved aside tells; a journal unreadable from its first record carries
+  nothing, and the output says why.
 - ``trust reset`` prints what it cleared (watermark 5, the release and who condemned it), journals a
   ``trust-reset`` episode whose ``TrustReset`` record names them, and ``status`` then shows neither, also
   after compaction; with the host lock held it is exit 75 and nothing is written.
@@ -25,7 +28,8 @@ import os
 from pathlib import Path
 
 from agent.host.lock import HostLock
-from upgrade_core import Event, UpgradeResult
+from journal import replay
+from upgrade_core import EVENT_CODEC, Event, UpgradeResult
 from upgrade_core import _events as ev
 
 from ._journals import aborted_episode, committed_episode, write_journal
@@ -99,6 +103,45 @@ def test_quarantine_says_what_it_carried_over(installed_rig: Rig, tmp_path: Path
     run = rig.cli("journal", "quarantine", json_out=False)
     assert run.code == 0, run
     assert run.stdout.splitlines()[-1] == f"carried over: watermark 5; known-bad releases: {BAD_SHA[:12]}"
+
+
+def test_a_quarantine_interrupted_after_its_move_loses_nothing(installed_rig: Rig, tmp_path: Path) -> None:
+    """A crash between the move and the new journal's first record leaves an empty journal; quarantining that
+    one carries over what the journal the first run moved aside tells."""
+    rig = installed_rig
+    sec, pub = keypair(tmp_path, "publisher")
+    trust_root(rig, pub)
+    _trust_history(rig)
+    first = rig.cli("journal", "quarantine").payload()["quarantined"]
+    for path in _journal_dir(rig).iterdir():  # as if the first run had stopped right after its move
+        path.unlink()
+    write_journal(_journal_dir(rig), [])
+    run = rig.cli("journal", "quarantine", json_out=False)
+    assert run.code == 0, run
+    assert run.stdout.splitlines()[-2:] == [
+        f"carried over: watermark 5; known-bad releases: {BAD_SHA[:12]}",
+        f"nothing of the old journal could be used (it is empty); carried over from the earlier quarantined "
+        f"journal {first} (through record {_records_in(first)})",
+    ]
+    _old_releases_refused(rig, tmp_path, sec)
+
+
+def _records_in(journal_dir: str) -> int:
+    return replay(journal_dir, EVENT_CODEC).records[-1].seq
+
+
+def test_a_journal_unreadable_from_its_start_carries_nothing_and_says_why(installed_rig: Rig) -> None:
+    rig = installed_rig
+    written = write_journal(_journal_dir(rig), [("op-high", signed_commit("op-high", rig.name, 5))])
+    data = bytearray(written.segment.read_bytes())
+    data[3] ^= 0xFF  # the segment header: nothing after it can be trusted
+    written.segment.write_bytes(bytes(data))
+    run = rig.cli("journal", "quarantine", json_out=False)
+    assert run.code == 0, run
+    carried, why = run.stdout.splitlines()[-2:]
+    assert carried == "carried over: watermark none; known-bad releases: none"
+    assert why.startswith("the old journal was read through record 0 only (") and str(written.segment) in why
+    assert rig.cli("status").payload()["security_watermark"] is None
 
 
 # -- a short retention ------------------------------------------------------------------------------------

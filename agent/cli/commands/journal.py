@@ -21,7 +21,13 @@ def carried_lines(carried: CarriedOver) -> list[str]:
     watermark = "none" if carried.watermark is None else str(carried.watermark)
     bad = ", ".join(sha[:12] for sha in carried.known_bad) or "none"
     lines = [f"carried over: watermark {watermark}; known-bad releases: {bad}"]
-    if carried.problem is not None:
+    if carried.source is not None:
+        why = carried.problem or "it is empty"
+        lines.append(
+            f"nothing of the old journal could be used ({why}); carried over from the earlier quarantined "
+            f"journal {carried.source} (through record {carried.read_through})"
+        )
+    elif carried.problem is not None:
         lines.append(
             f"the old journal was read through record {carried.read_through} only ({carried.problem}); "
             "nothing after it was carried over"
