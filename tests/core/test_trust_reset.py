@@ -1,4 +1,4 @@
-"""``trust reset`` in the pure core (docs/trust.md): its own episode kind, what it clears, and a crash inside it.
+"""``trust reset`` in the pure core (docs/trust.md): its own episode kind, what it clears, a crash in it.
 
 Expected, written down: only a ``trust-reset`` episode may journal ``TrustReset`` (opened -> unchanged, then
 ``noop``); from that record on, a watermark raise or a known-bad mark journaled before it no longer counts,
