@@ -7,9 +7,10 @@ afterwards are signed with the real ``minisign`` and refused before any switch. 
 
 - ``journal quarantine`` of a journal holding a signed commit at security version 5 and a rolled-back
   release (and, in one case, a corrupt record after them): exit 0, ``carried_over`` names watermark 5 and
-  the release; ``status`` still shows both; a release signed at security version 3 is refused ``security
-  version 3 is below this host's watermark 5`` and the rolled-back one ``was rolled back by operation
-  op-bad`` (exit 1, host unchanged).
+  the release; a release signed at security version 3 is refused ``security version 3 is below this
+  host's watermark 5`` and the rolled-back one ``was rolled back by operation op-bad`` (exit 1, host
+  unchanged); with ``keep_episodes = 1``, once compaction has dropped the new journal's first record too,
+  ``status`` still shows both.
 - ``keep_episodes = 1``, after an upgrade, an operator rollback, an upgrade and an aborted upgrade, each
   followed by ``journal compact``: ``status`` shows green 2.0.0 and blue 1.0.0, ``history`` lists op-4,
   op-3, op-2 (the rollback), op-1 (the upgrade before it), and the next upgrade reports from-version 2.0.0.
@@ -64,7 +65,8 @@ def _old_releases_refused(rig: Rig, tmp_path: Path, sec: Path) -> None:
 
 def _quarantine_keeps_trust(rig: Rig, tmp_path: Path, corrupt: bool) -> None:
     sec, pub = keypair(tmp_path, "publisher")
-    trust_root(rig, pub)
+    # keep_episodes = 1: the refusals below are compacted away, and with them the new journal's seed
+    rig.write_config(extra=f'[trust]\nroot_keys = ["{pub}"]\n[journal]\nkeep_episodes = 1\n')
     kept = _trust_history(rig)
     if corrupt:  # a third episode whose second record is damaged: the first two episodes still read
         written = write_journal(_journal_dir(rig), [("op-c", committed_episode("op-c", rig.name))])
@@ -76,6 +78,8 @@ def _quarantine_keeps_trust(rig: Rig, tmp_path: Path, corrupt: bool) -> None:
     run = rig.cli("journal", "quarantine")
     assert run.code == 0, run
     _old_releases_refused(rig, tmp_path, sec)
+    assert rig.cli("journal", "compact").code == 0
+    assert rig.cli("journal", "dump").payload()["records"][0]["seq"] > 1  # the seed itself is gone
     status = rig.cli("status").payload()
     assert status["security_watermark"] == 5, status
     assert status["known_bad"] == [{"sha256": BAD_SHA, "operation": "op-bad"}], status
