@@ -300,6 +300,7 @@ class UpgradeOperationsAPI(KubernetesEmulator):
     _revoked: set[str] = attrs.field(factory=set, init=False)
     _schema: Obj = attrs.field(factory=crd_schema, init=False)
     _rbac: list[Obj] = attrs.field(factory=rbac_documents, init=False)
+    _access: list[tuple[str, str, str, bool]] = attrs.field(factory=list, init=False)
     _store: dict[tuple[str, str], Obj] = attrs.field(factory=dict, init=False)
     _events: deque[_Event] = attrs.field(init=False)
     _rv: int = attrs.field(default=1000, init=False)
@@ -383,6 +384,10 @@ class UpgradeOperationsAPI(KubernetesEmulator):
         self._tokens[token] = (user, None if expires_in_s is None else time.time() + expires_in_s)
         self._revoked.discard(token)
         return token
+
+    def access_log(self, user: str) -> list[tuple[str, str, bool]]:
+        """``(verb, resource, allowed)`` of every authenticated request ``user`` made, in order."""
+        return [(verb, resource, allowed) for who, verb, resource, allowed in self._access if who == user]
 
     def revoke_token(self, token: str) -> None:
         """From now on ``token`` gets 401 Unauthorized (a deleted ServiceAccount, a rotated secret)."""
@@ -589,8 +594,6 @@ class UpgradeOperationsAPI(KubernetesEmulator):
         a rule naming the API group, the resource (``upgradeoperations`` or ``upgradeoperations/status``)
         and the verb (get, list, watch, create, update, patch, delete, deletecollection); else 403 Forbidden
         in the apiserver's words. ``ADMIN`` may do anything."""
-        if user == ADMIN:
-            return
         method, ns, name = request.method.value, request.namespace, request.name
         if method == "GET":
             verb = "watch" if request.params.get("watch") in _TRUE else ("get" if name else "list")
@@ -598,6 +601,17 @@ class UpgradeOperationsAPI(KubernetesEmulator):
             verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
                     "DELETE": "delete" if name else "deletecollection"}.get(method, method.lower())
         resource = PLURAL + (f"/{request.subresource}" if request.subresource else "")
+        allowed = user == ADMIN or self._granted(user, ns, verb, resource)
+        self._access.append((user, verb, resource, allowed))
+        if allowed:
+            return
+        what = f'{PLURAL}.{GROUP} "{name}"' if name else f"{PLURAL}.{GROUP}"
+        where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
+        details: Obj = {"group": GROUP, "kind": PLURAL} | ({"name": name} if name else {})
+        raise ApiError(403, "Forbidden", f'{what} is forbidden: User "{user}" cannot {verb} resource '
+                                         f'"{resource}" in API group "{GROUP}"{where}', details)
+
+    def _granted(self, user: str, ns: str | None, verb: str, resource: str) -> bool:
         roles = {d["metadata"]["name"]: d for d in self._rbac
                  if d["kind"] == "Role" and d["metadata"].get("namespace") == ns}
         for binding in self._rbac:
@@ -612,12 +626,8 @@ class UpgradeOperationsAPI(KubernetesEmulator):
                 if ({GROUP, "*"} & set(rule.get("apiGroups", []))
                         and {resource, "*"} & set(rule.get("resources", []))
                         and {verb, "*"} & set(rule.get("verbs", []))):
-                    return
-        what = f'{PLURAL}.{GROUP} "{name}"' if name else f"{PLURAL}.{GROUP}"
-        where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
-        details: Obj = {"group": GROUP, "kind": PLURAL} | ({"name": name} if name else {})
-        raise ApiError(403, "Forbidden", f'{what} is forbidden: User "{user}" cannot {verb} resource '
-                                         f'"{resource}" in API group "{GROUP}"{where}', details)
+                    return True
+        return False
 
     async def _handle(self, request: Request) -> aiohttp.web.StreamResponse:
         res = request.resource
