@@ -121,7 +121,9 @@ def test_broken_documents_are_rejected(doc: dict[str, Any]) -> None:
 
 
 _ids = st.from_regex(r"[A-Za-z0-9._-]{1,64}", fullmatch=True)
-_versions = st.none() | st.from_regex(r"[0-9]{1,3}(\.[0-9]{1,3}){2}(-[a-z0-9.]{1,20})?", fullmatch=True)
+_versions = st.none() | st.from_regex(r"[0-9]{1,3}(\.[0-9]{1,3}){2}(-[a-z0-9.]{1,20})?", fullmatch=True) | (
+    st.text(max_size=400))  # whatever a candidate's version output was, over the CRD's 128 characters too
+_long_text = st.builds(lambda c, n: c * n, st.characters(), st.integers(min_value=32_000, max_value=40_000))
 _times = st.none() | st.floats(min_value=0, max_value=2**33, allow_nan=False)
 _statuses = st.builds(
     OperationStatus,
@@ -130,7 +132,7 @@ _statuses = st.builds(
     result=st.none() | st.sampled_from(["committed", "noop", "aborted", "rolled_back", "needs_attention"]),
     from_version=_versions,
     to_version=_versions,
-    message=st.none() | st.text(max_size=300),
+    message=st.none() | st.text(max_size=300) | _long_text,
     journal_seq=st.none() | st.integers(min_value=0, max_value=2**63 - 1),
     boot_id=st.none() | st.from_regex(r"[0-9a-f]{32}", fullmatch=True),
     started_at=_times,
