@@ -19,6 +19,7 @@ loads only the few modules it uses (:func:`_lean_import`).
 from __future__ import annotations
 
 import calendar
+import functools
 import importlib
 import importlib.util
 import json
@@ -27,7 +28,7 @@ import re
 import sys
 import time
 import types
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -36,7 +37,7 @@ import yaml
 from agent.errors import ConfigError
 from agent.fs.regular import read_regular_file, read_text
 from agent.fs.secrets import check_credential_file
-from agent.operations.model import Operation, SourceError, k8s_status
+from agent.operations.model import CredentialsRefused, Operation, SourceError, k8s_status
 from agent.redact import redact_url
 from agent.sanitize import clean_text
 from upgrade_core import OperationStatus
@@ -63,6 +64,10 @@ REQUEST_TIMEOUT_S: Final = 30.0
 
 CONFLICT_RETRIES: Final = 5
 """How many times :meth:`KubernetesSource.publish` re-reads and retries after a 409 Conflict."""
+
+FIELD_VALIDATION: Final = "Strict"
+"""``fieldValidation`` of every write: a field the CRD does not declare is refused (400) instead of being
+dropped with only a warning (the apiserver's default, ``Warn``), so a misspelt field can never vanish."""
 
 _OPERATION_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _T = TypeVar("_T")
@@ -187,6 +192,49 @@ def _creation_seconds(stamp: object) -> float:
         return 0.0
 
 
+def _being_deleted(obj: Mapping[str, Any]) -> bool:
+    """True when ``metadata.deletionTimestamp`` is set: a DELETE was asked for and finalizers hold the
+    object (Kubernetes API conventions, "finalizers"); such an object is never started (docs/managed.md)."""
+    meta = obj.get("metadata")
+    return isinstance(meta, Mapping) and bool(meta.get("deletionTimestamp"))
+
+
+def _credentials_origin(operations: Any) -> str:
+    """Where the credentials come from, for messages: the kubeconfig's path, or the service account token."""
+    return str(operations.kubeconfig) or os.path.join(SERVICE_ACCOUNT_DIR, "token")
+
+
+async def _configuration(kube: types.SimpleNamespace, operations: Any) -> Any:
+    """A client ``Configuration`` read anew from ``[operations] kubeconfig`` (its token, ``tokenFile``, or
+    ``exec`` plugin, which runs now) or, for "", from the in-cluster service account (its token file).
+
+    Raises:
+        ConfigError: one line naming the file (see :meth:`KubernetesSource.create`).
+    """
+    configuration = kube.Configuration()
+    path = operations.kubeconfig
+    if path:
+        check_kubeconfig_files(path)
+        try:
+            await kube.load_kube_config(config_file=path, client_configuration=configuration,
+                                        persist_config=False)
+        except Exception as exc:  # the loader raises OSError, YAML errors, KeyError, ConfigException...
+            raise ConfigError(
+                f"{path}: [operations] kubeconfig: not a usable kubeconfig: {type(exc).__name__}: "
+                f"{_one_line(exc)}"
+            ) from None
+    else:
+        try:
+            kube.load_incluster_config(client_configuration=configuration)
+        except Exception as exc:
+            token = os.path.join(SERVICE_ACCOUNT_DIR, "token")
+            raise ConfigError(
+                f"{token}: [operations] kubeconfig = \"\" needs the in-cluster service account: "
+                f"{_one_line(exc)}"
+            ) from None
+    return configuration
+
+
 class KubernetesSource:
     """``UpgradeOperation`` objects addressed to this node: an :class:`~.model.OperationSource`.
 
@@ -201,9 +249,12 @@ class KubernetesSource:
     label: str
 
     def __init__(self, kube: types.SimpleNamespace, api_client: Any, namespace: str, node: str,
-                 server: str, *, agent: str) -> None:
-        """Use :meth:`create`; this only stores its arguments (``server`` is the API URL, redacted)."""
+                 server: str, *, agent: str, operations: Any = None) -> None:
+        """Use :meth:`create`; this only stores its arguments (``server`` is the API URL, redacted;
+        ``agent`` this agent's name, ``spec.agent`` of the objects it takes; ``operations`` the
+        ``[operations]`` section the credentials are read from again after a 401)."""
         self._kube = kube
+        self._operations = operations
         self._client = api_client
         self._api = kube.CustomObjectsApi(api_client)
         self.namespace = namespace
@@ -234,44 +285,61 @@ class KubernetesSource:
                 (:func:`check_kubeconfig_files`).
         """
         kube = _lean_import()
-        configuration = kube.Configuration()
-        path = operations.kubeconfig
-        if path:
-            check_kubeconfig_files(path)
-            try:
-                await kube.load_kube_config(config_file=path, client_configuration=configuration,
-                                            persist_config=False)
-            except Exception as exc:  # the loader raises OSError, YAML errors, KeyError, ConfigException...
-                raise ConfigError(
-                    f"{path}: [operations] kubeconfig: not a usable kubeconfig: {type(exc).__name__}: "
-                    f"{_one_line(exc)}"
-                ) from None
-        else:
-            try:
-                kube.load_incluster_config(client_configuration=configuration)
-            except Exception as exc:
-                token = os.path.join(SERVICE_ACCOUNT_DIR, "token")
-                raise ConfigError(
-                    f"{token}: [operations] kubeconfig = \"\" needs the in-cluster service account: "
-                    f"{_one_line(exc)}"
-                ) from None
+        configuration = await _configuration(kube, operations)
         namespace = operations.namespace or _service_account_namespace()
         return cls(kube, kube.ApiClient(configuration), namespace, operations.node,
-                   redact_url(str(configuration.host)), agent=agent)
+                   redact_url(str(configuration.host)), agent=agent, operations=operations)
 
     # -- calls -----------------------------------------------------------------------------------------
-    async def _call(self, what: str, call: Awaitable[_T]) -> _T:
-        """Await one API call under :data:`REQUEST_TIMEOUT_S`; every failure becomes a one-line SourceError.
+    async def _call(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
+        """Make one API call (``call()``) under :data:`REQUEST_TIMEOUT_S`; every failure becomes a one-line
+        SourceError. A 401 Unauthorized reads the credentials again and makes the call once more
+        (:meth:`_unauthorized`).
 
         An ``ApiException``'s HTTP status is kept in ``SourceError.http_status`` for the callers acting on it.
+
+        Raises:
+            CredentialsRefused: 401 again with the credentials read anew, or they cannot be read any more.
+            SourceError: any other failure.
         """
+        for again in (False, True):
+            try:
+                with anyio.fail_after(REQUEST_TIMEOUT_S + 1):
+                    return await call()
+            except TimeoutError:
+                raise SourceError(f"{self.label}: {what}: no answer within {REQUEST_TIMEOUT_S:g} s") from None
+            except Exception as exc:
+                failure = self._failure(what, exc)
+                if not isinstance(failure, SourceError) or failure.http_status != 401:
+                    raise failure from None
+            await self._unauthorized(what, again=again)
+        raise AssertionError("unreachable: the second 401 raised")
+
+    async def _unauthorized(self, what: str, *, again: bool) -> None:
+        """After a 401 Unauthorized: the first time, read the credentials again (:func:`_configuration`:
+        the kubeconfig from disk, its ``tokenFile``, its ``exec`` plugin run again, or the service account's
+        token file) and use a new HTTP client; a bound token that expired (``kubectl create token
+        --duration``) and was renewed on disk is taken up without a restart.
+
+        Raises:
+            CredentialsRefused: ``again`` (the renewed credentials were refused too), or they cannot be read.
+        """
+        origin = _credentials_origin(self._operations) if self._operations is not None else "the client"
+        if again or self._operations is None:
+            raise CredentialsRefused(
+                f"{self.label}: {what}: HTTP 401 Unauthorized with the credentials read again from {origin}: "
+                "the token is revoked or expired; renew it"
+            )
         try:
-            with anyio.fail_after(REQUEST_TIMEOUT_S + 1):
-                return await call
-        except TimeoutError:
-            raise SourceError(f"{self.label}: {what}: no answer within {REQUEST_TIMEOUT_S:g} s") from None
-        except Exception as exc:
-            raise self._failure(what, exc) from None
+            configuration = await _configuration(self._kube, self._operations)
+        except ConfigError as exc:
+            raise CredentialsRefused(
+                f"{self.label}: {what}: HTTP 401 Unauthorized, and the credentials cannot be read again: "
+                f"{exc}"
+            ) from None
+        old, self._client = self._client, self._kube.ApiClient(configuration)
+        self._api = self._kube.CustomObjectsApi(self._client)
+        await old.close()
 
     def _failure(self, what: str, exc: Exception) -> Exception:
         """The one-line :class:`SourceError` for an API or transport failure; anything else unchanged.
@@ -325,14 +393,19 @@ class KubernetesSource:
         name = f"{meta.get('namespace', self.namespace)}/{meta.get('name', '')}"
         generation = meta.get("generation")
         status = obj.get("status")
+        problem = None
+        if not _OPERATION_ID.fullmatch(uid):
+            problem = f"metadata.uid {clean_text(uid)}: not an operation id"
+        if problem is None and _being_deleted(obj):
+            when = _one_line(meta.get("deletionTimestamp"), 40)
+            problem = f"metadata.deletionTimestamp {when}: the object is being deleted; not started"
         return Operation(
             operation=uid,
             name=name,
             spec=spec,
             generation=generation if isinstance(generation, int) and generation > 0 else 1,
             status=status if isinstance(status, Mapping) else None,
-            problem=(None if _OPERATION_ID.fullmatch(uid)
-                     else f"metadata.uid {clean_text(uid)}: not an operation id"),
+            problem=problem,
             order=(_creation_seconds(meta.get("creationTimestamp")), name),
         )
 
@@ -349,7 +422,7 @@ class KubernetesSource:
     async def _relist(self) -> None:
         doc = await self._call(
             "list",
-            self._api.list_namespaced_custom_object(
+            lambda: self._api.list_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PLURAL, field_selector=self._field_selector,
                 _request_timeout=REQUEST_TIMEOUT_S,
             ),
@@ -399,27 +472,33 @@ class KubernetesSource:
             return
         server_timeout = max(1, int(timeout_s))
         with anyio.move_on_after(max(timeout_s, 0.0)):
-            try:
-                response = await self._api.list_namespaced_custom_object(
-                    GROUP, VERSION, self.namespace, PLURAL, field_selector=self._field_selector,
-                    watch=True, resource_version=self._resource_version, timeout_seconds=server_timeout,
-                    allow_watch_bookmarks=True, _preload_content=False,
-                    _request_timeout=timeout_s + REQUEST_TIMEOUT_S,
-                )
-            except Exception as exc:
-                if getattr(exc, "status", None) == 410 and isinstance(exc, self._kube.ApiException):
-                    self._resource_version = None
-                    return
-                raise self._failure("watch", exc) from None
-            try:
-                if response.status != 200:  # not checked by the client when the body is streamed
-                    await self._watch_refused(response)
-                    return
-                await self._read_watch(response)
-            except Exception as exc:
-                raise self._failure("watch", exc) from None
-            finally:
-                response.release()
+            for again in (False, True):
+                try:
+                    response = await self._api.list_namespaced_custom_object(
+                        GROUP, VERSION, self.namespace, PLURAL, field_selector=self._field_selector,
+                        watch=True, resource_version=self._resource_version, timeout_seconds=server_timeout,
+                        allow_watch_bookmarks=True, _preload_content=False,
+                        _request_timeout=timeout_s + REQUEST_TIMEOUT_S,
+                    )
+                except Exception as exc:
+                    if getattr(exc, "status", None) == 410 and isinstance(exc, self._kube.ApiException):
+                        self._resource_version = None
+                        return
+                    raise self._failure("watch", exc) from None
+                if response.status == 401:  # the credentials are read again and the watch opened again
+                    response.release()
+                    await self._unauthorized("watch", again=again)
+                    continue
+                try:
+                    if response.status != 200:  # not checked by the client when the body is streamed
+                        await self._watch_refused(response)
+                        return
+                    await self._read_watch(response)
+                except Exception as exc:
+                    raise self._failure("watch", exc) from None
+                finally:
+                    response.release()
+                return
 
     async def _watch_refused(self, response: Any) -> None:
         """A watch answered with an HTTP error: 410 forgets the version (relist), anything else raises."""
@@ -473,11 +552,13 @@ class KubernetesSource:
         """Write ``k8s_status(status, op.generation)`` through the status subresource, once.
 
         Reads the object; returns False when it is gone (404, or a new object with the same name: another
-        uid) or already holds exactly this status; else replaces its status with the object's
-        ``resourceVersion`` as the precondition. A 409 Conflict (someone wrote in between) re-reads and
-        tries again, at most :data:`CONFLICT_RETRIES` times; nothing is ever run again. (Kubernetes API
-        conventions: "Concurrency Control and Consistency" and the ``/status`` subresource, which ignores
-        everything but ``.status``.)
+        uid) or already holds exactly this status, and for a non-terminal status (``InProgress``, which the
+        operator writes before it starts anything) when the object is being deleted (``deletionTimestamp``
+        set since it was listed: the operator then does not start it). Else replaces its status with the
+        object's ``resourceVersion`` as the precondition and ``fieldValidation=Strict``. A 409 Conflict
+        (someone wrote in between) re-reads and tries again, at most :data:`CONFLICT_RETRIES` times; nothing
+        is ever run again. (Kubernetes API conventions: "Concurrency Control and Consistency" and the
+        ``/status`` subresource, which ignores everything but ``.status``.)
 
         Args:
             op: an operation from :meth:`snapshot` (``name`` is ``namespace/name``, ``operation`` the uid).
@@ -487,6 +568,7 @@ class KubernetesSource:
             True when this call wrote the status.
 
         Raises:
+            CredentialsRefused: 401 Unauthorized again after the credentials were read again.
             SourceError: an API or transport failure, or still conflicting after the retries.
         """
         document = k8s_status(status, op.generation)
@@ -495,8 +577,8 @@ class KubernetesSource:
             try:
                 obj = await self._call(
                     f"get {op.name}",
-                    self._api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
-                                                           _request_timeout=REQUEST_TIMEOUT_S),
+                    lambda: self._api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name,
+                                                                   _request_timeout=REQUEST_TIMEOUT_S),
                 )
             except SourceError as exc:
                 if exc.http_status == 404:
@@ -510,14 +592,15 @@ class KubernetesSource:
             if obj.get("status") == document:
                 self._apply("MODIFIED", obj)
                 return False
+            if not status.terminal and _being_deleted(obj):  # deleted since it was listed: never started
+                self._apply("MODIFIED", obj)
+                return False
             body = dict(obj)
             body["status"] = document
             try:
                 written = await self._call(
                     f"update status of {op.name}",
-                    self._api.replace_namespaced_custom_object_status(
-                        GROUP, VERSION, namespace, PLURAL, name, body, _request_timeout=REQUEST_TIMEOUT_S,
-                    ),
+                    functools.partial(self._replace_status, namespace, name, body),
                 )
             except SourceError as exc:
                 code = exc.http_status
@@ -531,6 +614,14 @@ class KubernetesSource:
             return True
         raise SourceError(f"{self.label}: update status of {op.name}: still 409 Conflict after "
                           f"{CONFLICT_RETRIES} re-reads")
+
+    def _replace_status(self, namespace: str, name: str, body: Mapping[str, Any]) -> Awaitable[Any]:
+        """The PUT of ``body`` to the object's status subresource, on the current client (it changes when
+        the credentials are read again), with ``fieldValidation`` :data:`FIELD_VALIDATION`."""
+        return self._api.replace_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, name, body, field_validation=FIELD_VALIDATION,
+            _request_timeout=REQUEST_TIMEOUT_S,
+        )
 
     async def aclose(self) -> None:
         """Close the HTTP session; idempotent."""

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Final, Protocol
 
 import attrs
 
@@ -41,15 +41,18 @@ from upgrade_core import TERMINAL_PHASES, OperationStatus
 from upgrade_core.errors import UpgradeError
 
 __all__ = [
+    "K8S_STATUS_MAX_BYTES",
     "MAX_SOURCE_CHARS",
     "MAX_STATUS_MESSAGE_CHARS",
     "SPEC_KEYS",
+    "CredentialsRefused",
     "Operation",
     "OperationRefused",
     "OperationSource",
     "OperationSpec",
     "SourceError",
     "check_spec",
+    "clamp",
     "held_terminal",
     "k8s_status",
     "rfc3339",
@@ -156,6 +159,13 @@ class SourceError(UpgradeError):
     def __init__(self, message: str, *, http_status: int | None = None) -> None:
         super().__init__(message)
         self.http_status = http_status
+
+
+class CredentialsRefused(SourceError):
+    """The API server refused the operator's credentials (401 Unauthorized) again after they were read
+    again from where the configuration says (kubeconfig, token file, exec plugin, service account): a token
+    revoked or expired and not renewed. Not retried: the operator stops (exit 3) with this one line, and
+    systemd's ``Restart=on-failure`` starts it again, reading everything anew."""
 
 
 class OperationRefused(Exception):
@@ -272,6 +282,30 @@ def rfc3339(unix_s: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(unix_s))
 
 
+K8S_STATUS_MAX_BYTES: Final = {"operation": 64, "fromVersion": 128, "toVersion": 128, "bootID": 64,
+                               "message": 32768}
+"""The ``maxLength`` of each string of the ``UpgradeOperation`` status (deploy/kubernetes/crd.yaml; a
+condition's ``message`` has the same bound as ``message``). The apiserver counts characters; bounding the
+UTF-8 bytes instead is never longer."""
+
+ELLIPSIS: Final = "..."
+
+
+def clamp(text: str, max_bytes: int) -> str:
+    """``text`` when its UTF-8 encoding fits in ``max_bytes`` bytes; else its longest prefix (whole
+    characters) that fits with ``...`` appended, so a reader sees it was cut. Pure.
+
+    Used on every string the status subresource has a ``maxLength`` for (:data:`K8S_STATUS_MAX_BYTES`):
+    a status the API server would refuse with 422 Invalid would never be written, and the object would
+    stay ``InProgress`` while the host is fine.
+    """
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    room = max(0, max_bytes - len(ELLIPSIS))
+    return data[:room].decode("utf-8", errors="ignore") + ELLIPSIS[: max_bytes - room]
+
+
 def _conditions(status: OperationStatus, generation: int) -> list[dict[str, Any]]:
     """One ``metav1.Condition`` in the Job convention: ``Complete`` True on success, ``Failed`` True with
     the phase as reason on any other terminal phase, ``Complete`` False while running. Every field
@@ -298,8 +332,10 @@ def _clean(text: str | None, limit: int = MAX_STATUS_MESSAGE_CHARS) -> str | Non
 
 def k8s_status(status: OperationStatus, generation: int) -> dict[str, Any]:
     """The ``UpgradeOperation`` status subresource (design §10, camelCase); unknown fields are left out (the
-    CRD's schema has no nullable fields). Text fields are cleaned within the CRD's bounds (module
-    docstring)."""
+    CRD's schema has no nullable fields). Text fields are cleaned (:func:`agent.sanitize.clean_text`), then
+    every string is within the CRD's ``maxLength`` (:func:`clamp`, :data:`K8S_STATUS_MAX_BYTES`): a
+    candidate's long version output or a long reason is cut, never a reason for the API server to refuse
+    the status."""
     doc: dict[str, Any] = {
         "observedGeneration": generation,
         "phase": status.phase,
@@ -313,6 +349,11 @@ def k8s_status(status: OperationStatus, generation: int) -> dict[str, Any]:
         "message": _clean(status.message),
         "conditions": _conditions(status, generation),
     }
+    for key, bound in K8S_STATUS_MAX_BYTES.items():
+        if isinstance(doc[key], str):
+            doc[key] = clamp(doc[key], bound)
+    for condition in doc["conditions"]:
+        condition["message"] = clamp(condition["message"], K8S_STATUS_MAX_BYTES["message"])
     return {k: v for k, v in doc.items() if v is not None}
 
 

@@ -41,6 +41,7 @@ import anyio
 from agent.errors import ConfigError, UsageError
 from agent.logline import log
 from agent.operations.model import (
+    CredentialsRefused,
     Operation,
     OperationRefused,
     OperationSource,
@@ -153,6 +154,8 @@ class Operator:
             JournalError, HistoryError: the journal cannot be trusted (exit 3; nothing more is run).
             HostRefusedError: the state paths are not ours (exit 4).
             SourceError: with ``once``, the source cannot be read (exit 3); without, it is retried.
+            CredentialsRefused: the API server refused the credentials again after they were read again
+                (exit 3, never retried here: systemd's ``Restart=on-failure`` starts a fresh process).
         """
         log(f"operator: node {self.node}, {self.source.label}")
         await self._recover_open_episode()
@@ -188,6 +191,8 @@ class Operator:
     async def _snapshot(self, once: bool) -> Sequence[Operation] | None:
         try:
             ops = await self.source.snapshot()
+        except CredentialsRefused:
+            raise
         except SourceError as exc:
             if once:  # a one-shot run's first error is its result
                 raise
@@ -210,6 +215,8 @@ class Operator:
             self._idle_scope = scope
             try:
                 await self.source.wait_for_change(IDLE_WAIT_S)
+            except CredentialsRefused:
+                raise
             except SourceError as exc:
                 log(f"operator: {exc} (retrying)")
                 self._errors += 1
@@ -254,6 +261,8 @@ class Operator:
     async def _publish(self, op: Operation, status: OperationStatus) -> bool:
         try:
             wrote = await self.source.publish(op, status)
+        except CredentialsRefused:
+            raise
         except SourceError as exc:
             self._errors += 1
             line = f"operator: {op.name}: cannot publish {status.phase}: {exc}"

@@ -25,31 +25,59 @@ API server when ``UPGRADE_CORE_KUBECONFIG`` is set):
   from a resourceVersion, only the events after it, from a bounded history (``history`` events); one older
   than the history gives HTTP 200 and one ERROR event whose object is a Status (code 410, reason Expired);
   an object leaving/entering the field selector is DELETED/ADDED; ``timeoutSeconds`` ends the stream;
+- the CRD's ``openAPIV3Schema`` (read from ``deploy/kubernetes/crd.yaml``): every write is validated (types,
+  required, minLength/maxLength in characters, pattern, enum, minimum, maxItems, ``format: date-time``); a
+  violation is 422 Invalid with one ``details.causes`` entry per field error (``FieldValueTooLong``,
+  ``FieldValueRequired``, ``FieldValueInvalid``, ``FieldValueNotSupported``...; ``field`` as
+  ``status.toVersion``), nothing stored;
+- unknown fields are pruned: ``fieldValidation`` ``Warn`` (the default) answers with one
+  ``Warning: 299 - "unknown field \"spec.x\""`` header each, ``Ignore`` silently, ``Strict`` refuses the
+  write with 400 BadRequest (``strict decoding error: unknown field "spec.x"``);
+- authentication: a bearer token never issued is ``ADMIN`` unless ``any_token_is_admin=False``; a revoked
+  (:meth:`revoke_token`) or expired (:meth:`issue_token` with ``expires_in_s``) one, or none, is 401
+  Unauthorized;
+- authorization: a token issued for the ServiceAccount of ``deploy/kubernetes/rbac.yaml`` gets only what its
+  Role grants in the Role's namespace (read from the file); anything else is 403 Forbidden in the
+  apiserver's words (``User "..." cannot patch resource "upgradeoperations/status" in API group ...``);
+- finalizers: a DELETE of an object with ``metadata.finalizers`` sets ``deletionTimestamp``,
+  ``deletionGracePeriodSeconds: 0`` and bumps ``generation``; the object stays (status writes allowed, new
+  finalizers refused with 422) until its last finalizer is removed, which deletes it (one DELETED event);
+- watch bookmarks: with ``allowWatchBookmarks=true``, a ``BOOKMARK`` event (kind, apiVersion,
+  ``metadata.resourceVersion`` only) every minute and 2 s before ``timeoutSeconds`` ends the watch;
 - test hooks: :meth:`expire_history` (every watch from an older version gets 410), :meth:`status_writes`
   (accepted status-subresource writes per object), :meth:`after_next_get` (run a concurrent write right after
-  the next GET of an object, to provoke a 409), :meth:`put_object` / :meth:`mutate` (server-side writes);
-  misbehaviours on request: ``expired_as_http`` (410 as the HTTP status), ``honour_watch_timeout=False``.
+  the next GET of an object, to provoke a 409), :meth:`put_object` / :meth:`mutate` (server-side writes,
+  pruned and validated), :meth:`request_delete` (a DELETE by someone else), :meth:`issue_token` /
+  :meth:`revoke_token`; misbehaviours on request: ``expired_as_http`` (410 as the HTTP status),
+  ``honour_watch_timeout=False``.
 
-What it does not do: authentication, admission, schema validation (``tests/kube/test_manifests.py`` checks
-the CRD schema offline), finalizers, ``deletionTimestamp``, strategic-merge or JSON patches (merge patch
-only), label selectors, pagination, bookmarks, and kmock's DSL reactions are not consulted for this resource.
+What it does not do: admission webhooks, CEL rules other than the spec's ``self == oldSelf``, validation
+ratcheting (an unchanged invalid field is refused too), duplicate JSON fields, pruning or validating
+``metadata`` beyond ``name``, strategic-merge or JSON patches (merge patch only), label selectors,
+pagination, server-side apply, ClusterRoles and groups in RBAC, TLS and client certificates (bearer tokens
+only), and kmock's DSL reactions are not consulted for this resource.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import datetime
 import json
 import os
+import re
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import aiohttp.web
 import attrs
+import jsonschema
+import yaml
 from kmock import KubernetesEmulator, Request, Server
 
 GROUP = "upgrades.upgrade-core.io"
@@ -59,20 +87,152 @@ KIND = "UpgradeOperation"
 API_VERSION = f"{GROUP}/{VERSION}"
 DEFAULT_WATCH_S = 60.0
 _TRUE = ("1", "t", "T", "true", "TRUE", "True")  # Go's strconv.ParseBool, as the apiserver parses ?watch=
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
+ADMIN = "mock-admin"
+"""The user of every bearer token the mock was not told about (``any_token_is_admin``): allowed everything."""
+BOOKMARK_EVERY_S = 60.0
+"""The apiserver's watch cache sends a bookmark about once a minute and 2 s before ``timeoutSeconds`` ends
+the watch (``cacheWatcher.nextBookmarkTime``)."""
 
 Obj = dict[str, Any]
 
 
-class ApiError(Exception):
-    """An error the handler renders as a ``Status`` (``code``, ``reason``, ``message``)."""
+def _load_yaml(name: str) -> list[Obj]:
+    with open(DEPLOY / name, encoding="utf-8") as f:
+        return [doc for doc in yaml.safe_load_all(f) if doc]
 
-    def __init__(self, code: int, reason: str, message: str) -> None:
+
+def crd_schema() -> Obj:
+    """The ``openAPIV3Schema`` of ``deploy/kubernetes/crd.yaml`` (its one version)."""
+    (version,) = _load_yaml("crd.yaml")[0]["spec"]["versions"]
+    schema: Obj = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def rbac_documents() -> list[Obj]:
+    """The objects of ``deploy/kubernetes/rbac.yaml`` (ServiceAccount, Role, RoleBinding)."""
+    return _load_yaml("rbac.yaml")
+
+
+def service_account() -> tuple[str, str]:
+    """``(namespace, user name)`` of the ServiceAccount ``rbac.yaml`` defines: the user name is the one the
+    apiserver gives its tokens (``system:serviceaccount:NAMESPACE:NAME``)."""
+    (account,) = [d for d in rbac_documents() if d["kind"] == "ServiceAccount"]
+    ns, name = account["metadata"]["namespace"], account["metadata"]["name"]
+    return ns, f"system:serviceaccount:{ns}:{name}"
+
+
+class ApiError(Exception):
+    """An error the handler renders as a ``Status`` (``code``, ``reason``, ``message``, ``details``)."""
+
+    def __init__(self, code: int, reason: str, message: str, details: Obj | None = None) -> None:
         super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
+        self.code, self.reason, self.message, self.details = code, reason, message, details
 
     def status(self) -> Obj:
-        return {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
-                "code": self.code, "reason": self.reason, "message": self.message}
+        doc: Obj = {"apiVersion": "v1", "kind": "Status", "metadata": {}, "status": "Failure",
+                    "code": self.code, "reason": self.reason, "message": self.message}
+        if self.details is not None:
+            doc["details"] = self.details
+        return doc
+
+
+def invalid(name: str, causes: list[Obj]) -> ApiError:
+    """422 Invalid as the apiserver words it: ``Kind.group "name" is invalid: field: message`` (several
+    causes: ``[f1: m1, f2: m2]``), ``details.causes`` one ``{reason, message, field}`` per field error
+    (``k8s.io/apimachinery/pkg/util/validation/field``: FieldValueRequired, FieldValueInvalid,
+    FieldValueTooLong, FieldValueNotSupported, FieldValueTypeInvalid, FieldValueTooMany,
+    FieldValueForbidden)."""
+    said = [f"{c['field']}: {c['message']}" for c in causes]
+    text = said[0] if len(said) == 1 else "[" + ", ".join(said) + "]"
+    return ApiError(422, "Invalid", f'{KIND}.{GROUP} "{name}" is invalid: {text}',
+                    {"name": name, "group": GROUP, "kind": KIND, "causes": causes})
+
+
+def _go_quote(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+_formats = jsonschema.FormatChecker(formats=())
+
+
+@_formats.checks("date-time", raises=ValueError)
+def _date_time(value: object) -> bool:
+    """RFC 3339 date-time, as the apiserver checks ``format: date-time``."""
+    if isinstance(value, str):
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})", value):
+            raise ValueError(value)
+        datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return True
+
+
+def _field_path(parts: Iterable[Any]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+_IN_BODY = {  # kube-openapi's wording after "<field> in body " ({0}: the schema's bound, {1}: the value)
+    "type": "must be of type {0}",
+    "pattern": "should match '{0}'",
+    "minLength": "should be at least {0} chars long",
+    "minimum": "should be greater than or equal to {0}",
+    "format": "must be of type {0}: {1}",
+}
+
+
+def schema_causes(obj: Obj, schema: Obj) -> list[Obj]:
+    """The field errors of ``obj`` (without ``metadata``) against the CRD's structural schema, in the
+    apiserver's cause shape and wording; empty when valid. ``maxLength`` counts characters (runes), as
+    kube-openapi's validator does."""
+    doc = {k: v for k, v in obj.items() if k != "metadata"}
+    causes = []
+    validator = jsonschema.Draft4Validator(schema, format_checker=_formats)
+    for e in sorted(validator.iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path]):
+        where = _field_path(e.absolute_path)
+        value, bound = e.instance, e.validator_value
+        if e.validator == "required":
+            missing = re.match(r"'(.+)' is a required property", e.message)
+            field = _field_path([*e.absolute_path, missing.group(1) if missing else "?"])
+            causes.append({"reason": "FieldValueRequired", "message": "Required value", "field": field})
+            continue
+        shown = _go_quote(value)
+        if e.validator == "maxLength":
+            reason, message = "FieldValueTooLong", f"Too long: may not be more than {bound} bytes"
+        elif e.validator == "maxItems":
+            reason, message = "FieldValueTooMany", f"Too many: {len(value)}: must have at most {bound} items"
+        elif e.validator == "enum":
+            allowed = ", ".join(_go_quote(v) for v in bound)
+            reason = "FieldValueNotSupported"
+            message = f"Unsupported value: {shown}: supported values: {allowed}"
+        elif e.validator in _IN_BODY:
+            reason = "FieldValueTypeInvalid" if e.validator == "type" else "FieldValueInvalid"
+            message = f"Invalid value: {shown}: {where} in body {_IN_BODY[e.validator].format(bound, shown)}"
+        else:
+            reason, message = "FieldValueInvalid", f"Invalid value: {shown}: {e.message}"
+        causes.append({"reason": reason, "message": message, "field": where})
+    return causes
+
+
+def prune(node: Any, schema: Obj, path: str = "") -> list[str]:
+    """Drop, in place, every field the structural schema does not declare (``metadata`` is ObjectMeta, not
+    pruned by the schema); returns their paths (``spec.expectedVersion``, ``status.conditions[0].x``), as the
+    apiserver's unknown-field warnings and strict decoding errors name them."""
+    dropped: list[str] = []
+    properties = schema.get("properties")
+    if isinstance(node, dict) and isinstance(properties, dict):
+        for key in list(node):
+            where = f"{path}.{key}" if path else key
+            if key not in properties:
+                del node[key]
+                dropped.append(where)
+            elif key != "metadata" or path:
+                dropped += prune(node[key], properties[key], where)
+    elif isinstance(node, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(node):
+            dropped += prune(item, schema["items"], f"{path}[{i}]")
+    return dropped
 
 
 def _merge(base: Any, patch: Any) -> Any:
@@ -134,6 +294,14 @@ class UpgradeOperationsAPI(KubernetesEmulator):
     """Answer a watch from an expired version with HTTP 410 (a Status body) instead of an ERROR event."""
     honour_watch_timeout: bool = True
     """False: ignore ``timeoutSeconds`` (a misbehaving server or proxy; the client must bound itself)."""
+    any_token_is_admin: bool = True
+    """A bearer token never issued (:meth:`issue_token`) nor revoked is the all-powerful ``ADMIN``; False:
+    401, as the apiserver answers a token it does not know."""
+    _tokens: dict[str, tuple[str, float | None]] = attrs.field(factory=dict, init=False)
+    _revoked: set[str] = attrs.field(factory=set, init=False)
+    _schema: Obj = attrs.field(factory=crd_schema, init=False)
+    _rbac: list[Obj] = attrs.field(factory=rbac_documents, init=False)
+    _access: list[tuple[str, str, str, bool]] = attrs.field(factory=list, init=False)
     _store: dict[tuple[str, str], Obj] = attrs.field(factory=dict, init=False)
     _events: deque[_Event] = attrs.field(init=False)
     _rv: int = attrs.field(default=1000, init=False)
@@ -203,8 +371,28 @@ class UpgradeOperationsAPI(KubernetesEmulator):
         return self._write(namespace, name, old, new)
 
     def remove(self, namespace: str, name: str) -> None:
-        """Delete an object server-side."""
+        """Delete an object server-side, finalizers or not (what the garbage collector does at the end)."""
         self._delete(namespace, name)
+
+    def request_delete(self, namespace: str, name: str) -> Obj:
+        """A DELETE by someone else: with finalizers the object stays, ``deletionTimestamp`` set (see
+        :meth:`_request_delete`)."""
+        return self._request_delete(namespace, name)
+
+    def issue_token(self, token: str, user: str = ADMIN, *, expires_in_s: float | None = None) -> str:
+        """Accept ``token`` as ``user`` (``ADMIN``, or the ServiceAccount of rbac.yaml, whose Role then
+        applies), until ``expires_in_s`` seconds from now (None: no expiry); returns ``token``."""
+        self._tokens[token] = (user, None if expires_in_s is None else time.time() + expires_in_s)
+        self._revoked.discard(token)
+        return token
+
+    def access_log(self, user: str) -> list[tuple[str, str, bool]]:
+        """``(verb, resource, allowed)`` of every authenticated request ``user`` made, in order."""
+        return [(verb, resource, allowed) for who, verb, resource, allowed in self._access if who == user]
+
+    def revoke_token(self, token: str) -> None:
+        """From now on ``token`` gets 401 Unauthorized (a deleted ServiceAccount, a rotated secret)."""
+        self._revoked.add(token)
 
     # -- storage ---------------------------------------------------------------------------------------
     def _bump(self) -> int:
@@ -224,35 +412,86 @@ class UpgradeOperationsAPI(KubernetesEmulator):
             raise ApiError(404, "NotFound", f'{PLURAL}.{GROUP} "{name}" not found')
         return obj
 
-    def _create(self, namespace: str, body: Any) -> Obj:
+    def _decode(self, body: Any, validation: str, warnings: list[str]) -> Obj:
+        """A copy of a request body with the fields the schema does not declare dropped, as the apiserver
+        decodes a custom resource: ``fieldValidation`` ``Strict`` refuses them (400 BadRequest, "strict
+        decoding error"), ``Warn`` (the default since 1.27) adds one warning each, ``Ignore`` says nothing."""
+        if validation not in ("", "Ignore", "Warn", "Strict"):
+            raise ApiError(400, "BadRequest", f"fieldValidation: Invalid value: {_go_quote(validation)}: "
+                                              'must be one of "Ignore", "Warn" or "Strict"')
+        if not isinstance(body, dict):
+            raise ApiError(400, "BadRequest", "the body must be a JSON object")
+        doc = copy.deepcopy(body)
+        unknown = [f'unknown field "{path}"' for path in prune(doc, self._schema)]
+        if unknown and validation == "Strict":
+            raise ApiError(400, "BadRequest", f'{KIND} in version "{VERSION}" cannot be handled as a {KIND}: '
+                                              f"strict decoding error: {', '.join(unknown)}")
+        if validation != "Ignore":
+            warnings += unknown
+        return doc
+
+    def _validate(self, obj: Obj) -> None:
+        causes = schema_causes(obj, self._schema)
+        if causes:
+            raise invalid(obj["metadata"].get("name", ""), causes)
+
+    def _create(self, namespace: str, body: Any, validation: str = "Ignore",
+                warnings: list[str] | None = None) -> Obj:
         if not isinstance(body, dict) or not isinstance(body.get("metadata"), dict):
             raise ApiError(400, "BadRequest", "the body must be an object with metadata")
+        body = self._decode(body, validation, [] if warnings is None else warnings)
         name = body["metadata"].get("name")
         if not name:
-            raise ApiError(422, "Invalid", "metadata.name: Required value")
+            raise invalid("", [{"reason": "FieldValueRequired", "message": "Required value",
+                                "field": "metadata.name"}])
         if (namespace, name) in self._store:
             raise ApiError(409, "AlreadyExists", f'{PLURAL}.{GROUP} "{name}" already exists')
         obj = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
         meta = obj["metadata"]
-        for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "deletionTimestamp"):
+        for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "deletionTimestamp",
+                    "deletionGracePeriodSeconds"):
             meta.pop(key, None)
         obj["apiVersion"], obj["kind"] = API_VERSION, KIND
         meta.update(namespace=namespace, uid=str(uuid.uuid4()), generation=1,
                     creationTimestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    resourceVersion=str(self._bump()))
+                    resourceVersion="0")
+        self._validate(obj)
+        meta["resourceVersion"] = str(self._bump())
         self._store[(namespace, name)] = obj
         self._record("ADDED", None, obj)
         return copy.deepcopy(obj)
 
     def _write(self, namespace: str, name: str, old: Obj, new: Obj) -> Obj:
-        """Store ``new`` as the next version of ``old`` (a no-op change is not a write)."""
+        """Store ``new`` as the next version of ``old`` (a no-op change is not a write), validated against
+        the CRD's schema (422 Invalid). An object being deleted whose last finalizer goes is deleted
+        instead (one DELETED event, as the registry's update does)."""
         new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
         if new == old:
             return copy.deepcopy(old)
+        self._validate(new)
         new["metadata"]["resourceVersion"] = str(self._bump())
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            del self._store[(namespace, name)]
+            self._record("DELETED", old, new)
+            return copy.deepcopy(new)
         self._store[(namespace, name)] = new
         self._record("MODIFIED", old, new)
         return copy.deepcopy(new)
+
+    def _request_delete(self, namespace: str, name: str) -> Obj:
+        """DELETE: an object without finalizers goes at once; one with finalizers stays, marked: the first
+        DELETE sets ``deletionTimestamp`` (now), ``deletionGracePeriodSeconds`` 0 and bumps ``generation``
+        (the registry's ``markAsDeleting``, for resources without graceful deletion), later ones change
+        nothing. Either way the answer is the object (200)."""
+        old = self._require(namespace, name)
+        if not old["metadata"].get("finalizers"):
+            return self._delete(namespace, name)
+        if old["metadata"].get("deletionTimestamp"):
+            return copy.deepcopy(old)
+        new = copy.deepcopy(old)
+        new["metadata"].update(deletionTimestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                               deletionGracePeriodSeconds=0, generation=old["metadata"]["generation"] + 1)
+        return self._write(namespace, name, old, new)
 
     def _delete(self, namespace: str, name: str) -> Obj:
         old = self._require(namespace, name)
@@ -275,19 +514,22 @@ class UpgradeOperationsAPI(KubernetesEmulator):
                                             "the object has been modified; please apply your changes to "
                                             "the latest version and try again")
 
-    def _update(self, request: Request, namespace: str, name: str) -> Obj:
+    def _update(self, request: Request, namespace: str, name: str, warnings: list[str]) -> Obj:
         current = self._require(namespace, name)
         body = request.data
         if not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "the body must be a JSON object")
         put = request.method.value == "PUT"
         self._precondition(current, body, required=put)
+        validation = request.params.get("fieldValidation", "")
         if put:
-            incoming = copy.deepcopy(body)
+            incoming = self._decode(body, validation, warnings)
         else:
-            incoming = _merge(current, {k: v for k, v in body.items() if k != "metadata"}
-                              | {"metadata": {k: v for k, v in body.get("metadata", {}).items()
-                                              if k != "resourceVersion"}})
+            meta_patch = body.get("metadata", {}) if isinstance(body.get("metadata"), dict) else {}
+            incoming = self._decode(
+                _merge(current, {k: v for k, v in body.items() if k != "metadata"}
+                       | {"metadata": {k: v for k, v in meta_patch.items() if k != "resourceVersion"}}),
+                validation, warnings)
         new = copy.deepcopy(current)
         if request.subresource == "status":
             if "status" in incoming:
@@ -296,17 +538,26 @@ class UpgradeOperationsAPI(KubernetesEmulator):
                 new.pop("status", None)
         else:
             if "spec" in incoming and incoming["spec"] != current.get("spec"):
-                if self.immutable_spec:
-                    raise ApiError(422, "Invalid", f'{PLURAL}.{GROUP} "{name}" is invalid: spec: Invalid '
-                                                   "value: \"object\": spec is immutable")
+                if self.immutable_spec:  # the CRD's x-kubernetes-validations rule and its message
+                    raise invalid(name, [{"reason": "FieldValueInvalid", "field": "spec",
+                                          "message": 'Invalid value: "object": spec is immutable; create a '
+                                                     "new UpgradeOperation instead"}])
                 new["spec"] = incoming["spec"]
                 new["metadata"]["generation"] += 1
             meta_in = incoming.get("metadata", {}) if isinstance(incoming.get("metadata"), dict) else {}
             for key in ("labels", "annotations", "finalizers"):
                 if key in meta_in:
                     new["metadata"][key] = meta_in[key]
-                elif put:
+                else:  # left out of a PUT, or removed by the merge patch (null)
                     new["metadata"].pop(key, None)
+            added = sorted(set(new["metadata"].get("finalizers") or ())
+                           - set(current["metadata"].get("finalizers") or ()))
+            if current["metadata"].get("deletionTimestamp") and added:
+                listed = ", ".join(json.dumps(f) for f in added)
+                message = ("Forbidden: no new finalizers can be added if the object is being deleted, found "
+                           f"new finalizers []string{{{listed}}}")
+                raise invalid(name, [{"reason": "FieldValueForbidden", "field": "metadata.finalizers",
+                                      "message": message}])
         written = self._write(namespace, name, current, new)
         if request.subresource == "status":
             where = (namespace, name)
@@ -322,14 +573,81 @@ class UpgradeOperationsAPI(KubernetesEmulator):
         return all((_field(obj, key) == value) == equal for key, equal, value in terms)
 
     # -- HTTP ------------------------------------------------------------------------------------------
+    def _authenticate(self, request: Request) -> str:
+        """The user of the request's bearer token; 401 Unauthorized (reason ``Unauthorized``) for none, a
+        revoked or expired one, and one never issued unless ``any_token_is_admin`` (anonymous requests are
+        refused too, as on a server started with ``--anonymous-auth=false``)."""
+        header = request.headers.get("Authorization") or request.headers.get("authorization") or ""
+        token = header[len("Bearer "):] if header.startswith("Bearer ") else ""
+        if token and token not in self._revoked:
+            known = self._tokens.get(token)
+            if known is not None:
+                user, expires = known
+                if expires is None or time.time() < expires:
+                    return user
+            elif self.any_token_is_admin:
+                return ADMIN
+        raise ApiError(401, "Unauthorized", "Unauthorized")
+
+    def _authorize(self, user: str, request: Request) -> None:
+        """RBAC as rbac.yaml grants it: ``user`` may act when a RoleBinding of the request's namespace binds
+        it (a ServiceAccount subject is ``system:serviceaccount:NS:NAME``) to a Role of that namespace with
+        a rule naming the API group, the resource (``upgradeoperations`` or ``upgradeoperations/status``)
+        and the verb (get, list, watch, create, update, patch, delete, deletecollection); else 403 Forbidden
+        in the apiserver's words. ``ADMIN`` may do anything."""
+        method, ns, name = request.method.value, request.namespace, request.name
+        if method == "GET":
+            verb = "watch" if request.params.get("watch") in _TRUE else ("get" if name else "list")
+        else:
+            verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
+                    "DELETE": "delete" if name else "deletecollection"}.get(method, method.lower())
+        resource = PLURAL + (f"/{request.subresource}" if request.subresource else "")
+        allowed = user == ADMIN or self._granted(user, ns, verb, resource)
+        self._access.append((user, verb, resource, allowed))
+        if allowed:
+            return
+        what = f'{PLURAL}.{GROUP} "{name}"' if name else f"{PLURAL}.{GROUP}"
+        where = f' in the namespace "{ns}"' if ns else " at the cluster scope"
+        details: Obj = {"group": GROUP, "kind": PLURAL} | ({"name": name} if name else {})
+        raise ApiError(403, "Forbidden", f'{what} is forbidden: User "{user}" cannot {verb} resource '
+                                         f'"{resource}" in API group "{GROUP}"{where}', details)
+
+    def _granted(self, user: str, ns: str | None, verb: str, resource: str) -> bool:
+        roles = {d["metadata"]["name"]: d for d in self._rbac
+                 if d["kind"] == "Role" and d["metadata"].get("namespace") == ns}
+        for binding in self._rbac:
+            if binding["kind"] != "RoleBinding" or binding["metadata"].get("namespace") != ns:
+                continue
+            subjects = {f"system:serviceaccount:{s.get('namespace', ns)}:{s['name']}"
+                        if s["kind"] == "ServiceAccount" else s["name"] for s in binding.get("subjects", [])}
+            role = roles.get(binding["roleRef"]["name"]) if binding["roleRef"]["kind"] == "Role" else None
+            if user not in subjects or role is None:
+                continue
+            for rule in role.get("rules", []):
+                if ({GROUP, "*"} & set(rule.get("apiGroups", []))
+                        and {resource, "*"} & set(rule.get("resources", []))
+                        and {verb, "*"} & set(rule.get("verbs", []))):
+                    return True
+        return False
+
     async def _handle(self, request: Request) -> aiohttp.web.StreamResponse:
         res = request.resource
         if res is None or (res.group, res.version, res.plural) != (GROUP, VERSION, PLURAL):
             return await super()._handle(request)
         try:
+            self._authorize(self._authenticate(request), request)
             return await self._serve(request)
         except ApiError as exc:
             return aiohttp.web.json_response(exc.status(), status=exc.code)
+
+    @staticmethod
+    def _answer(doc: Obj, warnings: list[str], status: int = 200) -> aiohttp.web.Response:
+        """A JSON answer with one ``Warning: 299 - "text"`` header per warning (RFC 7234 warn-code 299, the
+        form the apiserver uses)."""
+        response = aiohttp.web.json_response(doc, status=status)
+        for text in warnings:
+            response.headers.add("Warning", "299 - " + json.dumps(text))
+        return response
 
     async def _serve(self, request: Request) -> aiohttp.web.StreamResponse:
         method = request.method.value
@@ -348,7 +666,9 @@ class UpgradeOperationsAPI(KubernetesEmulator):
                     "metadata": {"resourceVersion": str(self._rv)}, "items": items,
                 })
             if method == "POST" and ns is not None:
-                return aiohttp.web.json_response(self._create(ns, request.data), status=201)
+                warnings: list[str] = []
+                created = self._create(ns, request.data, request.params.get("fieldValidation", ""), warnings)
+                return self._answer(created, warnings, 201)
             raise ApiError(405, "MethodNotAllowed", f"{method} on the collection")
         assert ns is not None
         if method == "GET":
@@ -358,9 +678,10 @@ class UpgradeOperationsAPI(KubernetesEmulator):
                 pending.pop(0)()
             return aiohttp.web.json_response(obj)
         if method in ("PUT", "PATCH"):
-            return aiohttp.web.json_response(self._update(request, ns, name))
+            warnings = []
+            return self._answer(self._update(request, ns, name, warnings), warnings)
         if method == "DELETE" and sub is None:
-            return aiohttp.web.json_response(self._delete(ns, name))
+            return aiohttp.web.json_response(self._request_delete(ns, name))
         raise ApiError(405, "MethodNotAllowed", f"{method} on an object")
 
     async def _watch(self, request: Request) -> aiohttp.web.StreamResponse:
@@ -398,7 +719,8 @@ class UpgradeOperationsAPI(KubernetesEmulator):
                     await send("ERROR", ApiError(410, "Expired", f"too old resource version: {since_text} "
                                                                  f"({self._oldest})").status())
                     return response
-            async for kind, obj in self._events_after(since, deadline, ns, terms):
+            bookmarks = request.params.get("allowWatchBookmarks") in _TRUE
+            async for kind, obj in self._events_after(since, deadline, ns, terms, bookmarks=bookmarks):
                 await send(kind, obj)
             await response.write_eof()
         except (ConnectionError, asyncio.CancelledError):
@@ -406,8 +728,19 @@ class UpgradeOperationsAPI(KubernetesEmulator):
         return response
 
     async def _events_after(self, since: int, deadline: float, ns: str | None,
-                            terms: list[tuple[str, bool, str]]) -> AsyncIterator[tuple[str, Obj]]:
+                            terms: list[tuple[str, bool, str]], *,
+                            bookmarks: bool = False) -> AsyncIterator[tuple[str, Obj]]:
+        """The watch's events after ``since`` until ``deadline``; with ``bookmarks`` (the client sent
+        ``allowWatchBookmarks=true``) also a ``BOOKMARK`` (an object with only kind, apiVersion and
+        ``metadata.resourceVersion``: the version every event up to which was sent or filtered out) every
+        ``BOOKMARK_EVERY_S`` and 2 s before the deadline, as the apiserver's watch cache does."""
         loop = asyncio.get_running_loop()
+
+        def next_bookmark() -> float | None:
+            at = min(loop.time() + BOOKMARK_EVERY_S, deadline - 2.0)
+            return at if bookmarks and at > loop.time() else None
+
+        bookmark_at = next_bookmark()
         while not self._stopping:
             if since < self._oldest:  # the history was expired while this watch was open
                 yield "ERROR", ApiError(410, "Expired", "too old resource version").status()
@@ -427,13 +760,20 @@ class UpgradeOperationsAPI(KubernetesEmulator):
                     yield "ADDED", copy.deepcopy(event.new)
                 elif was:
                     yield "DELETED", copy.deepcopy(event.new)
+            if bookmark_at is not None and loop.time() >= bookmark_at:
+                yield "BOOKMARK", {"kind": KIND, "apiVersion": API_VERSION,
+                                   "metadata": {"resourceVersion": str(self._rv)}}
+                bookmark_at = next_bookmark()
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return
             try:
-                await asyncio.wait_for(self._changed.wait(), remaining)
+                wait = remaining if bookmark_at is None else min(remaining, bookmark_at - loop.time())
+                wait = max(0.0, wait)
+                await asyncio.wait_for(self._changed.wait(), wait)
             except TimeoutError:
-                return
+                if loop.time() >= deadline:
+                    return
 
     async def __aexit__(self, *exc: Any) -> None:
         self._stopping = True

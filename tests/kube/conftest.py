@@ -2,7 +2,11 @@
 
 ``UPGRADE_CORE_KUBECONFIG`` names a kubeconfig whose context reaches a real API server with
 ``deploy/kubernetes/crd.yaml`` applied; then the conformance suite runs there (objects named ``conf-*``,
-deleted afterwards; namespace ``UPGRADE_CORE_NAMESPACE`` or ``default``) and the mock is not used.
+deleted afterwards, their finalizers removed first; namespace ``UPGRADE_CORE_NAMESPACE`` or ``default``) and
+the mock is not used. ``UPGRADE_CORE_AGENT_TOKEN``, a token of the ``upgrade-agent`` ServiceAccount with
+``deploy/kubernetes/rbac.yaml`` applied (``kubectl -n upgrade-core create token upgrade-agent``), enables the
+RBAC test there (``UPGRADE_CORE_NAMESPACE`` must then be the Role's namespace). The mock serves its objects
+in the Role's namespace, ``upgrade-core``.
 kubernetes_asyncio runs on asyncio only, so these tests do too.
 """
 
@@ -19,9 +23,10 @@ import anyio
 import pytest
 
 from agent.operations.kubernetes import GROUP, PLURAL, VERSION, _lean_import
-from tests.kube.apiserver import UpgradeOperationsAPI, kubeconfig_for, serve
+from tests.kube.apiserver import UpgradeOperationsAPI, kubeconfig_for, serve, service_account
 
 REAL_KUBECONFIG = os.environ.get("UPGRADE_CORE_KUBECONFIG", "")
+REAL_AGENT_TOKEN = os.environ.get("UPGRADE_CORE_AGENT_TOKEN", "")
 SHA = "ab" * 32
 
 
@@ -88,15 +93,37 @@ class Cluster:
         self.mock.expire_history()
         return str(obj["metadata"]["resourceVersion"])
 
+    def revoked_token(self) -> str:
+        """A bearer token the server no longer accepts: on the mock one issued then revoked; on a real
+        server one it never issued (the same answer from its point of view)."""
+        token = f"conf-{uuid.uuid4().hex}"
+        if self.mock is not None:
+            self.mock.issue_token(token)
+            self.mock.revoke_token(token)
+        return token
+
+    def agent_token(self) -> str | None:
+        """A token of rbac.yaml's ServiceAccount (its Role applies), None when the real server gave none."""
+        if self.mock is None:
+            return REAL_AGENT_TOKEN or None
+        return self.mock.issue_token(f"agent-{uuid.uuid4().hex}", service_account()[1])
+
+    def with_token(self, token: str) -> _client:
+        """``async with cluster.with_token(t) as (api, client)``: this kubeconfig's server and CA, but
+        authenticated by the bearer token ``t`` only (no client certificate)."""
+        return _client(_lean_import(), self.kubeconfig, token=token)
+
     async def watch(self, resource_version: str, *, timeout_s: int = 5, field_selector: str = "",
-                    until: str | None = None) -> list[dict[str, Any]]:
+                    until: str | None = None, bookmarks: bool = False) -> list[dict[str, Any]]:
         """The events of one watch from ``resource_version``, until ``until`` names an object seen in an
-        event, or the server ends it (``timeoutSeconds``), or an ERROR event; bounded by timeout_s + 10."""
+        event, or the server ends it (``timeoutSeconds``), or an ERROR event; bounded by timeout_s + 10.
+        ``bookmarks``: ask for them (``allowWatchBookmarks``)."""
         events: list[dict[str, Any]] = []
         with anyio.fail_after(timeout_s + 10):
             response = await self.api.list_namespaced_custom_object(
                 GROUP, VERSION, self.namespace, PLURAL, watch=True, resource_version=resource_version,
-                timeout_seconds=timeout_s, field_selector=field_selector, _preload_content=False)
+                timeout_seconds=timeout_s, field_selector=field_selector, allow_watch_bookmarks=bookmarks,
+                _preload_content=False)
             try:
                 if response.status != 200:  # an HTTP error as the event a stream would carry
                     return [{"type": "ERROR", "object": json.loads(await response.content.read())}]
@@ -124,24 +151,32 @@ async def cluster(tmp_path: Any) -> AsyncIterator[Cluster]:
                 for name in c.names:
                     with anyio.move_on_after(30):
                         with contextlib.suppress(kube.ApiException):
+                            await api.patch_namespaced_custom_object(
+                                GROUP, VERSION, ns, PLURAL, name, {"metadata": {"finalizers": None}},
+                                _content_type="application/merge-patch+json")
+                        with contextlib.suppress(kube.ApiException):
                             await api.delete_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, name)
         return
     async with serve() as mock:
-        path = kubeconfig_for(mock.base_url, str(tmp_path / "kubeconfig"))
+        ns = service_account()[0]
+        path = kubeconfig_for(mock.base_url, str(tmp_path / "kubeconfig"), namespace=ns)
         async with _client(kube, path) as (api, client):
-            yield Cluster(api, client, "default", mock, path)
+            yield Cluster(api, client, ns, mock, path)
 
 
 class _client:
     """``async with _client(kube, kubeconfig) as (CustomObjectsApi, ApiClient)``."""
 
-    def __init__(self, kube: Any, path: str) -> None:
-        self.kube, self.path = kube, path
+    def __init__(self, kube: Any, path: str, *, token: str | None = None) -> None:
+        self.kube, self.path, self.token = kube, path, token
 
     async def __aenter__(self) -> tuple[Any, Any]:
         cfg = self.kube.Configuration()
         await self.kube.load_kube_config(config_file=self.path, client_configuration=cfg,
                                          persist_config=False)
+        if self.token is not None:
+            cfg.api_key = {"BearerToken": f"Bearer {self.token}"}
+            cfg.cert_file = cfg.key_file = None
         self.client = self.kube.ApiClient(cfg)
         return self.kube.CustomObjectsApi(self.client), self.client
 

@@ -1,6 +1,8 @@
 """``upgrade-agent operator`` with the Kubernetes source against the Kubernetes-aware mock API server
 (``tests/kube/apiserver.py``, on loopback; what it fakes is pinned by ``tests/kube/test_conformance.py``),
-upgrading a real agent under the private systemd (docs/managed.md).
+upgrading a real agent under the private systemd (docs/managed.md). The operator authenticates as the
+ServiceAccount of ``deploy/kubernetes/rbac.yaml`` and the mock enforces that file's Role: every request it
+made must have been allowed.
 
 Outcomes are read from the host (links, ``MainPID``'s executable, the served version, the journal) and from
 the status subresource's write history the mock keeps, never from the operator's output alone:
@@ -24,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.kube.apiserver import kubeconfig_for, threaded
+from tests.kube.apiserver import kubeconfig_for, service_account, threaded
 
 from . import agent_env
 from .agent_env import AgentEnv, Cli, Release
@@ -34,13 +36,13 @@ release_server = agent_env.release_server
 make_env = agent_env.make_env
 
 NODE = "node-1"
-NS = "default"
+NS, AGENT_USER = service_account()  # the ServiceAccount of deploy/kubernetes/rbac.yaml, its Role enforced
 TERMINAL = ("Succeeded", "Failed", "RolledBack", "NeedsAttention")
 
 
 @pytest.fixture
 def kube(tmp_path: Path) -> Iterator[threaded]:
-    with threaded() as server:
+    with threaded(any_token_is_admin=False) as server:
         yield server
 
 
@@ -49,7 +51,8 @@ def kube_env(make_env: Any, kube: threaded, tmp_path: Path) -> tuple[AgentEnv, R
     env: AgentEnv = make_env()
     v1 = env.release("1.0.0")
     env.install(v1)
-    config = kubeconfig_for(kube.url, str(tmp_path / f"kubeconfig-{env.name}"))
+    token = kube.call(lambda api: api.issue_token(f"token-{env.name}", AGENT_USER))
+    config = kubeconfig_for(kube.url, str(tmp_path / f"kubeconfig-{env.name}"), namespace=NS, token=token)
     with env.config.open("a") as f:
         f.write(f'\n[operations]\nsource = "kubernetes"\nnamespace = "{NS}"\nnode_name = "{NODE}"\n'
                 f'kubeconfig = "{config}"\n')
@@ -111,6 +114,8 @@ def test_good_bad_foreign_and_other_node_operations(make_env: Any, kube: threade
     assert rolled["journalSeq"] == env.published_seq(broken["metadata"]["uid"])
     env.assert_running("green", v2)
     assert len(terminal_writes(kube, "upgrade-good")) == 1  # nothing was republished on the later runs
+    used: list[tuple[str, str, bool]] = kube.call(lambda api: api.access_log(AGENT_USER))
+    assert used and all(allowed for _, _, allowed in used), used
 
 
 def test_sigkill_at_every_kill_point_writes_one_terminal_status(
