@@ -64,7 +64,7 @@ async def test_the_operator_under_rbac_uses_exactly_its_roles_verbs_and_never_st
                                  "spec": ours})
             mock.request_delete(ns, "held")
             mock.put_object(ns, {"metadata": {"name": "elsewhere"}, "spec": spec("n2", agent=rig.name)})
-            names = ("run", "foreign", "held")
+            names = ("run", "held")
 
             def settled() -> bool:
                 reported = all(any(s.get("phase") in TERMINAL for s in mock.status_history(ns, n))
@@ -86,8 +86,9 @@ async def test_the_operator_under_rbac_uses_exactly_its_roles_verbs_and_never_st
 
             histories = {n: mock.status_history(ns, n) for n in names}
             final = {n: history[-1] for n, history in histories.items()}
-            uids = {n: (mock.stored(ns, n) or {})["metadata"]["uid"] for n in names}
+            uids = {n: (mock.stored(ns, n) or {})["metadata"]["uid"] for n in (*names, "foreign")}
             assert mock.status_history(ns, "elsewhere") == []
+            assert mock.status_history(ns, "foreign") == []  # another agent's object: never written
             used = mock.access_log(user)
             writes = [r for r in mock._requests if r.method.value == "PUT"]
 
@@ -95,8 +96,6 @@ async def test_the_operator_under_rbac_uses_exactly_its_roles_verbs_and_never_st
     ran = operation_status(view, uids["run"])
     assert ran is not None and ran.phase == "Failed" and ran.result == "aborted"
     assert final["run"]["phase"] == "Failed" and final["run"]["journalSeq"] == ran.journal_seq
-    assert final["foreign"]["phase"] == "Failed"
-    assert "addressed to agent other-agent" in final["foreign"]["message"]
     assert [s["phase"] for s in histories["held"]] == ["Failed"]  # never reported InProgress
     assert "being deleted; not started" in final["held"]["message"]
     assert final["held"]["observedGeneration"] == 2

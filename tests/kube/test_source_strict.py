@@ -64,8 +64,10 @@ async def test_a_status_beyond_the_crd_bounds_is_written_clamped(mock: Mock, src
     assert held is not None
     written = held["status"]
     assert written["phase"] == "Succeeded" and written["journalSeq"] == 3
-    assert written["toVersion"] == ("2.0.0-" + "x" * 300)[:125] + "..."
-    assert len(written["message"]) <= 32768 and written["message"].endswith("...")
+    # cut by the sanitiser within the CRD's maxLength (128 for a version), saying how much was left out
+    assert written["toVersion"].startswith("2.0.0-xxx") and len(written["toVersion"].encode()) <= 128
+    assert written["toVersion"].endswith("more characters]")
+    assert len(written["message"].encode()) <= 32768 and written["message"].endswith("more characters]")
     assert written["conditions"][0]["message"] == written["message"]
 
 
@@ -132,6 +134,7 @@ async def test_a_401_reads_the_credentials_again(tmp_path: Path, where: str) -> 
         mock.issue_token("first", expires_in_s=3600)
         token_file = tmp_path / "token"
         token_file.write_text("first")  # kubernetes_asyncio keeps a trailing newline of a tokenFile
+        token_file.chmod(0o600)  # a credential file others may read is refused
         path = tmp_path / "kubeconfig"
         if where == "kubeconfig":
             kubeconfig_for(mock.base_url, str(path), namespace=NS, token="first")
@@ -142,7 +145,7 @@ async def test_a_401_reads_the_credentials_again(tmp_path: Path, where: str) -> 
         section = OperationsSection(source="kubernetes", kubeconfig=str(path), node_name="node-a",
                                     namespace=NS)
         with anyio.fail_after(30):
-            source = await KubernetesSource.create(section)
+            source = await KubernetesSource.create(section, agent="demo-agent")
         try:
             put(mock, "a")
             with anyio.fail_after(30):
