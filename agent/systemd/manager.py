@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Final, final
 
 import anyio
 
+from agent.crashhook import crash_point
 from agent.fs import durable
 from agent.process import BoundedRunTimeout, Finished, run_bounded
 from agent.systemd.units import check_abs, check_unit
 from upgrade_core.errors import ServiceError
 from upgrade_core.ports import ServiceManager, UnitSnapshot
 
-__all__ = ["SystemdServiceManager"]
+__all__ = ["SystemdServiceManager", "write_order"]
 
 _TRANSIENT_RE: Final = re.compile(r"[A-Za-z0-9:_.@-]{1,240}(\.service)?")
 _SNAPSHOT_PROPS: Final = (
@@ -393,7 +394,10 @@ class SystemdServiceManager:
     async def write_units(self, units: Mapping[str, str]) -> list[str]:
         """Write unit files into ``unit_dir`` durably: temp + fsync + rename each, then one directory fsync.
 
-        Identical files are left alone. Call :meth:`daemon_reload` afterwards.
+        Identical files are left alone. Call :meth:`daemon_reload` afterwards. The order is
+        :func:`write_order`: a unit named by another's ``OnFailure=`` (or a timer's ``Unit=``) is on disk
+        before the unit that names it, so a crash between two writes never leaves a unit whose failure
+        handler is missing (systemd would then start no recovery at all).
 
         Args:
             units: file name -> text, e.g. from :func:`agent.systemd.units.render_units`.
@@ -410,13 +414,14 @@ class SystemdServiceManager:
 
         def write() -> list[str]:
             changed = []
-            for name, text in units.items():
+            for name in write_order(units):
                 path = str(self.unit_dir / name)
                 try:
-                    if durable.atomic_write_bytes(path, text.encode(), 0o644):
+                    if durable.atomic_write_bytes(path, units[name].encode(), 0o644):
                         changed.append(path)
                 except OSError as exc:
                     raise ServiceError(f"cannot write unit file {path}: {exc}") from exc
+                crash_point("unit-file")
             return changed
 
         with anyio.CancelScope(shield=True):
@@ -461,6 +466,38 @@ class SystemdServiceManager:
         with anyio.CancelScope(shield=True):
             paths = await anyio.to_thread.run_sync(remove)
         return paths
+
+
+_REFERENCE_RE: Final = re.compile(r"^(?:OnFailure|Unit)=(.*)$", re.MULTILINE)
+
+
+def write_order(units: Mapping[str, str]) -> list[str]:
+    """The names of ``units`` in the order they must reach the disk: every unit that another one of them
+    names in ``OnFailure=`` (systemd.unit(5)) or, for a timer, ``Unit=`` (systemd.timer(5)) comes before
+    the unit naming it; otherwise the mapping's order is kept (e.g. ``NAME-recover.service`` before the
+    agent unit, ``NAME-recover-timer.service`` before ``NAME-recover.timer``).
+
+    A referenced unit that is not in ``units`` is taken to be on disk already (a repair rewrites only
+    what drifted). A reference cycle keeps the mapping's order inside the cycle.
+    """
+    named = {
+        name: [ref for line in _REFERENCE_RE.findall(text) for ref in line.split() if ref in units]
+        for name, text in units.items()
+    }
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        for ref in named[name]:
+            visit(ref)
+        order.append(name)
+
+    for name in units:
+        visit(name)
+    return order
 
 
 def _check_transient(name: str) -> None:
