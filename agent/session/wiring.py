@@ -171,9 +171,24 @@ def release_trust(cfg: AgentConfig, download: FetchPolicy, signature: str | None
     )
 
 
-def service_manager(cfg: AgentConfig, config_path: str) -> SystemdServiceManager:
-    """The systemd binding for ``agent.unit`` (``host.systemctl_prefix``, ``host.unit_dir``)."""
+def service_manager(
+    cfg: AgentConfig, config_path: str, host: AgentHost | None = None
+) -> SystemdServiceManager:
+    """The systemd binding for ``agent.unit`` (``host.systemctl_prefix``, ``host.unit_dir``).
+
+    Args:
+        host: the host adapter whose ``current`` link and slot digest tell which binary the unit runs
+            (compared around a start-limit wait, :meth:`SystemdServiceManager.wait_out_start_limit`); None:
+            the configuration's.
+    """
     from agent.systemd.manager import SystemdServiceManager
+
+    adapter = host if host is not None else AgentHost.from_config(cfg)
+
+    async def selection() -> str:
+        current = adapter.links().current
+        digest = await adapter.slot_sha256(current) if current is not None else None
+        return f"current -> {current or 'none'}, sha256 {digest or 'none'}"
 
     return SystemdServiceManager(
         cfg.agent.unit,
@@ -181,6 +196,7 @@ def service_manager(cfg: AgentConfig, config_path: str) -> SystemdServiceManager
         recover_exe=recover_executable(),
         config_path=os.path.abspath(config_path),
         prefix=cfg.host.systemctl_prefix,
+        selection=selection,
     )
 
 
@@ -275,7 +291,7 @@ async def wire(
             max_output_bytes=cfg.verify.max_output_bytes,
             version_regex=cfg.verify.version_regex,
         ),
-        service=service_manager(cfg, config_path),
+        service=service_manager(cfg, config_path, host),
         probe=make_probe(cfg.health.http_probe, cfg.health.command_probe),
         sink=FileResultSink(cfg.host.state_dir),
         ids=Ids(),
