@@ -27,7 +27,7 @@ from agent.fs import durable
 from agent.logline import log
 from agent.process import BoundedRunTimeout, Finished, run_bounded
 from agent.systemd.units import check_abs, check_unit
-from upgrade_core.errors import ServiceError
+from upgrade_core.errors import ServiceError, UpgradeError
 from upgrade_core.ports import ServiceManager, UnitSnapshot
 
 __all__ = ["SystemdServiceManager", "write_order"]
@@ -394,17 +394,26 @@ class SystemdServiceManager:
                 f"{refusal}; not waiting out the start limit of {unit}: StartLimitIntervalUSec={raw or '?'} "
                 f"is zero, infinite or over {START_LIMIT_WAIT_MAX_S:g} s"
             )
-        before = await self.selection() if self.selection is not None else None
+        before = await self._selected(refusal)
         wait_s = interval_s + self.start_limit_margin_s
         log(f"{refusal}; waiting out the start limit of {unit} ({interval_s:g} s + "
             f"{self.start_limit_margin_s:g} s) before starting it once more")
         await anyio.sleep(wait_s)
-        after = await self.selection() if self.selection is not None else None
+        after = await self._selected(refusal)
         if after != before:
             raise ServiceError(
                 f"{refusal}; the binary {unit} runs changed while its start limit was waited out "
                 f"({before} -> {after}): not starting it"
             )
+
+    async def _selected(self, refusal: str) -> str | None:
+        """:attr:`selection`'s answer (None without one); a failure to read it is a ``ServiceError``."""
+        if self.selection is None:
+            return None
+        try:
+            return await self.selection()
+        except (UpgradeError, OSError) as exc:
+            raise ServiceError(f"{refusal}; cannot tell which binary {self._unit} runs: {exc}") from exc
 
     async def start(self, unit: str | None = None, *, timeout_s: float = 90.0) -> str:
         """``systemctl start --no-block`` then poll until the job is done and the state has settled.
