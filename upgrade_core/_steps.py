@@ -399,6 +399,9 @@ class FlowRun(StepExecutor):
                 await p.service.restart(name)
             except ServiceError as exc:
                 return Failed(f"restart failed: {exc}", environment=True)
+            # The restart job starts now. A restart that first waited out the unit's start limit (its
+            # reset-failed refused, ServiceManager.restart) must not spend the attempt's timeout on that wait.
+            started = p.clock.monotonic()
             waited = await self.restart_job_done(name, started + ep.health_timeout_s)
             if waited is not None:
                 return waited

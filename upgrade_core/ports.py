@@ -283,7 +283,10 @@ class ServiceManager(Protocol):
     async def restart(self, transient_name: str) -> None:
         """``reset-failed``, then ask a transient unit ``transient_name`` to restart the agent unit.
 
-        Returns once systemd accepted the job (``--no-block``); never waits for the agent.
+        Returns once systemd accepted the job (``--no-block``); never waits for the agent. When
+        ``reset-failed`` is refused while the unit is failed, it first waits out the unit's start limit
+        (bounded: at most five minutes and a margin) and refuses if the selected binary changed meanwhile;
+        the caller's attempt timeout counts from its return.
 
         Raises:
             upgrade_core.errors.ServiceError.

@@ -38,6 +38,7 @@ from typing import Literal
 
 import anyio
 
+from agent.crashhook import crash_point
 from agent.errors import ConfigError, UsageError
 from agent.logline import log
 from agent.operations.model import (
@@ -50,7 +51,6 @@ from agent.operations.model import (
     held_terminal,
 )
 from agent.session.session import Session
-from agent.session.wiring import crash_point
 from upgrade_core import JournalView, OperationStatus, UpgradeRequest, operation_status, refused_status
 from upgrade_core.errors import (
     EpisodeLeftOpenError,

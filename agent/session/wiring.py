@@ -2,12 +2,13 @@
 
 ``upgrade_core`` knows only protocols; this module is the one place that picks the real implementations:
 the file journal, the host layout, the archive source, the verifier, systemd, the probe, the clock and the
-result sink. It also carries the documented test-only crash hook of design §8.
+result sink. It also marks the journal's steps for the documented test-only crash hook of design §8.
 
-Test-only crash hook: when ``UPGRADE_AGENT_TEST_KILL_AFTER=TAG`` (or ``TAG#N``) is set, the process
-SIGKILLs itself right after the journal append of the N-th (default first) event with stable tag ``TAG``
-has returned, i.e. right after that record's fdatasync. ``tests/systemd/test_crash_real.py`` uses it to kill
-a real upgrade at every event of a recorded run. It does nothing when the variable is unset.
+Test-only crash hook (:mod:`agent.crashhook`): when ``UPGRADE_AGENT_TEST_KILL_AFTER=TAG`` (or
+``TAG#N``) is set, the process SIGKILLs itself right after the journal append of the N-th (default first)
+event with stable tag ``TAG`` has returned, i.e. right after that record's fdatasync.
+``tests/systemd/test_crash_real.py`` uses it to kill a real upgrade at every event of a recorded run. It
+does nothing when the variable is unset.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
@@ -24,6 +24,7 @@ import anyio
 import attrs
 
 from agent.config.loader import AgentConfig
+from agent.crashhook import crash_point
 from agent.errors import journal_error
 from agent.host.adapter import AgentHost
 from agent.host.lock import HostLock
@@ -37,34 +38,10 @@ if TYPE_CHECKING:
     from agent.release.trust import ReleaseTrust
     from agent.systemd.manager import SystemdServiceManager
 
-KILL_HOOK_ENV = "UPGRADE_AGENT_TEST_KILL_AFTER"
-
 
 def journal_dir(cfg: AgentConfig) -> str:
     """``state_dir/journal``: where the journal's segments live."""
     return os.path.join(cfg.host.state_dir, "journal")
-
-
-def _parse_kill_hook(value: str | None) -> tuple[str, int] | None:
-    if not value:
-        return None
-    tag, _, nth = value.partition("#")
-    return tag, int(nth) if nth else 1
-
-
-_CRASH_AT = _parse_kill_hook(os.environ.get(KILL_HOOK_ENV))
-_CRASH_SEEN: dict[str, int] = {}
-
-
-def crash_point(tag: str) -> None:
-    """The test-only crash hook (see the module docstring) at a step that is not a journal append: the
-    operator calls it after each status it publishes (``operator-InProgress``, ``operator-terminal``), so a
-    test can SIGKILL it right after the source acknowledged. Does nothing when the variable is unset."""
-    if _CRASH_AT is None:
-        return
-    _CRASH_SEEN[tag] = _CRASH_SEEN.get(tag, 0) + 1
-    if (tag, _CRASH_SEEN[tag]) == _CRASH_AT:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class JournalPort:
@@ -230,9 +207,24 @@ def release_trust(cfg: AgentConfig, download: FetchPolicy, signature: str | None
     )
 
 
-def service_manager(cfg: AgentConfig, config_path: str) -> SystemdServiceManager:
-    """The systemd binding for ``agent.unit`` (``host.systemctl_prefix``, ``host.unit_dir``)."""
+def service_manager(
+    cfg: AgentConfig, config_path: str, host: AgentHost | None = None
+) -> SystemdServiceManager:
+    """The systemd binding for ``agent.unit`` (``host.systemctl_prefix``, ``host.unit_dir``).
+
+    Args:
+        host: the host adapter whose ``current`` link and slot digest tell which binary the unit runs
+            (compared around a start-limit wait, :meth:`SystemdServiceManager.wait_out_start_limit`); None:
+            the configuration's.
+    """
     from agent.systemd.manager import SystemdServiceManager
+
+    adapter = host if host is not None else AgentHost.from_config(cfg)
+
+    async def selection() -> str:
+        current = adapter.links().current
+        digest = await adapter.slot_sha256(current) if current is not None else None
+        return f"current -> {current or 'none'}, sha256 {digest or 'none'}"
 
     return SystemdServiceManager(
         cfg.agent.unit,
@@ -240,6 +232,7 @@ def service_manager(cfg: AgentConfig, config_path: str) -> SystemdServiceManager
         recover_exe=recover_executable(),
         config_path=os.path.abspath(config_path),
         prefix=cfg.host.systemctl_prefix,
+        selection=selection,
     )
 
 
@@ -341,7 +334,7 @@ async def wire(
             max_output_bytes=cfg.verify.max_output_bytes,
             version_regex=cfg.verify.version_regex,
         ),
-        service=service_manager(cfg, config_path),
+        service=service_manager(cfg, config_path, host),
         probe=make_probe(cfg.health.http_probe, cfg.health.command_probe),
         sink=FileResultSink(cfg.host.state_dir),
         ids=Ids(),

@@ -16,20 +16,22 @@ import os
 import re
 import shlex
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, final
 
 import anyio
 
+from agent.crashhook import crash_point
 from agent.fs import durable
 from agent.fs.regular import list_names, read_regular_file, read_text
+from agent.logline import log
 from agent.process import BoundedRunTimeout, Finished, run_bounded
 from agent.systemd.units import check_abs, check_unit
-from upgrade_core.errors import ServiceError
+from upgrade_core.errors import ServiceError, UpgradeError
 from upgrade_core.ports import ServiceManager, UnitSnapshot
 
-__all__ = ["SystemdServiceManager"]
+__all__ = ["SystemdServiceManager", "write_order"]
 
 _TRANSIENT_RE: Final = re.compile(r"[A-Za-z0-9:_.@-]{1,240}(\.service)?")
 _SNAPSHOT_PROPS: Final = (
@@ -37,6 +39,16 @@ _SNAPSHOT_PROPS: Final = (
     "ExecMainStartTimestampMonotonic",
 )
 _TRANSITIONAL: Final = frozenset({"activating", "deactivating", "reloading", "refreshing"})
+START_LIMIT_MARGIN_S: Final = 2.0
+"""Seconds added to the unit's start-limit interval before the one start after a refused ``reset-failed``."""
+START_LIMIT_WAIT_MAX_S: Final = 300.0
+"""The longest start-limit interval (seconds) the agent waits out; longer, zero or infinite is refused."""
+# systemd's format_timespan() units, as `systemctl show` prints a USec property ("1min 30s", "2.500000s").
+_TIMESPAN_UNITS_S: Final = {
+    "y": 31_557_600.0, "month": 2_629_800.0, "w": 604_800.0, "d": 86_400.0, "h": 3_600.0, "min": 60.0,
+    "s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6,
+}
+_TIMESPAN_PART_RE: Final = re.compile(r"(\d+(?:\.\d+)?)(y|month|w|d|h|min|s|ms|us|\u00b5s)")
 # readlink -z prints the exe then NUL; an unreadable exe prints a lone NUL; then the raw cmdline follows.
 _PROC_READ_SH: Final = 'exec 2>/dev/null; readlink -z "/proc/$1/exe" || printf "\\0"; cat "/proc/$1/cmdline"'
 
@@ -85,6 +97,10 @@ class SystemdServiceManager:
             the ``/proc`` reads of :meth:`snapshot` (PIDs are namespace-local behind ``nsenter``).
         command_timeout_s: timeout of each subprocess, in seconds.
         poll_interval_s: seconds between polls after a ``--no-block`` job.
+        selection: what selects the binary the agent unit runs, as one comparable string (the ``current``
+            link's target and that slot's sha256; :func:`agent.session.wiring.service_manager` passes it):
+            read before and after waiting out a start limit (:meth:`restart`). None: not compared.
+        start_limit_margin_s: seconds added to the start-limit interval that :meth:`restart` waits out.
 
     Raises:
         ConfigError: a bad unit name, or a relative path.
@@ -100,6 +116,8 @@ class SystemdServiceManager:
         prefix: Sequence[str] = (),
         command_timeout_s: float = 30.0,
         poll_interval_s: float = 0.1,
+        selection: Callable[[], Awaitable[str]] | None = None,
+        start_limit_margin_s: float = START_LIMIT_MARGIN_S,
     ) -> None:
         check_unit(unit)
         check_abs(recover_exe, "recover-agent-upgrade path")
@@ -111,6 +129,8 @@ class SystemdServiceManager:
         self.prefix = tuple(prefix)
         self.command_timeout_s = command_timeout_s
         self.poll_interval_s = poll_interval_s
+        self.selection = selection
+        self.start_limit_margin_s = start_limit_margin_s
 
     @property
     def unit(self) -> str:
@@ -198,6 +218,13 @@ class SystemdServiceManager:
     async def restart(self, transient_name: str) -> None:
         """``reset-failed`` the agent unit, then restart it from a transient unit (design §4.3 step 6).
 
+        When ``systemctl reset-failed`` is refused while the unit is ``failed`` (an SELinux policy that
+        denies it prints ``Failed to reset failed state of unit UNIT: ...`` and exits 1), the start-limit
+        counter it would have cleared is waited out instead (:meth:`wait_out_start_limit`): the unit's
+        ``StartLimitIntervalUSec`` plus :attr:`start_limit_margin_s`, after which systemd accepts one more
+        start. The health attempt that follows every restart then requires ``MainPID``'s executable to be
+        the expected slot (``last-good`` in a rollback) for the whole stability window (design §4.3 step 7).
+
         Runs ``systemd-run --unit=TRANSIENT --collect --no-block --quiet systemctl restart UNIT``. The
         transient unit lives outside the agent's cgroup, so the restart survives the caller being killed by
         it (C15). Its ``systemctl restart`` blocks on purpose: the transient unit then stays active until
@@ -205,12 +232,15 @@ class SystemdServiceManager:
         is not blocked (``--no-block``) and ``--collect`` unloads it afterwards even when it failed.
 
         Raises:
-            ServiceError: a command failed or timed out (e.g. a transient unit of that name exists).
+            ServiceError: a command failed or timed out (e.g. a transient unit of that name exists); the
+                start limit could not be waited out (see :meth:`wait_out_start_limit`).
 
         Cancellation: may have partly happened; health observation tells.
         """
         _check_transient(transient_name)
-        await self.reset_failed(self._unit)
+        refusal = await self._reset_failed_refusal(self._unit)
+        if refusal is not None:
+            await self.wait_out_start_limit(refusal)
         await self._run([
             "systemd-run", f"--unit={transient_name}", "--collect", "--no-block", "--quiet",
             f"--description=restart {self._unit} (upgrade-agent)",
@@ -326,12 +356,65 @@ class SystemdServiceManager:
             ServiceError: it failed while the unit is still ``failed``, or a command timed out.
         """
         unit = unit or self._unit
+        refusal = await self._reset_failed_refusal(unit)
+        if refusal is not None:
+            raise ServiceError(refusal)
+
+    async def _reset_failed_refusal(self, unit: str) -> str | None:
+        """``systemctl reset-failed UNIT``; None when it worked or the unit is not ``failed`` anyway, else
+        one line saying how it was refused (the command's exit status and last stderr line)."""
         done = await self._systemctl("reset-failed", unit, check=False)
-        if done.returncode != 0:
-            state = (await self.show(unit, "ActiveState")).get("ActiveState")
-            if state == "failed":
-                raise ServiceError(f"systemctl reset-failed {unit} exited {done.returncode}: "
-                                   f"{_last_line(done.stderr)}")
+        if done.returncode == 0:
+            return None
+        if (await self.show(unit, "ActiveState")).get("ActiveState") != "failed":
+            return None
+        return f"systemctl reset-failed {unit} exited {done.returncode}: {_last_line(done.stderr)}"
+
+    async def wait_out_start_limit(self, refusal: str) -> None:
+        """Wait until systemd accepts one more start of the agent unit without ``reset-failed``.
+
+        systemd counts starts within ``StartLimitIntervalSec=`` from the first one and forgets them once
+        that interval has passed (systemd.unit(5)), so after the unit's ``StartLimitIntervalUSec`` (read
+        from the loaded unit: drop-ins count) plus :attr:`start_limit_margin_s` a start is accepted even
+        after ``start-limit-hit``. The binary the unit would run (:attr:`selection`) is read before and after
+        the wait: a change meanwhile (another upgrade, an operator's hand) is refused rather than started.
+
+        Args:
+            refusal: the line saying how ``reset-failed`` was refused (it starts every error message).
+
+        Raises:
+            ServiceError: the interval is zero (no start limit: the refusal has another cause), infinite or
+                over :data:`START_LIMIT_WAIT_MAX_S`; the selected binary changed during the wait; or
+                ``systemctl show`` failed.
+        """
+        unit = self._unit
+        raw = (await self.show(unit, "StartLimitIntervalUSec")).get("StartLimitIntervalUSec", "")
+        interval_s = _timespan_s(raw)
+        if interval_s is None or not 0 < interval_s <= START_LIMIT_WAIT_MAX_S:
+            raise ServiceError(
+                f"{refusal}; not waiting out the start limit of {unit}: StartLimitIntervalUSec={raw or '?'} "
+                f"is zero, infinite or over {START_LIMIT_WAIT_MAX_S:g} s"
+            )
+        before = await self._selected(refusal)
+        wait_s = interval_s + self.start_limit_margin_s
+        log(f"{refusal}; waiting out the start limit of {unit} ({interval_s:g} s + "
+            f"{self.start_limit_margin_s:g} s) before starting it once more")
+        await anyio.sleep(wait_s)
+        after = await self._selected(refusal)
+        if after != before:
+            raise ServiceError(
+                f"{refusal}; the binary {unit} runs changed while its start limit was waited out "
+                f"({before} -> {after}): not starting it"
+            )
+
+    async def _selected(self, refusal: str) -> str | None:
+        """:attr:`selection`'s answer (None without one); a failure to read it is a ``ServiceError``."""
+        if self.selection is None:
+            return None
+        try:
+            return await self.selection()
+        except (UpgradeError, OSError) as exc:
+            raise ServiceError(f"{refusal}; cannot tell which binary {self._unit} runs: {exc}") from exc
 
     async def start(self, unit: str | None = None, *, timeout_s: float = 90.0) -> str:
         """``systemctl start --no-block`` then poll until the job is done and the state has settled.
@@ -394,7 +477,10 @@ class SystemdServiceManager:
     async def write_units(self, units: Mapping[str, str]) -> list[str]:
         """Write unit files into ``unit_dir`` durably: temp + fsync + rename each, then one directory fsync.
 
-        Identical files are left alone. Call :meth:`daemon_reload` afterwards.
+        Identical files are left alone. Call :meth:`daemon_reload` afterwards. The order is
+        :func:`write_order`: a unit named by another's ``OnFailure=`` (or a timer's ``Unit=``) is on disk
+        before the unit that names it, so a crash between two writes never leaves a unit whose failure
+        handler is missing (systemd would then start no recovery at all).
 
         Args:
             units: file name -> text, e.g. from :func:`agent.systemd.units.render_units`.
@@ -411,13 +497,14 @@ class SystemdServiceManager:
 
         def write() -> list[str]:
             changed = []
-            for name, text in units.items():
+            for name in write_order(units):
                 path = str(self.unit_dir / name)
                 try:
-                    if durable.atomic_write_bytes(path, text.encode(), 0o644):
+                    if durable.atomic_write_bytes(path, units[name].encode(), 0o644):
                         changed.append(path)
                 except OSError as exc:
                     raise ServiceError(f"cannot write unit file {path}: {exc}") from exc
+                crash_point("unit-file")
             return changed
 
         with anyio.CancelScope(shield=True):
@@ -462,6 +549,51 @@ class SystemdServiceManager:
         with anyio.CancelScope(shield=True):
             paths = await anyio.to_thread.run_sync(remove)
         return paths
+
+
+_REFERENCE_RE: Final = re.compile(r"^(?:OnFailure|Unit)=(.*)$", re.MULTILINE)
+
+
+def write_order(units: Mapping[str, str]) -> list[str]:
+    """The names of ``units`` in the order they must reach the disk: every unit that another one of them
+    names in ``OnFailure=`` (systemd.unit(5)) or, for a timer, ``Unit=`` (systemd.timer(5)) comes before
+    the unit naming it; otherwise the mapping's order is kept (e.g. ``NAME-recover.service`` before the
+    agent unit, ``NAME-recover-timer.service`` before ``NAME-recover.timer``).
+
+    A referenced unit that is not in ``units`` is taken to be on disk already (a repair rewrites only
+    what drifted). A reference cycle keeps the mapping's order inside the cycle.
+    """
+    named = {
+        name: [ref for line in _REFERENCE_RE.findall(text) for ref in line.split() if ref in units]
+        for name, text in units.items()
+    }
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        for ref in named[name]:
+            visit(ref)
+        order.append(name)
+
+    for name in units:
+        visit(name)
+    return order
+
+
+def _timespan_s(text: str) -> float | None:
+    """Seconds in a time span as ``systemctl show`` prints it (``1min 30s``, ``2.500000s``, ``0``); None for
+    ``infinity`` or text that is not a time span."""
+    text = text.strip()
+    if text == "0":
+        return 0.0
+    parts = text.split()
+    matches = [_TIMESPAN_PART_RE.fullmatch(part) for part in parts]
+    if not parts or not all(matches):
+        return None
+    return sum(float(m.group(1)) * _TIMESPAN_UNITS_S[m.group(2)] for m in matches if m)
 
 
 def _check_transient(name: str) -> None:

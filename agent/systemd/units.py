@@ -54,6 +54,16 @@ RECOVER_TIMER_TIMEOUT: Final = "30min"
 gives the candidate its remaining attempts), yet bounded; a recovery killed by it is itself recovered by
 the next run (recovery is journaled and crash-safe)."""
 
+BOOTSTRAP_RESTART_S: Final = 10
+"""``RestartSec=`` of ``NAME-bootstrap.service``: seconds before a failed first-boot install runs again."""
+
+BOOTSTRAP_RESTART_STEPS: Final = 5
+"""``RestartSteps=`` (systemd >= 254): the delay grows from ``RestartSec=`` to ``RestartMaxDelaySec=`` in this
+many steps (10, 20, 39, 77, 152, 300 s)."""
+
+BOOTSTRAP_RESTART_MAX: Final = "5min"
+"""``RestartMaxDelaySec=`` (systemd >= 254): the longest delay between two first-boot install runs."""
+
 _NAME_RE: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 # systemd.unit(5): unit names are ASCII letters, digits, ":", "-", "_", ".", "\\" and "@" plus a type suffix.
 # systemd.unit(5) names, unescaped: no "\\" escape sequences, and a first character that is a letter, digit or
@@ -456,11 +466,16 @@ def render_bootstrap_unit(
     the archive's one top directory, ``upgrade-core-runtime/`` as ``make bundle`` builds it, is stripped),
     runs ``upgrade-agent --config CFG install --archive RELEASE --sha256 HEX`` from there, then writes
     ``marker`` and disables itself. ``ConditionPathExists=!marker``: once the install succeeded it never runs
-    again, even if enabled by hand; when a step fails, nothing after it runs (no marker), so the next boot
-    tries again (``install`` of the same release is a ``noop``). Ordered after the network (a ``[trust]``
-    keyring may be remote). It is deliberately not ``Before=`` the agent unit or the recovery units:
-    ``install`` starts those itself and waits for them, and such an ordering would make those start jobs
-    wait for this very unit; none of them is enabled before ``install`` enables it.
+    again, even if enabled by hand; when a step fails, nothing after it runs (no marker), and systemd runs
+    the unit again within the same boot (``install`` of the same release is a ``noop``, unpacking again is
+    harmless): ``Restart=on-failure``, ``RestartSec=10``, no start limit (``StartLimitIntervalSec=0``), and
+    on systemd >= 254 a delay growing to five minutes (``RestartSteps=5``, ``RestartMaxDelaySec=5min``,
+    systemd.service(5)). Older systemd (Debian 12 ships 252) ignores those two keys with a warning and
+    retries every 10 s. Ordered after the network (a ``[trust]`` keyring may be remote), which it also
+    wants: the retries cover a network that is up but whose release server does not answer yet. It is
+    deliberately not ``Before=`` the agent unit or the recovery units: ``install`` starts those itself and
+    waits for them, and such an ordering would make those start jobs wait for this very unit; none of them
+    is enabled before ``install`` enables it.
 
     Args:
         name: ``agent.name``.
@@ -495,8 +510,14 @@ def render_bootstrap_unit(
         + f"ConditionPathExists=!{marker}\n"
         + "Wants=network-online.target\n"
         + "After=network-online.target\n"
+        + "StartLimitIntervalSec=0\n"
         + "\n[Service]\n"
         + "Type=oneshot\n"
+        + "Restart=on-failure\n"
+        + f"RestartSec={BOOTSTRAP_RESTART_S}\n"
+        + "# systemd >= 254: the delay grows to RestartMaxDelaySec; older versions ignore both keys\n"
+        + f"RestartSteps={BOOTSTRAP_RESTART_STEPS}\n"
+        + f"RestartMaxDelaySec={BOOTSTRAP_RESTART_MAX}\n"
         + "ExecStart="
         + exec_line("/usr/bin/tar", ["--no-same-owner", "--strip-components=1", "-xzf", runtime_archive,
                                      "-C", runtime_dir])

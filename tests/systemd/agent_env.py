@@ -145,6 +145,7 @@ class AgentEnv:
         name: str | None = None,
         extra_config: str = "",
         program: tuple[str, ...] | None = None,
+        systemctl_prefix: list[str] | None = None,
     ) -> AgentEnv:
         """Write the configuration (nothing else is created: root, state_dir and the lock are absent).
 
@@ -153,13 +154,16 @@ class AgentEnv:
                 sandbox and ``work``) share one name, as the hosts of a real fleet do.
             extra_config: TOML appended to the configuration (e.g. a ``[trust]`` section).
             program: see the attribute.
+            systemctl_prefix: ``host.systemctl_prefix``; default the placement's (the sandbox's ``nsenter``
+                prefix, or none inside). A test puts a wrapper in front of it to answer one command as a
+                host would (e.g. a refused ``reset-failed``).
         """
         name = name or f"cli-{secrets.token_hex(4)}"
         port = free_port()
         (work / "var").mkdir(exist_ok=True)
         (work / "run").mkdir(exist_ok=True)
         root, state_dir, lock_path = work / "root", work / "var" / name, work / "run" / f"{name}.lock"
-        prefix = [] if inside else list(sandbox.prefix)
+        prefix = systemctl_prefix if systemctl_prefix is not None else [] if inside else list(sandbox.prefix)
         config = work / f"{name}.toml"
         config.write_text(
             agent_config_toml(

@@ -6,7 +6,7 @@
    from each journal as ``(TAG, N)`` (N-th occurrence of that tag): these lists are the kill points, so
    they follow the product, not a hand-written list.
 2. For every kill point of each list: a fresh agent (unique NAME, fresh host root) installs 1.0.0, runs
-   the upgrade with ``UPGRADE_AGENT_TEST_KILL_AFTER=TAG#N`` (documented in agent/session/wiring.py: SIGKILL
+   the upgrade with ``UPGRADE_AGENT_TEST_KILL_AFTER=TAG#N`` (documented in agent/crashhook.py: SIGKILL
    right after that record's append returned, i.e. after its fdatasync), then ``recover --trigger manual``;
    the design §4.6 invariants are checked on the real layout, journal, result file and unit.
 3. A crash inside the recovery itself: the recover process is killed by the same hook after one of its

@@ -48,7 +48,7 @@ import attrs
 import pytest
 
 from agent.config.boot import machine_arch
-from agent.session.wiring import KILL_HOOK_ENV  # the documented test-only crash hook
+from agent.crashhook import KILL_HOOK_ENV  # the documented test-only crash hook
 from agent.testing.releases import ReleaseServer, sha256_file
 from agent.testing.sandbox import PrivateSystemd, free_port, python_paths
 
