@@ -1,0 +1,91 @@
+"""Hypothesis-generated hostile trees against every command, through the real CLI.
+
+Each example copies a template host (``_hosts.make_templates``: made by the real agent), picks one component
+the command touches (``_trees.TOUCHES``) and one replacement another user could have left there
+(``_trees.KINDS``: a symlink of uid 65534 to a canary outside, a FIFO, a hard link to a canary file, owner
+uid 65534, a group/world-writable mode), then runs the command once.
+
+Expected, every example: no traceback; an exit code of design §7; nothing outside changed (every canary
+keeps its bytes, inode, mode and owner, nothing appears or goes, no canary program ran). When the command
+refuses (exit 2 or 4) it prints one line naming the attacked path and the host is exactly as before. For the
+agent's own directories (``_trees.MUST_REFUSE``: the host root and its ``lib``, ``lib/NAME`` and ``bin``,
+``state_dir``, ``journal``, ``results``, the trust cache, the lock's and the spool's directories and their
+common parent) the command must refuse; for a mirror directory that is a symlink or a FIFO, ``upgrade`` and
+``rollback`` must stop with an error naming it before the switch (a mirror may belong to another uid by
+design, docs/configuration.md, so its owner alone is no reason).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.cli._rig import Run, snapshot
+
+from ._hosts import (
+    ATTACK_SETTINGS,
+    NAME,
+    Template,
+    argv_of,
+    assert_outside_untouched,
+    cli,
+    copy_template,
+    is_refusal_naming,
+    make_base,
+    outside_facts,
+)
+from ._trees import MUST_REFUSE, TOUCHES, Component, apply, pairs
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="plants files as uid 65534: needs root")
+
+_MIRROR_DIRS = ("mirror", "mirror/bin")
+
+
+def _judge(command: str, component: Component, replacement: str, attacked: str, run: Run,
+           host_before: object, host_after: object) -> None:
+    assert "Traceback" not in run.stderr + run.stdout, run
+    assert run.code in (0, 1, 2, 3, 4), run
+    must_refuse = command in MUST_REFUSE.get(component.rel, ()) and replacement != "hardlink"
+    # `operator --once`: a source it cannot read is its result, exit 3 (docs/cli.md)
+    codes = (2, 3, 4) if command == "operator spool pass" else (2, 4)
+    if must_refuse:
+        assert is_refusal_naming(run, attacked, codes), (
+            f"{command}: not refused, {replacement} at {attacked}: {run}")
+    if run.code in (2, 4):
+        if run.code == 4 or must_refuse:
+            assert is_refusal_naming(run, attacked), f"{command}: a refusal not naming {attacked}: {run}"
+        assert host_after == host_before, f"{command}: refused, yet the host changed: {run}"
+    mirror_unwalkable = component.rel in _MIRROR_DIRS and replacement in ("symlink", "fifo")
+    if mirror_unwalkable and command in ("upgrade", "rollback"):
+        assert run.code in (1, 2, 4) and attacked in run.stdout + run.stderr, (
+            f"{command}: a mirror directory that is a {replacement}, not an error before the switch: {run}")
+        if run.code == 1:
+            assert run.payload()["result"] == "aborted", run
+
+
+@pytest.mark.parametrize("command", sorted(TOUCHES))
+def test_a_hostile_component_is_refused_or_left_alone(templates: dict[str, Template], command: str) -> None:
+    template = templates["bare" if command == "install" else "installed"]
+
+    @ATTACK_SETTINGS
+    @given(pair=st.sampled_from(pairs(command)), relative=st.booleans(),
+           bits=st.sampled_from([0o020, 0o002, 0o022]))
+    def attack(pair: tuple[Component, str], relative: bool, bits: int) -> None:
+        component, replacement = pair
+        base = make_base(f"ua-attack-{NAME}-")
+        try:
+            rig = copy_template(template, base / "t")
+            outside = base / "t" / "outside"
+            attacked = str(apply(rig.base, outside, component, replacement, relative=relative, bits=bits))
+            before, host_before = outside_facts(outside), snapshot(rig.base)
+            run = cli(rig, *argv_of(command, template.archive))
+            assert_outside_untouched(outside, before, run)
+            _judge(command, component, replacement, attacked, run, host_before, snapshot(rig.base))
+        finally:
+            shutil.rmtree(base, ignore_errors=True)
+
+    attack()
