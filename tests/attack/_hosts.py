@@ -1,13 +1,13 @@
 """Hosts to attack: templates made once by the real CLI, fresh copies per example, canaries outside.
 
 A template is one agent's whole tree as the agent leaves it, made by the real ``upgrade-agent`` (config,
-host root, ``state_dir`` with its journal, results, install record and trust cache, the lock, the spool with
-an operation and its status, a mirror). Each example copies it to a fresh directory (ownership and modes
-kept, absolute paths in the configuration and the install record rewritten), so one example never sees
-another's damage. Everything outside the copy's ``host/`` that an attack points at lives in ``outside/``:
-:func:`outside_facts` reads every entry there (type, mode, owner, inode, bytes or link target), and the
-attacks' canary programs leave :data:`EXEC_MARK` there when run, so a write, a removal, a creation or an
-``exec`` outside shows as a difference.
+host root, ``state_dir`` with its journal, a result, the install record and the trust cache, the lock, the
+spool with an operation, a mirror). Each example copies it to a fresh directory (modes kept, every path
+root's as in the template, absolute paths in the configuration and the install record rewritten), so one
+example never sees another's damage. Everything outside the copy's ``host/`` that an attack points at
+lives in ``outside/``: :func:`outside_facts` reads every entry there (type, mode, owner, inode, bytes or
+link target), and the attacks' canary programs leave :data:`EXEC_MARK` there when run, so a write, a
+removal, a creation or an ``exec`` outside shows as a difference.
 
 ``host.systemctl_prefix`` is ``/bin/false`` (``tests/cli/_rig.py``): no command here reaches a service
 manager; ``install``, ``upgrade`` and ``rollback`` end at their first restart (exit 1 or 3), after every
@@ -53,7 +53,8 @@ ATTACK_SETTINGS = settings.get_profile("attack-long" if LONG else "attack")
 
 @attrs.frozen
 class Template:
-    """One prepared tree: ``base/host`` holds the agent's paths, ``base/release`` the signed candidate."""
+    """One prepared tree: ``base/host`` holds the agent's paths, ``base/outside`` is empty (the attacks'
+    canaries go there); ``archive`` is the signed candidate 2.0.0 (shared by the templates)."""
 
     base: Path
     archive: Path

@@ -92,8 +92,10 @@ TOUCHES: dict[str, tuple[Component, ...]] = {
 
 _ALL = ("install", "upgrade", "rollback", "recover", "reset", "uninstall", "status", "journal verify",
         "journal dump", "operator spool pass")
-_ROOT_CHECKERS = ("install", "upgrade", "rollback", "recover", "reset", "uninstall", "status",
-                  "journal verify", "journal dump")
+# docs/host.md: every command that acts on the host root checks it; `recover` only when it finds an open
+# episode (the templates have none), so a `recover` with nothing to do may leave a hostile R unread
+_ROOT_CHECKERS = ("install", "upgrade", "rollback", "reset", "uninstall", "status", "journal verify",
+                  "journal dump")
 MUST_REFUSE: dict[str, tuple[str, ...]] = {
     "": _ALL,
     **{c.rel: _ROOT_CHECKERS for c in ROOT_DIRS},
