@@ -192,12 +192,16 @@ def copy_template(template: Template, dest: Path) -> Rig:
 
 
 # -- the outside -----------------------------------------------------------------------------------------
-Fact = tuple[str, int, int, int, int, str]
+Fact = tuple[str, int, int, int, int, int, str]
 
 
 def outside_facts(outside: Path) -> dict[str, Fact]:
-    """Every entry under ``outside`` (itself included): (type, mode, uid, gid, inode, sha256 of a file's
-    bytes or a link's target). Never opens a FIFO."""
+    """Every entry under ``outside`` (itself included): (type, mode, uid, gid, inode, mtime in ns, sha256 of
+    a file's bytes or a link's target). Never opens a FIFO.
+
+    The mtime shows a change undone before the command ended: a file written and restored, an entry created
+    in a directory and removed again (the directory's mtime moves). The ctime is left out: removing a hard
+    link's other name, in the agent's own directory, changes only the link count."""
     out: dict[str, Fact] = {}
     paths = [str(outside)]
     for dirpath, dirnames, filenames in os.walk(outside):
@@ -211,7 +215,7 @@ def outside_facts(outside: Path) -> dict[str, Fact]:
         else:
             kind, detail = ("dir" if stat.S_ISDIR(st.st_mode) else "other"), ""
         out[os.path.relpath(p, outside)] = (kind, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_ino,
-                                            detail)
+                                            st.st_mtime_ns, detail)
     return out
 
 
@@ -232,8 +236,8 @@ def assert_outside_untouched(outside: Path, before: dict[str, Fact], run: Run | 
 
 
 def is_refusal_naming(run: Run, path: str, codes: tuple[int, ...] = (2, 4)) -> bool:
-    """Exit in ``codes`` (4 or 2), one JSON error object naming ``path`` and the same one line last on
-    stderr, no traceback."""
+    """Exit in ``codes`` (4 or 2), one JSON error object naming ``path`` (``PATH: what is wrong``) and the
+    same one line last on stderr, no traceback."""
     if run.code not in codes or "Traceback" in run.stderr + run.stdout:
         return False
     try:
@@ -241,7 +245,8 @@ def is_refusal_naming(run: Run, path: str, codes: tuple[int, ...] = (2, 4)) -> b
     except (AssertionError, ValueError):
         return False
     lines = run.error_lines()
-    return isinstance(error, str) and path in error and bool(lines) and lines[-1] == f"upgrade-agent: {error}"
+    named = isinstance(error, str) and f"{path}: " in error
+    return named and bool(lines) and lines[-1] == f"upgrade-agent: {error}"
 
 
 def argv_of(command: str, archive: Path) -> Sequence[str]:

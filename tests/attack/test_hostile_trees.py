@@ -6,15 +6,16 @@ the command touches (``_trees.TOUCHES``) and one replacement another user could 
 uid 65534, a group/world-writable mode), then runs the command once.
 
 Expected, every example: no traceback; an exit code of design §7; nothing outside changed (every canary
-keeps its bytes, inode, mode and owner, nothing appears or goes, no canary program ran). When the command
-refuses (exit 2 or 4) it prints one line naming the attacked path and the host is exactly as before (the
-lock file's pid aside). For the agent's own directories (``_trees.MUST_REFUSE``: the host root and its
-``lib``, ``lib/NAME`` and ``bin``, ``state_dir``, ``journal``, ``results``, the trust cache, the lock's and
-the spool's directories and their common parent) the command must refuse (``operator --once``: exit 3, its
-documented answer to a source it cannot read; the trust cache: also an ``aborted`` episode naming it, as
-docs/trust.md says for every release check). For a mirror directory that is a symlink or a FIFO,
-``upgrade`` and ``rollback`` must stop with an error naming it before the switch (a mirror may belong to
-another uid by design, docs/configuration.md, so its owner alone is no reason).
+keeps its bytes, inode, mode, owner and mtime, nothing appears or goes, even for a while, no canary program
+ran). When the command refuses (exit 2 or 4) it prints one line naming the attacked path (``PATH: what is
+wrong``) and the host is exactly as before (the lock file's pid aside). For the agent's own directories
+(``_trees.MUST_REFUSE``: the host root and its ``lib``, ``lib/NAME`` and ``bin``, ``state_dir``,
+``journal``, ``results``, the trust cache, the lock's and the spool's directories and their common parent)
+the command must refuse (``operator --once``: exit 3, its documented answer to a source it cannot read; the
+trust cache: also an ``aborted`` episode naming it, as docs/trust.md says for every release check). For a
+mirror directory that is a symlink or a FIFO, ``upgrade`` and ``rollback`` must stop with an error naming it
+before the switch (a mirror may belong to another uid by design, docs/configuration.md, so its owner alone
+is no reason).
 
 Sizes: ``ATTACK_SETTINGS`` (20 drawn examples per command, 200 with ``UPGRADE_CORE_LONG=1``), plus the
 explicit examples of ``_FOUND``.
@@ -56,7 +57,8 @@ _TRUST_DIR = "state/trust"
 _FOUND: dict[str, list[tuple[str, str]]] = {
     "recover": [("", "foreign")],
     "reset": [("units", "symlink")],
-    "rollback": [("mirror", "symlink")],
+    "rollback": [("mirror", "symlink"), (f"root/lib/{NAME}/{NAME}-green", "hardlink")],
+    "uninstall": [("units", "symlink")],
     "upgrade": [("mirror/bin", "symlink")],
 }
 
@@ -77,7 +79,7 @@ def _aborted_naming(run: Run, path: str) -> bool:
     if run.code != 1 or "Traceback" in run.stderr + run.stdout:
         return False
     out = run.payload()
-    return out.get("result") == "aborted" and path in str(out.get("reason"))
+    return out.get("result") == "aborted" and f"{path}: " in str(out.get("reason"))
 
 
 def _judge(command: str, component: Component, replacement: str, attacked: str, run: Run,
