@@ -55,6 +55,7 @@ _TRUST_DIR = "state/trust"
 # Escapes earlier runs found, kept as explicit examples so that every run repeats them (hypothesis draws
 # only 20 of the 30 to 150 (component, replacement) pairs per command in `make test`).
 _FOUND: dict[str, list[tuple[str, str]]] = {
+    "install": [("units", "symlink"), ("root", "fifo")],
     "recover": [("", "foreign")],
     "reset": [("units", "symlink")],
     "rollback": [("mirror", "symlink"), (f"root/lib/{NAME}/{NAME}-green", "hardlink")],
