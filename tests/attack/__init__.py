@@ -49,8 +49,9 @@ H/units, H/units/NAME.service       install (H/units), upgrade,           hostil
                                     rollback, reset, uninstall, status
 ==================================  ====================================  ====================================
 
-``hostile[cmd]`` is ``test_hostile_trees.py::test_a_hostile_component_is_refused_or_left_alone[cmd]`` (the
-exact component lists: ``_trees.TOUCHES``); the races are ``test_races.py``:
+``hostile[cmd]`` is ``test_hostile_trees.py::test_a_hostile_component_is_refused_or_left_alone[cmd]``, the
+command's words joined by ``-`` (the exact component lists: ``_trees.TOUCHES``); the races are
+``test_races.py``:
 ``test_results_swapped_for_a_symlink_while_uninstall_removes_them``,
 ``test_the_agent_directory_swapped_while_upgrade_stages``,
 ``test_state_dir_swapped_while_install_writes_its_record``,

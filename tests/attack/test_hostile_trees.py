@@ -106,7 +106,7 @@ def _judge(command: str, component: Component, replacement: str, attacked: str, 
             assert run.payload()["result"] == "aborted", run
 
 
-@pytest.mark.parametrize("command", sorted(TOUCHES))
+@pytest.mark.parametrize("command", sorted(TOUCHES), ids=lambda command: command.replace(" ", "-"))
 def test_a_hostile_component_is_refused_or_left_alone(templates: dict[str, Template], command: str) -> None:
     template = templates["bare" if command == "install" else "installed"]
 
