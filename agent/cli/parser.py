@@ -45,7 +45,16 @@ def _add_common(p: argparse.ArgumentParser, *, top: bool) -> None:
         "--json",
         action="store_true",
         default=False if top else argparse.SUPPRESS,
-        help="print exactly one JSON object on stdout",
+        help="print exactly one JSON object on stdout (the lines on stderr are unchanged)",
+    )
+    quiet_or_verbose = p.add_mutually_exclusive_group()
+    quiet_or_verbose.add_argument(
+        "-q", "--quiet", action="store_true", default=False if top else argparse.SUPPRESS,
+        help="print only the result: no phase lines or download progress on stderr",
+    )
+    quiet_or_verbose.add_argument(
+        "-v", "--verbose", action="store_true", default=False if top else argparse.SUPPRESS,
+        help="also print every journal record as it is written (the event trace) on stderr",
     )
 
 
