@@ -399,6 +399,8 @@ class EpisodeSummary:
             ``install`` or ``self_upgrade`` whose candidate failed its health check for its own reasons,
             or its verification); None in snapshots written before the known-bad memory existed, read
             as "rolled back or needed attention" (docs/trust.md).
+        kind: the episode's ``EpisodeOpened`` kind (``history`` shows it); None in snapshots written before
+            it was kept. Written only when set, as ``security_version``.
     """
 
     operation: str
@@ -408,6 +410,7 @@ class EpisodeSummary:
     candidate_sha256: str | None = None
     security_version: int | None = None
     known_bad: bool | None = None
+    kind: EpisodeKind | None = None
 
 
 @attrs.frozen

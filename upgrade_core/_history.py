@@ -43,6 +43,7 @@ def summarize_history(records: Sequence[ev.Recorded]) -> ev.HistorySnapshot:
                 candidate_sha256=ep.candidate_sha256,
                 security_version=ep.release.security_version if ep.release is not None else None,
                 known_bad=ep.condemns_candidate,
+                kind=ep.kind,
             )
         )
     return ev.HistorySnapshot(tuple(summaries))

@@ -47,7 +47,7 @@ def _make_converter() -> cattrs.Converter:
     omit = override(omit_if_default=True)
     conv.register_unstructure_hook(
         EpisodeSummary,
-        make_dict_unstructure_fn(EpisodeSummary, conv, security_version=omit, known_bad=omit),
+        make_dict_unstructure_fn(EpisodeSummary, conv, security_version=omit, known_bad=omit, kind=omit),
     )
     conv.register_unstructure_hook(HealthFailed, make_dict_unstructure_fn(HealthFailed, conv, cause=omit))
     conv.register_unstructure_hook(Aborted, make_dict_unstructure_fn(Aborted, conv, cause=omit))
