@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 
 from agent.cli.commands.common import rfc3339
-from agent.cli.commands.outcome import Outcome
+from agent.cli.commands.outcome import Outcome, plain_fields
 from agent.session.quarantine import HINT
 from agent.session.session import Session
 from upgrade_core.codec import to_dict
@@ -53,7 +53,7 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
     ]
     human = "\n".join(
         f"{r['seq']:>6} {r['time']} {r['episode'][:12]:<12} {r['event']['_type']} "
-        + " ".join(f"{k}={v}" for k, v in r["event"].items() if k != "_type")
+        + plain_fields({k: v for k, v in r["event"].items() if k != "_type"})
         for r in records
     )
     return Outcome({"records": records}, human or "empty journal")

@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 
+from agent.cli.commands.outcome import plain_fields
 from agent.logline import ERR, INFO, WARNING, log
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
@@ -38,8 +39,7 @@ def trace_line(record: Any) -> str:
     """The ``-v`` line of one journal record: ``[episode8] Tag key=value ...`` (Nones, empties left out)."""
     event = record.event
     fields = attrs.asdict(event, recurse=False) if attrs.has(type(event)) else {}
-    shown = {k: v for k, v in fields.items() if k != "result" and v not in (None, ())}
-    detail = " ".join(f"{k}={v}" for k, v in shown.items())
+    detail = plain_fields({k: v for k, v in fields.items() if k != "result"})
     return f"[{record.episode_id[:8]}] {type(event).TAG} {detail}".rstrip()
 
 
