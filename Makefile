@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.stamp
 # `make install`: where the tool goes on a classic host (its own venv, off the checkout and off /usr)
 PREFIX ?= /opt/upgrade-core
 
-.PHONY: demo test test-long lint bench mutants mutation clean install bundle
+.PHONY: demo test test-long lint bench mutants mutation clean install bundle cli-docs
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@./scripts/bootstrap.sh
@@ -42,6 +42,10 @@ install: $(STAMP)
 # the self-contained runtime (PyInstaller one-folder, tar.gz) into dist/; cached in .cache/bundle
 bundle: $(STAMP)
 	@$(PY) scripts/build_bundle.py --dist dist
+
+# the man page and bash/zsh completions, generated from the parser (scripts/cli_docs.py) into build/cli-docs
+cli-docs: $(STAMP)
+	@$(PY) scripts/cli_docs.py build/cli-docs
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache .mutation
