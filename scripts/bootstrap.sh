@@ -43,9 +43,19 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     fi
 fi
 
-if [ ! -x .venv/bin/python ]; then
+# One line for a person; pip's own output (index warnings, build notes) goes to .venv/bootstrap.log and is
+# shown only when a step fails.
+if [ -x .venv/bin/python ]; then
+    echo "bootstrap: updating .venv after a change of pyproject.toml (seconds to a minute)" >&2
+else
+    echo "bootstrap: creating .venv with the project and its test tools (about 2 minutes the first time)" >&2
     "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+log=.venv/bootstrap.log
+if ! { .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip &&
+       .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'; } >"$log" 2>&1; then
+    tail -n 40 "$log" >&2
+    echo "bootstrap: pip failed; the whole log is $log" >&2
+    exit 1
+fi
 touch .venv/.stamp
