@@ -143,8 +143,8 @@ def build(cache: Path) -> Path:
     work = slot / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    print("build_bundle: freezing the runtime with PyInstaller (a minute or two on 2 cores; cached afterwards "
-          "until the sources change)", file=sys.stderr, flush=True)
+    print("build_bundle: freezing the runtime with PyInstaller (a minute or two on 2 cores; cached "
+          "afterwards until the sources change)", file=sys.stderr, flush=True)
     _pack(_freeze(work), archive)
     shutil.rmtree(work, ignore_errors=True)
     for other in cache.iterdir():  # keep only the current build: each one is ~40 MB
