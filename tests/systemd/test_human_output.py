@@ -7,8 +7,10 @@ transient unit's random suffix, the release server's port) are put in from what 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -22,6 +24,7 @@ make_env = agent_env.make_env
 release_server = agent_env.release_server
 
 MakeEnv = Callable[..., AgentEnv]
+DEMO_TIMEOUT_S = 600.0  # a safety net: the demo takes about a minute
 _TRANSIENT = re.compile(r"\(transient unit \S+-restart-[^ )]+\)")
 
 
@@ -168,3 +171,17 @@ def test_journalctl_p_err_finds_the_recovery_that_rolled_back(make_env: MakeEnv)
     assert "upgrade-agent: rolled back: current -> blue" in warnings
     healthy = "upgrade-agent: health attempt 1/2 (last-good): healthy"
     assert healthy in journal("info") and healthy not in warnings
+
+
+def test_json_demo_prints_exactly_one_object_on_stdout() -> None:
+    """``upgrade-agent --json demo``: the walk-through (and every CLI run inside it) goes to stderr."""
+    if os.geteuid() != 0:
+        pytest.skip("the demo boots a private systemd (root)")
+    done = subprocess.run([sys.executable, "-m", "agent.cli.main", "--json", "demo"], capture_output=True,
+                          text=True, cwd=WORKTREE, timeout=DEMO_TIMEOUT_S, check=False,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == '{"demo": true}\n'
+    assert "==> Installing 1.0.0 into the blue slot" in done.stderr
+    assert "upgrade-agent: rolling back to green: candidate unhealthy after 2 attempt(s)" in done.stderr
+    assert "nothing left behind" in done.stderr.splitlines()
