@@ -5,7 +5,7 @@ STAMP  := $(VENV)/.stamp
 # `make install`: where the tool goes on a classic host (its own venv, off the checkout and off /usr)
 PREFIX ?= /opt/upgrade-core
 
-.PHONY: demo test test-long lint bench mutants mutation clean install bundle cli-docs
+.PHONY: demo test test-long lint bench mutants mutation clean install bundle cli-docs ansible-sanity
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@./scripts/bootstrap.sh
@@ -46,6 +46,10 @@ bundle: $(STAMP)
 # the man page and bash/zsh completions, generated from the parser (scripts/cli_docs.py) into build/cli-docs
 cli-docs: $(STAMP)
 	@$(PY) scripts/cli_docs.py build/cli-docs
+
+# ansible-test sanity for the collection under ansible/ (scripts/ansible_sanity.py says what it needs)
+ansible-sanity: $(STAMP)
+	@$(PY) scripts/ansible_sanity.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache .mutation
