@@ -29,7 +29,7 @@ def cli_session(args: argparse.Namespace, *, label: str = "download") -> Session
 
     level = verbosity(args)
     lines = PhaseLines(level)
-    session = Session.load(args.config, progress=Progress(label, level), on_event=lines)
+    session = Session.load(args.config, progress=Progress(label, level, lines), on_event=lines)
     lines.policy = HealthPolicy(session.config.health.max_attempts, session.config.health.timeout_s)
     return session
 

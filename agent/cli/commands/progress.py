@@ -85,12 +85,11 @@ class PhaseLines:
 
     Lines (``upgrade-agent: `` prefixed): ``upgrade OP from SRC``, ``fetched N bytes, digest ok``,
     ``signature ok: key K, security version N``, ``staged into SLOT``, ``verified version V``,
-    ``switched: current -> SLOT``, ``health attempt i/n: up to T s``, ``restarting the service (transient unit
-    UNIT)``, then
-    every 5 s ``health attempt i/n: waiting, S s left``, ``health attempt i/n: healthy`` or ``... failed:
-    WHY`` (warning), ``committed: SLOT runs V``, ``rolling back to SLOT: WHY`` (err), ``rolled back: current
-    -> SLOT``, ``aborted: WHY`` (err), ``needs attention: WHY`` (err). Under ``-v`` every record's
-    :func:`trace_line` too; under ``-q`` nothing.
+    ``switched: current -> SLOT``, ``health attempt i/n: up to T s``, ``restarting the service (transient
+    unit UNIT)``, then every 5 s ``health attempt i/n: waiting, S s left``, ``health attempt i/n: healthy``
+    or ``... failed: WHY`` (warning), ``committed: SLOT runs V``, ``rolling back to SLOT: WHY`` (err),
+    ``rolled back: current -> SLOT`` (warning), ``aborted: WHY`` (err), ``needs attention: WHY`` (err).
+    Under ``-v`` every record's :func:`trace_line` too; under ``-q`` nothing.
 
     Args:
         level: :data:`QUIET`, :data:`NORMAL` or :data:`VERBOSE`.
@@ -175,11 +174,13 @@ class PhaseLines:
 
 class Progress:
     """A rich progress bar on a terminal, otherwise a line every 5 s while a download lasts (its end is the
-    ``fetched N bytes`` phase line) (design §7); all on stderr; nothing under ``-q``."""
+    ``fetched N bytes`` phase line) (design §7); all on stderr; nothing under ``-q``. As a context (the
+    writing run, :func:`agent.cli.commands.common.run_writing`) it also ends ``phases``' health ticker."""
 
-    def __init__(self, label: str, level: int = NORMAL) -> None:
+    def __init__(self, label: str, level: int = NORMAL, phases: PhaseLines | None = None) -> None:
         self.label = label
         self.level = level
+        self.phases = phases  # its health ticker ends with the display (the writing run is over)
         self._bar: Any = None
         self._task: Any = None
         self._started: float | None = None
@@ -204,6 +205,8 @@ class Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.phases is not None:
+            self.phases.close()
         if self._bar is not None:
             self._bar.__exit__(None, None, None)
 
