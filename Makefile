@@ -2,6 +2,8 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp
+# `make demo` needs the project alone (no test tools): its own, lighter set-up
+DEMO_STAMP := $(VENV)/.stamp-demo
 # `make install`: where the tool goes on a classic host (its own venv, off the checkout and off /usr)
 PREFIX ?= /opt/upgrade-core
 
@@ -10,7 +12,10 @@ PREFIX ?= /opt/upgrade-core
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@./scripts/bootstrap.sh
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml scripts/bootstrap.sh
+	@./scripts/bootstrap.sh --demo
+
+demo: $(DEMO_STAMP)
 	@$(PY) -m agent.cli demo
 
 test: $(STAMP)
