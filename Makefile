@@ -2,15 +2,20 @@
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.stamp
+# `make demo` needs the project alone (no test tools): its own, lighter set-up
+DEMO_STAMP := $(VENV)/.stamp-demo
 # `make install`: where the tool goes on a classic host (its own venv, off the checkout and off /usr)
 PREFIX ?= /opt/upgrade-core
 
-.PHONY: demo test test-long lint bench mutants mutation clean install bundle
+.PHONY: demo test test-long lint bench mutants mutation clean install bundle cli-docs ansible-sanity
 
 $(STAMP): pyproject.toml scripts/bootstrap.sh
 	@./scripts/bootstrap.sh
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml scripts/bootstrap.sh
+	@./scripts/bootstrap.sh --demo
+
+demo: $(DEMO_STAMP)
 	@$(PY) -m agent.cli demo
 
 test: $(STAMP)
@@ -42,6 +47,14 @@ install: $(STAMP)
 # the self-contained runtime (PyInstaller one-folder, tar.gz) into dist/; cached in .cache/bundle
 bundle: $(STAMP)
 	@$(PY) scripts/build_bundle.py --dist dist
+
+# the man page and bash/zsh completions, generated from the parser (scripts/cli_docs.py) into build/cli-docs
+cli-docs: $(STAMP)
+	@$(PY) scripts/cli_docs.py build/cli-docs
+
+# ansible-test sanity for the collection under ansible/ (scripts/ansible_sanity.py says what it needs)
+ansible-sanity: $(STAMP)
+	@$(PY) scripts/ansible_sanity.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .ruff_cache .mutation

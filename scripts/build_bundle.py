@@ -2,8 +2,10 @@
 
 Usage: ``python scripts/build_bundle.py [--cache DIR] [--dist DIR]`` (run by the project venv's Python, which
 must have PyInstaller: ``scripts/bootstrap.sh`` installs it with the test extra). Prints the archive's path
-on stdout, one line; build logs go to stderr. Exit 0 built (or found in the cache), 1 the build failed,
-2 bad usage.
+on stdout, one line; on stderr, one line before a build saying what it does and how long it takes, and one
+after with the archive's sha256, which it also writes beside the archive as ``<archive>.sha256``
+(``sha256sum -c`` format; ``ignition --runtime-sha256`` takes it). PyInstaller's warnings go to stderr.
+Exit 0 built (or found in the cache), 1 the build failed, 2 bad usage.
 
 Layout of the archive (one top directory, so it unpacks anywhere; nothing in it names where it was built):
 
@@ -11,6 +13,7 @@ Layout of the archive (one top directory, so it unpacks anywhere; nothing in it 
     upgrade-core-runtime/recover-agent-upgrade    -> upgrade-agent (relative symlink)
     upgrade-core-runtime/agent-upgrade            -> upgrade-agent (relative symlink)
     upgrade-core-runtime/_internal/...            the interpreter, the standard library, the dependencies
+    upgrade-core-runtime/share/...                the man page and bash/zsh completions (scripts/cli_docs.py)
 
 One executable dispatching on ``argv[0]`` (:mod:`agent.cli.frozen`) rather than three bundles or a MERGE of
 three: one copy of the interpreter and libraries, and ``recover-agent-upgrade`` sits beside
@@ -68,7 +71,7 @@ def source_digest() -> str:
 
     h = hashlib.sha256()
     h.update(f"{sys.version}\0{PyInstaller.__version__}\0".encode())
-    files = [ROOT / "pyproject.toml", Path(__file__).resolve()]
+    files = [ROOT / "pyproject.toml", Path(__file__).resolve(), ROOT / "scripts" / "cli_docs.py"]
     for package in PACKAGES:
         files += [p for p in (ROOT / package).rglob("*") if p.is_file() and "__pycache__" not in p.parts]
     for path in sorted(files):
@@ -102,6 +105,8 @@ def _freeze(work: Path) -> Path:
     bundle = work / "dist" / "upgrade-agent"
     for alias in ALIASES:
         os.symlink("upgrade-agent", bundle / alias)
+    subprocess.run([sys.executable, str(ROOT / "scripts" / "cli_docs.py"), str(bundle)], check=True,
+                   stdout=subprocess.DEVNULL)
     return bundle
 
 
@@ -138,6 +143,8 @@ def build(cache: Path) -> Path:
     work = slot / "work"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    print("build_bundle: freezing the runtime with PyInstaller (a minute or two on 2 cores; cached "
+          "afterwards until the sources change)", file=sys.stderr, flush=True)
     _pack(_freeze(work), archive)
     shutil.rmtree(work, ignore_errors=True)
     for other in cache.iterdir():  # keep only the current build: each one is ~40 MB
@@ -162,8 +169,22 @@ def main(argv: list[str]) -> int:
         args.dist.mkdir(parents=True, exist_ok=True)
         shutil.copy2(archive, args.dist / archive.name)
         archive = args.dist / archive.name
+    digest = write_sha256(archive)
+    print(f"build_bundle: sha256 {digest}  (written to {archive.name}.sha256)", file=sys.stderr)
     print(archive)
     return 0
+
+
+def write_sha256(archive: Path) -> str:
+    """Hash ``archive`` and write ``<archive>.sha256`` beside it (``HEX  NAME``, as ``sha256sum`` prints);
+    returns the hex digest."""
+    h = hashlib.sha256()
+    with archive.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    digest = h.hexdigest()
+    archive.with_name(archive.name + ".sha256").write_text(f"{digest}  {archive.name}\n")
+    return digest
 
 
 if __name__ == "__main__":

@@ -49,4 +49,8 @@ find "$scratch/src" -name __pycache__ -prune -exec rm -rf {} +
 "$PYTHON" -m venv "$PREFIX"
 # shellcheck disable=SC2086  # PIP_ARGS is a list of words on purpose
 "$PREFIX/bin/python" -m pip install -q --disable-pip-version-check ${PIP_ARGS:-} "$scratch"/wheel/*.whl >&2
+# the man page and the shell completions, generated from the parser by the checkout venv's tools
+"$BUILD_PYTHON" scripts/cli_docs.py "$PREFIX" >/dev/null
 echo "installed: $PREFIX/bin/upgrade-agent, $PREFIX/bin/recover-agent-upgrade, $PREFIX/bin/agent-upgrade"
+echo "manual: man -l $PREFIX/share/man/man1/upgrade-agent.1 (or add $PREFIX/share/man to MANPATH); completions:"
+echo "  $PREFIX/share/bash-completion/completions/upgrade-agent, $PREFIX/share/zsh/site-functions/_upgrade-agent"

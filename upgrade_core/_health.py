@@ -27,6 +27,8 @@ monotonic only, so wall-clock jumps (C19) cannot shorten or stretch the window.
 
 from __future__ import annotations
 
+import signal
+
 import attrs
 
 from .ports import ProbeUnreachable, UnitSnapshot
@@ -39,6 +41,31 @@ def backoff_gap(waited: int) -> float:
     """The gap, in seconds, after ``waited`` (>= 0) samples of one wait: 0.02, 0.04, 0.08, 0.16, 0.32, ...
     The caller caps it at its poll interval."""
     return FIRST_GAP_S * 2.0 ** min(waited, 8)
+
+
+_CLD_EXITED, _CLD_KILLED, _CLD_DUMPED = 1, 2, 3  # waitid(2) si_code values systemd shows as ExecMainCode
+
+
+def how_it_ended(snap: UnitSnapshot) -> str | None:
+    """What systemd saw of the unit's last main process, from its own ``ExecMainCode``/``ExecMainStatus``
+    (systemd.exec(5)): ``exited with status N``, ``killed by signal SIGX`` or ``dumped core on signal
+    SIGX``; None when no main process has ended (code 0) or the code is one systemd does not document."""
+    if snap.exec_main_code == _CLD_EXITED:
+        return f"exited with status {snap.exec_main_status}"
+    if snap.exec_main_code in (_CLD_KILLED, _CLD_DUMPED):
+        try:
+            name = signal.Signals(snap.exec_main_status).name
+        except ValueError:
+            name = f"signal {snap.exec_main_status}"
+        how = "killed by" if snap.exec_main_code == _CLD_KILLED else "dumped core on"
+        return f"{how} {name}"
+    return None
+
+
+def _ended(snap: UnitSnapshot) -> str:
+    """``: the service exited with status 1`` (see :func:`how_it_ended`), or "" when systemd saw no end."""
+    how = how_it_ended(snap)
+    return f": the service {how}" if how else ""
 
 
 @attrs.frozen
@@ -164,7 +191,7 @@ class HealthJudge:
                 # orchestrator now samples only once that job is over (ServiceManager.restart_done); this
                 # stays for a judge fed without that wait (an embedder's own loop).
                 return self._timeout(now, "restart not begun yet")
-            return Failed(f"unit {snap.active_state} ({snap.sub_state}, result {snap.result})")
+            return Failed(f"unit {snap.active_state} ({snap.sub_state}, result {snap.result}){_ended(snap)}")
         why = self._identity(snap)
         if isinstance(why, Failed):
             return why
@@ -207,12 +234,13 @@ class HealthJudge:
         e = self.expect
         if self.first_pid is not None:
             if snap.main_pid != self.first_pid:
-                return Failed(f"MainPID changed from {self.first_pid} to {snap.main_pid}")
+                return Failed(f"MainPID changed from {self.first_pid} to {snap.main_pid}{_ended(snap)}")
             if snap.invocation_id != self.first_invocation:
                 return Failed("InvocationID changed")
             assert self.first_n_restarts is not None
             if snap.n_restarts > self.first_n_restarts:
-                return Failed(f"NRestarts rose from {self.first_n_restarts} to {snap.n_restarts}")
+                return Failed(
+                    f"NRestarts rose from {self.first_n_restarts} to {snap.n_restarts}{_ended(snap)}")
             return None
         if snap.main_pid <= 0 or not snap.invocation_id:
             return "no main process yet"
@@ -240,4 +268,7 @@ class HealthJudge:
         names_us = any(arg in (e.current_link_path, e.slot_path) for arg in snap.cmdline)
         if names_us and snap.main_start_monotonic_s >= e.restart_requested_monotonic:
             return None
-        return Failed(f"exe mismatch: main process runs {snap.exe}, expected {e.slot_path}")
+        # What the unit runs, not the interpreter: the ExecStart path (a drop-in may pin it elsewhere).
+        runs = snap.exec_start if snap.exec_start and snap.exec_start != snap.exe else snap.exe
+        started = f" (its ExecStart runs {runs})" if runs != snap.exe else ""
+        return Failed(f"exe mismatch: main process runs {snap.exe}{started}, expected {e.slot_path}")

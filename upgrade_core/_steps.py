@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, Literal
 
 import anyio
+import attrs
 
 from . import _events as ev
 from ._decide import (
@@ -311,9 +312,18 @@ class FlowRun(StepExecutor):
             if isinstance(verdict, Passed):
                 await self.emit(op, ev.HealthPassed(n, target))
                 return verdict
+            verdict = self.pointed(verdict)
             cause: Literal["environment"] | None = "environment" if verdict.environment else None
             await self.emit(op, ev.HealthFailed(n, verdict.reason, target, cause))
         return verdict
+
+    def pointed(self, verdict: Failed) -> Failed:
+        """``verdict`` with where to read the service's own words: ``; see journalctl -u UNIT -n 50``
+        (a failed attempt that says nothing about the environment only; journalctl(1))."""
+        if verdict.environment:
+            return verdict
+        where = f"see journalctl -u {self.p.service.unit} -n 50"
+        return attrs.evolve(verdict, reason=f"{verdict.reason}; {where}")
 
     async def health_phase(
         self, op: str, attempts_left: int, *, close_open_attempt: bool = False

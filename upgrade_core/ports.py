@@ -75,6 +75,12 @@ class UnitSnapshot:
         main_start_monotonic_s: ``ExecMainStartTimestampMonotonic`` in seconds (CLOCK_MONOTONIC), 0.0 if none.
         exe: ``/proc/<MainPID>/exe`` resolved, or None when unreadable / no process.
         cmdline: ``/proc/<MainPID>/cmdline`` split on NUL, () when unreadable.
+        exec_main_code / exec_main_status: ``ExecMainCode`` and ``ExecMainStatus``, how the unit's last main
+            process ended (systemd.exec(5), the waitid(2) ``si_code``: 1 ``CLD_EXITED`` with its exit status,
+            2 ``CLD_KILLED`` / 3 ``CLD_DUMPED`` with its signal number); 0 and 0 while none has ended, and
+            again as soon as systemd starts the next main process (a sample in between, e.g. during
+            ``auto-restart``, is the only one that sees them).
+        exec_start: the path ``ExecStart=`` runs (its ``path=`` field), "" when unknown.
     """
 
     active_state: str
@@ -86,6 +92,9 @@ class UnitSnapshot:
     main_start_monotonic_s: float
     exe: str | None
     cmdline: tuple[str, ...]
+    exec_main_code: int = 0
+    exec_main_status: int = 0
+    exec_start: str = ""
 
 
 class Journal(Protocol):

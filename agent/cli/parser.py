@@ -45,7 +45,16 @@ def _add_common(p: argparse.ArgumentParser, *, top: bool) -> None:
         "--json",
         action="store_true",
         default=False if top else argparse.SUPPRESS,
-        help="print exactly one JSON object on stdout",
+        help="print exactly one JSON object on stdout (the lines on stderr are unchanged)",
+    )
+    quiet_or_verbose = p.add_mutually_exclusive_group()
+    quiet_or_verbose.add_argument(
+        "-q", "--quiet", action="store_true", default=False if top else argparse.SUPPRESS,
+        help="print only the result: no phase lines or download progress on stderr",
+    )
+    quiet_or_verbose.add_argument(
+        "-v", "--verbose", action="store_true", default=False if top else argparse.SUPPRESS,
+        help="also print every journal record as it is written (the event trace) on stderr",
     )
 
 
@@ -78,7 +87,12 @@ class _VersionAction(argparse.Action):
         parser.exit(0)
 
 
+_VERSION_HELP = "print the tool's own version and exit 0 (with --json: {\"version\": ...})"
 _SIG_HELP = "the release's minisign signature (default: <archive>.minisig)"
+_ARCHIVE_HELP = "the release archive (tar; gzip, zstd, xz or bzip2): an http(s) URL or a local path"
+_SHA_HELP = "the archive's expected sha256 (64 hex digits); a mismatch aborts before anything is staged"
+_EXPECT_HELP = "the version the candidate's version command must report; anything else aborts"
+_OPERATION_HELP = "the episode's operation id ([A-Za-z0-9._-]{1,64}); default: a fresh random id"
 _RETRY_HELP = "offer a release that failed its health check or verification before (see status known_bad)"
 
 
@@ -92,7 +106,7 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--version", action=_VersionAction, wants_json=wants_json, help="print the tool's own version"
+        "--version", action=_VersionAction, wants_json=wants_json, help=_VERSION_HELP
     )
     _add_common(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_ArgumentParser)
@@ -100,12 +114,14 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     def cmd(name: str, help_: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_)
         _add_common(p, top=False)
+        # --version after a command word too: agent-upgrade and recover-agent-upgrade put one first
+        p.add_argument("--version", action=_VersionAction, wants_json=wants_json, help=_VERSION_HELP)
         return p
 
     p = cmd("install", "install the agent on a bare host (or adopt an existing binary)")
-    p.add_argument("--archive", metavar="SRC")
-    p.add_argument("--sha256", metavar="HEX")
-    p.add_argument("--expect-version", metavar="V")
+    p.add_argument("--archive", metavar="SRC", help=_ARCHIVE_HELP + "; without it, adopt the binary in place")
+    p.add_argument("--sha256", metavar="HEX", help=_SHA_HELP)
+    p.add_argument("--expect-version", metavar="V", help=_EXPECT_HELP)
     p.add_argument("--signature", metavar="SRC", help=_SIG_HELP)
     p.add_argument("--retry-known-bad", action="store_true", help=_RETRY_HELP)
     p.add_argument(
@@ -114,28 +130,36 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
         "(also UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS=1)",
     )
     p = cmd("upgrade", "upgrade the agent (the supervised flow)")
-    p.add_argument("--archive", metavar="SRC", required=True)
-    p.add_argument("--sha256", metavar="HEX")
-    p.add_argument("--expect-version", metavar="V")
+    p.add_argument("--archive", metavar="SRC", required=True, help=_ARCHIVE_HELP)
+    p.add_argument("--sha256", metavar="HEX", help=_SHA_HELP)
+    p.add_argument("--expect-version", metavar="V", help=_EXPECT_HELP)
     p.add_argument("--signature", metavar="SRC", help=_SIG_HELP)
     p.add_argument("--retry-known-bad", action="store_true", help=_RETRY_HELP)
-    p.add_argument("--operation", metavar="ID")
+    p.add_argument("--operation", metavar="ID", help=_OPERATION_HELP)
     p.add_argument("--preflight", action="store_true", help="print the plan; fetch nothing, change nothing")
     p = cmd("rollback", "switch current to last-good as its own episode, restart, health-check")
     p.add_argument(
         "--below-watermark", action="store_true",
         help="roll back even when last-good is below this host's anti-rollback watermark (journaled)",
     )
-    p.add_argument("--operation", metavar="ID")
+    p.add_argument("--operation", metavar="ID", help=_OPERATION_HELP)
     p.add_argument("--preflight", action="store_true", help="print the plan; change nothing")
     p = cmd("recover", "replay the journal and finish or roll back an open episode")
-    p.add_argument("--trigger", choices=["boot", "on-failure", "manual", "timer"], default="manual")
+    p.add_argument(
+        "--trigger", choices=["boot", "on-failure", "manual", "timer"], default="manual",
+        help="who started the recovery (journaled); timer acts only when the host lock is free "
+        "(default: manual)",
+    )
     cmd("status", "show slots, links, service and the open episode (never runs binaries)")
     cmd("history", "list episodes from the journal, newest first")
     p = cmd("journal", "journal maintenance (quarantine: move the journal aside, start anew from the host)")
-    p.add_argument("action", choices=["verify", "dump", "compact", "quarantine"])
+    p.add_argument(
+        "action", choices=["verify", "dump", "compact", "quarantine"],
+        help="verify: check every record; dump: print them; compact: seal and drop old episodes; "
+        "quarantine: move the journal aside and start anew from what the host shows",
+    )
     p = cmd("trust", "anti-rollback state (reset: clear the watermark and the known-bad releases, journaled)")
-    p.add_argument("action", choices=["reset"])
+    p.add_argument("action", choices=["reset"], help="reset: clear the watermark and the known-bad releases")
     cmd("units", "print the rendered unit files")
     cmd("host-root", "print the resolved host root; changes nothing")
     cmd("reset", "stop, disable and remove the agent's units")

@@ -477,7 +477,8 @@ def _make_converter() -> cattrs.Converter:
         if v not in options or type(v) is not str:
             quoted = [f'"{o}"' for o in options]
             choice = ", ".join(quoted[:-1]) + f" or {quoted[-1]}" if len(quoted) > 1 else quoted[0]
-            raise ValueError(f"must be {choice}, got {v!r}")
+            shown = f'"{v}"' if type(v) is str else _describe(v)  # TOML's quoting, never a Python repr
+            raise ValueError(f"must be {choice}, got {shown}")
         return v
 
     def is_var_tuple(t: Any) -> bool:

@@ -19,7 +19,7 @@ from agent.groups import sole_error
 from agent.host.adapter import AgentHost
 from agent.host.lock import HostLock
 from agent.host.ownership import check_host_root, check_result, check_state
-from agent.logline import log
+from agent.logline import WARNING, log
 from agent.session.quarantine import HINT
 from agent.session.wiring import Wired, download_transport, wire
 from journal import JournalStoreError as StoreError
@@ -79,6 +79,8 @@ class EpisodeFrame:
         self._journal: Any = None
         self._last_published: UpgradeResult | None = None
         self._running = False
+        self.compaction_error: Exception | None = None
+        """Why the last run's compaction after its close did not happen (None: it ran)."""
 
     @property
     def switch_started(self) -> bool:
@@ -136,6 +138,7 @@ class EpisodeFrame:
         transport = download_transport(self.config) if fetches else None
         self._running = True
         self._folder, self._journal, self._last_published = None, None, None
+        self.compaction_error = None
         try:
             with HostLock(self.config.host.lock_path) as lock:
                 if before_wire is not None:
@@ -203,7 +206,9 @@ class EpisodeFrame:
             keep = self.config.journal.keep_episodes
             await wired.journal.writer.compact(keep, is_closed, summarize_history)
         except Exception as exc:  # best effort: report, never fail a finished command
-            log(f"journal compaction skipped: {exc}")
+            self.compaction_error = exc
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            log(f"journal compaction skipped: {why}", WARNING)
 
 
 def untrusted(exc: UpgradeError) -> UpgradeError:

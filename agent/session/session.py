@@ -87,7 +87,7 @@ from upgrade_core import (
     run_upgrade,
     self_upgrade_prepare,
 )
-from upgrade_core.errors import LockBusyError, NothingToRollBackError
+from upgrade_core.errors import JournalDurabilityError, LockBusyError, NothingToRollBackError, UpgradeError
 
 __all__ = [
     "BUSY_REASON", "Cleanup", "EpisodeInfo", "JournalCheck", "KnownBad", "Preflight", "Quarantined",
@@ -322,12 +322,23 @@ class Session:
 
         Returns:
             The number of records left in the journal.
+
+        Raises:
+            JournalError: the compaction itself failed (a full file system, an I/O error: exit 3, naming the
+                journal directory and the cause); nothing is reported as compacted (a step that failed is
+                never reported as done).
         """
 
         async def nothing(_p: Ports, _pol: Policy, folder: Folder) -> int:
             return folder.last_seq
 
         await self._frame.write(nothing)
+        failed = self._frame.compaction_error
+        if isinstance(failed, UpgradeError):
+            raise failed
+        if failed is not None:
+            why = failed.strerror if isinstance(failed, OSError) and failed.strerror else str(failed)
+            raise JournalDurabilityError(f"{journal_dir(self.config)}: not compacted: {why}") from failed
         return self._frame.journal_records()
 
     async def quarantine(self) -> Quarantined:

@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 import anyio
+import attrs
 
 from agent.config.loader import AgentConfig
 from agent.errors import ConfigError, UsageError
@@ -144,7 +145,13 @@ class Setup:
             done = result.result in ("committed", "noop")
             if done:  # the operator takes upgrades of an installed agent only
                 await self._start_operator(ports.service)
-            return result
+                return result
+            # An aborted or rolled-back install: clean up, keep the result, and report the slot the host
+            # shows after the clean-up (the slot the episode pointed at is gone with it).
+            with anyio.CancelScope(shield=True):
+                await self._clean_up_failed_install(record)
+            done = True
+            return attrs.evolve(result, slot=self._current_after_cleanup())
         except BaseException as exc:
             # design §7: a failed install removes what it created (the journal keeps the episode). The first
             # error stays the result; what the clean-up could not do goes with it as ``cleanup_errors``.
@@ -156,9 +163,16 @@ class Setup:
             done = True
             raise
         finally:
-            if not done:  # an aborted or rolled-back result: clean up, keep the result
+            if not done:  # cancelled on the way: clean up all the same
                 with anyio.CancelScope(shield=True):
                     await self._clean_up_failed_install(record)
+
+    def _current_after_cleanup(self) -> Slot | None:
+        """The slot ``current`` names now (None when the clean-up removed it or it cannot be read)."""
+        try:
+            return self.host.links().current
+        except UpgradeError:  # a layout conflict or an unreadable link: the summary names no slot
+            return None
 
     async def _clean_up_failed_install(self, record: InstallRecord) -> None:
         """Remove what the record lists, by the rules of :mod:`agent.host.install_record`; never raises.

@@ -36,7 +36,7 @@ __all__ = ["SystemdServiceManager", "write_order"]
 _TRANSIENT_RE: Final = re.compile(r"[A-Za-z0-9:_.@-]{1,240}(\.service)?")
 _SNAPSHOT_PROPS: Final = (
     "ActiveState", "SubState", "Result", "MainPID", "InvocationID", "NRestarts",
-    "ExecMainStartTimestampMonotonic",
+    "ExecMainStartTimestampMonotonic", "ExecMainCode", "ExecMainStatus", "ExecStart",
 )
 _TRANSITIONAL: Final = frozenset({"activating", "deactivating", "reloading", "refreshing"})
 START_LIMIT_MARGIN_S: Final = 2.0
@@ -60,6 +60,16 @@ def _parse_show(text: str) -> dict[str, str]:
         if sep:
             props[key] = value
     return props
+
+
+def _exec_start_path(value: str) -> str:
+    """The ``path=`` field of ``systemctl show -p ExecStart`` (``{ path=/x ; argv[]=/x serve ; ... }``, the
+    first command when there are several), "" when absent."""
+    for field in value.split(";"):
+        key, sep, path = field.strip(" {}").partition("=")
+        if sep and key.strip() == "path":
+            return path.strip()
+    return ""
 
 
 def _int_prop(props: Mapping[str, str], key: str, unit: str) -> int:
@@ -189,6 +199,9 @@ class SystemdServiceManager:
             main_start_monotonic_s=_int_prop(props, "ExecMainStartTimestampMonotonic", self._unit) / 1e6,
             exe=exe,
             cmdline=cmdline,
+            exec_main_code=_int_prop(props, "ExecMainCode", self._unit),
+            exec_main_status=_int_prop(props, "ExecMainStatus", self._unit),
+            exec_start=_exec_start_path(props.get("ExecStart", "")),
         )
 
     async def _read_proc(self, pid: int) -> tuple[str | None, tuple[str, ...]]:

@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TextIO
 
 from agent.config.boot import machine_arch
 from agent.systemd.stable_paths import ALLOW_ENV
@@ -30,14 +31,23 @@ from agent.testing.releases import ReleaseServer, build_release, sha256_file
 NAME = "demo-agent"
 
 
-def _say(text: str) -> None:
-    print(f"\n\033[1m==> {text}\033[0m" if sys.stdout.isatty() else f"\n==> {text}", flush=True)
+def run(out: TextIO | None = None) -> int:
+    """Run the demo; returns its exit code (0 when every step behaved as announced).
 
+    Args:
+        out: where the narrative and the CLI runs' stdout go (default stdout); ``demo --json`` passes stderr,
+            so that its stdout holds only its one JSON object (design §7).
+    """
+    out = out or sys.stdout
 
-def run() -> int:
-    """Run the demo; returns its exit code (0 when every step behaved as announced)."""
+    def tell(*parts: object, file: TextIO | None = None, flush: bool = True) -> None:
+        print(*parts, file=file or out, flush=flush)
+
+    def _say(text: str) -> None:
+        tell(f"\n\033[1m==> {text}\033[0m" if out.isatty() else f"\n==> {text}")
+
     if os.geteuid() != 0:
-        print(
+        tell(
             "make demo needs root: it boots a private systemd (unshare, mount, cgroup2) to install and "
             "upgrade a sample agent without touching this machine's services. Run it as root.",
             file=sys.stderr,
@@ -53,7 +63,7 @@ def run() -> int:
     try:
         _say("Booting a private systemd (its own PID 1; this machine's services are not touched)")
         sandbox = PrivateSystemd.start(work / "systemd")
-        print(f"private systemd is PID {sandbox.pid} on the host, booted in {sandbox.boot_seconds:.2f} s")
+        tell(f"private systemd is PID {sandbox.pid} on the host, booted in {sandbox.boot_seconds:.2f} s")
 
         _say("Building releases 1.0.0, 1.1.0, a bad 1.2.0 (dies 0.3 s after start) and 1.3.0; serving them")
         releases = work / "releases"
@@ -70,7 +80,7 @@ def run() -> int:
         server = ReleaseServer(releases)
         base = server.base
         for f in files.values():
-            print(f"{base}/{f.name}  sha256 {sha256_file(f)}")
+            tell(f"{base}/{f.name}  sha256 {sha256_file(f)}")
 
         port = free_port()
         config = work / f"{NAME}.toml"
@@ -88,20 +98,20 @@ def run() -> int:
                 max_attempts=2,
             )
         )
-        print(f"configuration: {config}")
+        tell(f"configuration: {config}")
         cli = [sys.executable, "-m", "agent.cli.main", "--config", str(config)]
 
         def step(title: str, argv: list[str], expect: int, env: dict[str, str] | None = None) -> None:
             _say(title)
-            print("$ upgrade-agent " + " ".join(argv), flush=True)
+            tell("$ upgrade-agent " + " ".join(argv), flush=True)
             # installs from this checkout's venv into a throw-away systemd, on purpose (docs/install.md)
             run_env = {**os.environ, ALLOW_ENV: "1", **(env or {})}
-            done = subprocess.run([*cli, *argv], env=run_env, check=False)
+            done = subprocess.run([*cli, *argv], env=run_env, check=False, stdout=out)
             if done.returncode != expect:
                 failures.append(f"{title}: exit {done.returncode}, expected {expect}")
-                print(f"!! exit {done.returncode}, expected {expect}", flush=True)
+                tell(f"!! exit {done.returncode}, expected {expect}", flush=True)
             else:
-                print(f"(exit {done.returncode}, as expected)", flush=True)
+                tell(f"(exit {done.returncode}, as expected)", flush=True)
 
         def archive(v: str) -> list[str]:
             return ["--archive", f"{base}/{files[v].name}", "--sha256", sha256_file(files[v])]
@@ -116,8 +126,8 @@ def run() -> int:
              ["upgrade", *archive("1.3.0"), "--operation", "to-1.3.0"], -9,
              env={"UPGRADE_AGENT_TEST_KILL_AFTER": "SwitchCommitted"})
         _say("Recovering: the journal says the switch is durable, so 1.3.0 gets its health check and commits")
-        print("$ recover-agent-upgrade --trigger manual", flush=True)
-        done = subprocess.run([*cli, "recover", "--trigger", "manual"], check=False)
+        tell("$ recover-agent-upgrade --trigger manual", flush=True)
+        done = subprocess.run([*cli, "recover", "--trigger", "manual"], check=False, stdout=out)
         if done.returncode != 0:
             failures.append(f"recover: exit {done.returncode}")
         step("Status: slots, links, the running service (from the journal and the links only)", ["status"], 0)
@@ -130,12 +140,12 @@ def run() -> int:
         if sandbox is not None:
             sandbox.stop()
         shutil.rmtree(work, ignore_errors=True)
-        print(f"nothing left behind: {not work.exists()}")
+        tell("nothing left behind" if not work.exists() else f"left behind: {work}")
     elapsed = time.monotonic() - started
     if failures:
-        print(f"\ndemo finished in {elapsed:.1f} s with {len(failures)} unexpected outcome(s):")
+        tell(f"\ndemo finished in {elapsed:.1f} s with {len(failures)} unexpected outcome(s):")
         for failure in failures:
-            print(f"- {failure}")
+            tell(f"- {failure}")
         return 1
-    print(f"\ndemo finished in {elapsed:.1f} s: committed, rolled back, recovered, all as announced")
+    tell(f"\ndemo finished in {elapsed:.1f} s: committed, rolled back, recovered, all as announced")
     return 0

@@ -109,3 +109,18 @@ def test_it_runs_after_being_moved_and_references_nothing_of_the_build(
             target = line.split("=>", 1)[1] if "=>" in line else ""
             assert not any(bad in target for bad in forbidden), (elf, line)
     assert not any(p.is_symlink() and os.path.isabs(os.readlink(p)) for p in moved.rglob("*"))
+
+
+def test_the_archive_comes_with_its_sha256_and_ships_the_man_page(runtime_bundle: Path) -> None:
+    """``make bundle`` writes ``<archive>.sha256`` (what ``ignition --runtime-sha256`` takes) and prints it;
+    the bundle carries the man page and completions generated from the parser."""
+    import hashlib
+
+    from tests.bundle import runtime_archive
+
+    archive = runtime_archive()  # the session's build, from the cache
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    assert archive.with_name(archive.name + ".sha256").read_text() == f"{digest}  {archive.name}\n"
+    for shipped in ("share/man/man1/upgrade-agent.1", "share/bash-completion/completions/upgrade-agent",
+                    "share/zsh/site-functions/_upgrade-agent"):
+        assert (runtime_bundle / shipped).is_file(), shipped

@@ -164,3 +164,38 @@ def test_a_window_broken_by_the_probe_waits_with_short_gaps_again() -> None:
     judge.observe(GOOD, None, T0 + 0.2)
     judge.observe(GOOD, "HTTP 503", T0 + 0.4)
     assert judge.window_start is None and judge.next_sample_in(T0 + 0.4, 0.25) == pytest.approx(0.04)
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "said"),
+    [(1, 1, "the service exited with status 1"), (2, 9, "the service killed by SIGKILL"),
+     (3, 11, "the service dumped core on SIGSEGV")],
+)
+def test_a_main_process_that_ended_is_named_by_how_systemd_saw_it_end(
+    code: int, status: int, said: str
+) -> None:
+    """``ExecMainCode``/``ExecMainStatus`` (systemd.exec(5)) turn "MainPID changed from 20 to 0" into a
+    reason that says what the process did."""
+    judge = HealthJudge(EXPECT, T0)
+    assert isinstance(judge.observe(GOOD, None, T0 + 0.25), Pending)
+    gone = attrs.evolve(GOOD, main_pid=0, invocation_id="", active_state="activating",
+                        sub_state="auto-restart", exec_main_code=code, exec_main_status=status)
+    assert judge.observe(gone, None, T0 + 0.5) == Failed(f"MainPID changed from 20 to 0: {said}")
+
+
+def test_a_unit_that_failed_says_its_exit_status() -> None:
+    judge = HealthJudge(EXPECT, T0)
+    assert isinstance(judge.observe(GOOD, None, T0 + 0.25), Pending)
+    failed = attrs.evolve(GOOD, active_state="failed", sub_state="failed", result="exit-code",
+                          exec_main_code=1, exec_main_status=3)
+    assert judge.observe(failed, None, T0 + 0.5) == Failed(
+        "unit failed (failed, result exit-code): the service exited with status 3")
+
+
+def test_exe_mismatch_names_what_execstart_runs_not_the_interpreter() -> None:
+    """A drop-in that pins ``ExecStart`` elsewhere: the reason names the script the unit runs."""
+    snap = attrs.evolve(GOOD, exe="/usr/bin/python3.11", cmdline=("/usr/bin/python3.11", "/opt/other/agent"),
+                        exec_start="/opt/other/agent")
+    verdict = HealthJudge(EXPECT, T0).observe(snap, None, T0 + 0.25)
+    assert verdict == Failed("exe mismatch: main process runs /usr/bin/python3.11 (its ExecStart runs "
+                             f"/opt/other/agent), expected {SLOT}")

@@ -62,6 +62,7 @@ def test_crd_names_the_resource_the_source_watches() -> None:
     assert (CRD_VERSION["name"], CRD_VERSION["served"], CRD_VERSION["storage"]) == (VERSION, True, True)
     assert CRD_VERSION["subresources"] == {"status": {}}
     assert CRD_VERSION["selectableFields"] == [{"jsonPath": ".spec.nodeName"}]
+    assert spec["names"]["categories"] == ["upgrade-core"]  # kubectl get upgrade-core
     rules = SCHEMA["properties"]["spec"]["x-kubernetes-validations"]
     assert [r["rule"] for r in rules] == ["self == oldSelf"]
 
@@ -175,7 +176,9 @@ def _schema_has(path: str) -> bool:
 
 def test_printer_columns_point_into_the_schema() -> None:
     columns = CRD_VERSION["additionalPrinterColumns"]
-    assert [c["name"] for c in columns] == ["Node", "Agent", "Phase", "From", "To", "Age"]
+    assert [c["name"] for c in columns] == ["Node", "Agent", "Phase", "From", "To", "Age", "Message"]
+    # kubectl shows priority 0 columns always and priority 1 only with -o wide
+    assert [c["name"] for c in columns if c.get("priority", 0) > 0] == ["Message"]
     assert [c["jsonPath"] for c in columns if not _schema_has(c["jsonPath"])] == []
 
 

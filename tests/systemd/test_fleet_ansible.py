@@ -141,7 +141,7 @@ def good_rollout(fleet: FleetReleases) -> tuple[Play, dict[str, dict[str, Any]]]
     """The good signed 2.0.0 rolled out once with the default waves; (the play, each host's snapshot from
     before it)."""
     before = {name: snapshot(env) for name, env in fleet.fleet.hosts.items()}
-    play = fleet.fleet.playbook(fleet.vars(fleet.v2, GOOD_OP))
+    play = fleet.fleet.playbook(fleet.vars(fleet.v2, GOOD_OP), "--diff")
     return play, before
 
 
@@ -206,7 +206,7 @@ def test_check_mode_changes_nothing_on_any_host(fleet: FleetReleases) -> None:
     hosts = fleet.fleet.hosts
     before = {name: snapshot(env) for name, env in hosts.items()}
     fetched = len(fleet.server.requests)
-    play = fleet.fleet.playbook(fleet.vars(fleet.v2, "check-2.0.0"), "--check")
+    play = fleet.fleet.playbook(fleet.vars(fleet.v2, "check-2.0.0"), "--check", "--diff")
     assert play.code == 0, play.stdout[-4000:]
     assert {name: snapshot(env) for name, env in hosts.items()} == before
     assert fleet.server.requests[fetched:] == []  # not even the signature was fetched
@@ -219,6 +219,9 @@ def test_check_mode_changes_nothing_on_any_host(fleet: FleetReleases) -> None:
         assert entry["result"] == "preflight", entry
         assert any("switch current" in step for step in entry["plan"]), entry
     assert play.summary is not None and play.summary["check_mode"] is True
+    # --diff: each host's version before and the one the task expects after (nothing fetched, so no digest)
+    assert play.stdout.count("-version - 1.0.0\n+version - 2.0.0") == len(hosts), play.stdout[-4000:]
+    assert play.stdout.count("--- before: current (blue)\n+++ after: current (green)") == len(hosts)
 
 
 def test_good_signed_release_rolls_out_to_every_host_in_waves(
@@ -251,6 +254,9 @@ def test_good_signed_release_rolls_out_to_every_host_in_waves(
     assert {name: (c["changed"], c["failed"]) for name, c in play.recap.items()} == {
         name: (1, 0) for name in hosts}
     assert "host5: committed 1.0.0 -> 2.0.0" in play.stdout
+    # --diff: the version current ran before and runs now, the slots in the headers, once per host
+    assert play.stdout.count("--- before: current (blue)\n+++ after: current (green)") == len(hosts)
+    assert play.stdout.count("-version - 1.0.0\n+version - 2.0.0") == len(hosts), play.stdout[-4000:]
 
 
 def test_rerunning_the_good_rollout_changes_nothing(

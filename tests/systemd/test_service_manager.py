@@ -116,6 +116,8 @@ async def test_restart_on_failure_counts_n_restarts(rig: Rig) -> None:
                       what="Restart=on-failure to start a new process")
     assert snap.n_restarts == 1
     assert snap.invocation_id != first.invocation_id
+    # ExecMainCode/ExecMainStatus describe the current main process again once the new one runs
+    assert (snap.exec_main_code, snap.exec_main_status) == (0, 0), snap
 
 
 async def test_exit_1_after_300ms_reaches_auto_restart(rig: Rig) -> None:
@@ -127,6 +129,9 @@ async def test_exit_1_after_300ms_reaches_auto_restart(rig: Rig) -> None:
     snap = await poll(rig, lambda s: s.sub_state == "auto-restart", what="auto-restart")
     assert snap.active_state == "activating" and snap.result == "exit-code" and snap.main_pid == 0
     assert snap.exe is None and snap.cmdline == ()
+    # how it ended, from the unit's own properties: CLD_EXITED (1) with status 1; and what ExecStart runs
+    assert (snap.exec_main_code, snap.exec_main_status) == (1, 1), snap
+    assert snap.exec_start == str(rig.current), snap
 
 
 async def test_crash_loop_hits_the_start_limit_and_on_failure_runs_recovery(rig: Rig) -> None:

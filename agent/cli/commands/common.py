@@ -19,14 +19,19 @@ T = TypeVar("T")
 
 def cli_session(args: argparse.Namespace, *, label: str = "download") -> Session:
     """The :class:`~agent.session.session.Session` of the configuration named by ``--config`` (or
-    discovered), with the CLI's progress display and event log on stderr.
+    discovered), with the CLI's download display and phase lines on stderr at the level ``-q``/``-v`` ask
+    for (:mod:`agent.cli.commands.progress`).
 
     Raises:
         ConfigError: the file is missing, unreadable or invalid (exit 2).
     """
-    from agent.cli.commands.progress import Progress, event_logger
+    from agent.cli.commands.progress import HealthPolicy, PhaseLines, Progress, verbosity
 
-    return Session.load(args.config, progress=Progress(label), on_event=event_logger(True))
+    level = verbosity(args)
+    lines = PhaseLines(level)
+    session = Session.load(args.config, progress=Progress(label, level, lines), on_event=lines)
+    lines.policy = HealthPolicy(session.config.health.max_attempts, session.config.health.timeout_s)
+    return session
 
 
 def run_writing(

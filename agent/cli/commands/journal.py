@@ -9,7 +9,7 @@ from typing import Any
 import anyio
 
 from agent.cli.commands.common import rfc3339
-from agent.cli.commands.outcome import Outcome
+from agent.cli.commands.outcome import Outcome, plain_fields
 from agent.sanitize import MAX_LOG_LINE_CHARS, clean_text
 from agent.session.quarantine import HINT, CarriedOver
 from agent.session.session import Session
@@ -76,7 +76,7 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
     # server sent (agent.sanitize); --json escapes by itself
     human = "\n".join(
         f"{r['seq']:>6} {r['time']} {r['episode'][:12]:<12} {r['event']['_type']} "
-        + " ".join(f"{k}={clean_text(v, MAX_LOG_LINE_CHARS)}" for k, v in r["event"].items() if k != "_type")
+        + clean_text(plain_fields({k: v for k, v in r["event"].items() if k != "_type"}), MAX_LOG_LINE_CHARS)
         for r in records
     )
     return Outcome({"records": records}, human or "empty journal")

@@ -30,11 +30,11 @@ def cmd_operator(args: argparse.Namespace) -> Outcome:
         JournalError, HistoryError: the journal cannot be trusted (exit 3).
         HostRefusedError: a state path is not ours (exit 4).
     """
-    from agent.cli.commands.progress import event_logger
+    from agent.cli.commands.progress import PhaseLines, verbosity
     from agent.operations.operator import Operator, open_source
     from agent.session.session import Session
 
-    session = Session.load(args.config, on_event=event_logger(True))
+    session = Session.load(args.config, on_event=PhaseLines(verbosity(args)))
 
     async def serve() -> None:
         source = await open_source(session)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -50,3 +52,26 @@ def result_outcome(result: UpgradeResult) -> Outcome:
     if result.reason:
         human += f"\nreason: {clean_text(result.reason, MAX_LOG_LINE_CHARS)}"  # one line, whatever it quotes
     return Outcome(result_payload(result), human, RESULT_EXIT[result.result])
+
+
+def plain_fields(fields: Mapping[str, Any]) -> str:
+    """``key=value`` pairs for a person (``journal dump``, the ``-v`` trace): strings and numbers as they
+    are, booleans ``true``/``false``, tables and lists as JSON (``{"slot": "blue"}``, ``["a", "b"]``), and
+    fields that are None or empty left out, so that no Python repr (``None``, ``True``, ``{'``, ``()``) is
+    ever shown (design §7)."""
+    words = []
+    for key, value in fields.items():
+        if value is None or (isinstance(value, list | tuple | dict) and not value):
+            continue
+        words.append(f"{key}={_plain(value)}")
+    return " ".join(words)
+
+
+def _plain(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    if attrs.has(type(value)):
+        value = attrs.asdict(value)
+    return json.dumps(value, default=str, separators=(", ", ": "))

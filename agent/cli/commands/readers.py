@@ -52,12 +52,23 @@ def cmd_status(args: argparse.Namespace) -> Outcome:
         lines.append("missing units: " + ", ".join(status.missing_units))
     if status.drifted_units:
         lines.append("drifted units: " + ", ".join(status.drifted_units))
+    watermark = status.security_watermark
+    lines.append(f"security watermark: {watermark}" if watermark is not None
+                 else "security watermark: none (no signed release committed)")
+    if status.known_bad:
+        lines.append(f"known bad ({len(status.known_bad)}, refused unless --retry-known-bad):")
+        lines.extend(f"  {bad.sha256} (condemned by {bad.operation})" for bad in status.known_bad)
+    else:
+        lines.append("known bad: none")
     lines.append("next: " + (status.next or "nothing to do"))
     return Outcome(status.to_json(), "\n".join(lines))
 
 
 def cmd_history(args: argparse.Namespace) -> Outcome:
-    """``history``: episodes newest first, RFC 3339 UTC times."""
+    """``history``: episodes newest first, RFC 3339 UTC times, each with its ``kind`` (``install``,
+    ``upgrade``, ``rollback``, ``self_upgrade``, ``quarantine``; None for an episode a snapshot written
+    before kinds were kept summarises) and ``reason`` (the published result's; None for committed and
+    noop)."""
     view = Session.load(args.config).view()
     rows: list[dict[str, Any]] = []
     for summary in view.history:
@@ -65,11 +76,13 @@ def cmd_history(args: argparse.Namespace) -> Outcome:
         rows.append(
             {
                 "operation": summary.operation,
+                "kind": summary.kind,
                 "result": r.result,
                 "from_version": r.from_version,
                 "to_version": r.to_version,
                 "opened_at": rfc3339(summary.opened_at),
                 "closed_at": rfc3339(summary.closed_at),
+                "reason": r.reason,
             }
         )
     for ep in view.episodes.values():
@@ -77,17 +90,24 @@ def cmd_history(args: argparse.Namespace) -> Outcome:
         rows.append(
             {
                 "operation": ep.episode_id,
+                "kind": ep.kind,
                 "result": res.result if res else None,
                 "from_version": res.from_version if res else ep.from_version,
                 "to_version": res.to_version if res else ep.candidate_version,
                 "opened_at": rfc3339(ep.opened_at),
                 "closed_at": rfc3339(ep.closed_at),
+                "reason": res.reason if res else None,
             }
         )
     rows.reverse()
-    human = "\n".join(
-        f"{r['opened_at']}  {r['operation']:<32}  {r['result'] or 'open':<15} "
-        f"{r['from_version'] or '?'} -> {r['to_version'] or '?'}"
-        for r in rows
-    )
-    return Outcome({"episodes": rows}, human or "no episodes")
+    return Outcome({"episodes": rows}, "\n".join(_history_line(r) for r in rows) or "no episodes")
+
+
+def _history_line(row: dict[str, Any]) -> str:
+    """One episode for a person: ``TIME  OPERATION  KIND  RESULT  FROM -> TO`` and ``: REASON`` if any."""
+    versions = f"{row['from_version'] or '?'} -> {row['to_version'] or '?'}"
+    if row["kind"] == "quarantine":
+        versions = ""
+    line = (f"{row['opened_at']}  {row['operation']:<32}  {row['kind'] or '?':<12} "
+            f"{row['result'] or 'open':<15} {versions}").rstrip()
+    return f"{line}: {row['reason']}" if row["reason"] else line

@@ -9,7 +9,6 @@ import attrs
 
 from agent.cli.commands.common import cli_session, run_writing
 from agent.cli.commands.outcome import Outcome, result_outcome, result_payload
-from agent.logline import log
 from agent.session.session import BUSY_REASON, Preflight
 from upgrade_core import HandedOff, UpgradeResult
 from upgrade_core.errors import LockBusyError
@@ -33,7 +32,6 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
     )
     if args.preflight:
         return _preflight_outcome(session.preflight(request))
-    log(f"upgrade {request.operation}: {request.source_redacted}")
     return result_outcome(run_writing(session, args, lambda: session.upgrade(request)))
 
 
@@ -54,7 +52,6 @@ def cmd_rollback(args: argparse.Namespace) -> Outcome:
     below = args.below_watermark
     if args.preflight:
         return _preflight_outcome(session.rollback_preflight(operation, below_watermark=below))
-    log(f"rollback {operation}: current to last-good" + (" (--below-watermark)" if below else ""))
     return result_outcome(
         run_writing(session, args, lambda: session.rollback(operation, below_watermark=below))
     )

@@ -13,15 +13,6 @@ process tree, exactly as it would through ssh.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-
-from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound
-from ansible.module_utils.common.text.converters import to_bytes, to_text
-from ansible.plugins.connection import ConnectionBase
-from ansible.utils.display import Display
-
 DOCUMENTATION = r"""
 name: nsenter
 short_description: Run tasks inside the namespaces of a process on the controller's machine
@@ -32,7 +23,7 @@ description:
     host); files are copied in and out through C(nsenter) as well.
   - Needs root on the controller's machine and C(nsenter) from util-linux.
 author:
-  - upgrade-core developers
+  - upgrade-core developers (@upgrade-core)
 options:
   nsenter_pid:
     description:
@@ -61,6 +52,15 @@ extends_documentation_fragment:
 notes:
   - The remote user is ignored; commands run as the user running Ansible.
 """
+
+import os
+import shutil
+import subprocess
+
+from ansible.errors import AnsibleConnectionFailure, AnsibleError, AnsibleFileNotFound
+from ansible.module_utils.common.text.converters import to_bytes, to_text
+from ansible.plugins.connection import ConnectionBase
+from ansible.utils.display import Display
 
 display = Display()
 
@@ -141,7 +141,7 @@ class Connection(ConnectionBase):
                 data = f.read()
         except FileNotFoundError as exc:
             raise AnsibleFileNotFound(f"file or module does not exist: {in_path}") from exc
-        code, _, err = self._run(["/bin/sh", "-c", 'cat > "$1"', "put", out_path], data)
+        code, _out, err = self._run(["/bin/sh", "-c", 'cat > "$1"', "put", out_path], data)
         if code != 0:
             raise AnsibleError(f"nsenter: could not write {out_path}: {to_text(err).strip()}")
 

@@ -4,13 +4,6 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli import (
-    agent_argument_spec,
-    checked_executable,
-    run_agent,
-)
-
 DOCUMENTATION = r"""
 ---
 module: status
@@ -22,7 +15,7 @@ description:
   - The agent reads its journal, its links, the lock and the unit directory; it never runs a binary and
     changes nothing, so the task is never C(changed).
 author:
-  - upgrade-core developers
+  - upgrade-core developers (@upgrade-core)
 extends_documentation_fragment:
   - upgrade_core.fleet.agent
 options:
@@ -32,9 +25,11 @@ options:
     default: 60
 attributes:
   check_mode:
+    description: Can run in check mode and return the same result, changing nothing.
     support: full
     details: Reading the status changes nothing, so it runs as usual.
   facts:
+    description: Returns an C(ansible_facts) dictionary that updates the host's facts.
     support: full
 seealso:
   - module: upgrade_core.fleet.upgrade
@@ -74,6 +69,13 @@ exit_code:
   type: int
   sample: 0
 """
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli import (
+    agent_argument_spec,
+    checked_executable,
+    run_agent,
+)
 
 
 def main() -> None:

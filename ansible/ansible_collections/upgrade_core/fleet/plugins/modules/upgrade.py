@@ -4,16 +4,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli import (
-    AgentRun,
-    agent_argument_spec,
-    checked_executable,
-    run_agent,
-)
-
 DOCUMENTATION = r"""
 ---
 module: upgrade
@@ -35,7 +25,7 @@ description:
     As nothing is fetched, the task reports C(changed) unless O(expect_version) is given and the host already
     reports that version.
 author:
-  - upgrade-core developers
+  - upgrade-core developers (@upgrade-core)
 extends_documentation_fragment:
   - upgrade_core.fleet.agent
 options:
@@ -72,8 +62,16 @@ options:
     default: 3600
 attributes:
   check_mode:
+    description: Can run in check mode and predict whether the task would change the host, changing nothing.
     support: full
     details: Runs C(upgrade --preflight); nothing is fetched, created or locked on the host.
+  diff_mode:
+    description: Returns the version C(current) runs before and after the task.
+    support: full
+    details:
+      - The before and after texts are C(version - V) lines naming the slot in their header.
+      - In check mode the after version is O(expect_version), or unknown when it is not given (nothing is
+        fetched).
 notes:
   - Needs C(upgrade-agent) installed on the managed host and the agent already installed there
     (C(upgrade-agent install)); on a bare host the agent exits 2 and the task fails saying so.
@@ -155,6 +153,16 @@ preflight:
   type: dict
 """
 
+from typing import Any, NoReturn
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli import (
+    AgentRun,
+    agent_argument_spec,
+    checked_executable,
+    run_agent,
+)
+
 FAILED_RESULTS = ("rolled_back", "aborted", "needs_attention")
 
 
@@ -198,10 +206,22 @@ def _committed_now(module: AnsibleModule, executable: str, doc: dict[str, Any],
     return _current(module, executable).get("sha256") != before.get("sha256")
 
 
-def _fail(module: AnsibleModule, run: AgentRun, what: str | None = None) -> None:
+def _fail(module: AnsibleModule, run: AgentRun, what: str | None = None) -> NoReturn:
     line = run.error_line()
     module.fail_json(msg=f"{what}: {line}" if what else line, exit_code=run.code,
                      agent=run.doc or {}, stderr=run.stderr)
+    raise AssertionError("fail_json returned")  # it exits the module; this tells the type checker
+
+
+def _diff(before_slot: Any, before: Any, after_slot: Any, after: Any) -> dict[str, str]:
+    """Ansible's diff of the version ``current`` runs (``--diff``): one ``version - V`` line each side, the
+    slot in the header; ``unknown`` for a version nobody reported."""
+    return {
+        "before_header": f"current ({before_slot or 'no slot'})",
+        "before": f"version - {before or 'unknown'}\n",
+        "after_header": f"current ({after_slot or 'no slot'})",
+        "after": f"version - {after or 'unknown'}\n",
+    }
 
 
 def main() -> None:
@@ -225,31 +245,44 @@ def main() -> None:
 
     if module.check_mode:
         run = run_agent(executable, params["config"], [*args, "--preflight"], timeout_s)
-        if run.code != 0 or run.doc is None or not run.doc.get("preflight"):
+        preflight = run.doc
+        if run.code != 0 or preflight is None or not preflight.get("preflight"):
             _fail(module, run)
-        assert run.doc is not None
         # Nothing is fetched in check mode, so the digest is unknown: "would change" unless the host already
         # reports the version the task expects.
-        same = params["expect_version"] is not None and (
-            _current(module, executable).get("version") == params["expect_version"])
-        module.exit_json(changed=not same, exit_code=run.code, plan=list(run.doc.get("plan") or []),
-                         preflight=run.doc)
+        now = _current(module, executable)
+        same = params["expect_version"] is not None and now.get("version") == params["expect_version"]
+        extra: dict[str, Any] = {}
+        if module._diff:
+            after_slot = now.get("slot") if same else preflight.get("inactive_slot")
+            extra["diff"] = _diff(now.get("slot"), now.get("version"), after_slot, params["expect_version"])
+        module.exit_json(changed=not same, exit_code=run.code, plan=list(preflight.get("plan") or []),
+                         preflight=preflight, **extra)
 
     # A repeated operation id makes the agent return the result it already published, so "committed" alone
-    # does not say this run switched anything; only then is the host's status read around the upgrade.
-    before = _current(module, executable) if params["operation"] is not None else None
+    # does not say this run switched anything; only then (or for --diff, which shows the slot it ran) is the
+    # host's status read around the upgrade.
+    want_before = params["operation"] is not None or module._diff
+    before = _current(module, executable) if want_before else None
     run = run_agent(executable, params["config"], args, timeout_s)
     doc = run.doc
     if doc is None or "result" not in doc or run.timed_out:
         _fail(module, run)
-    assert doc is not None
     fields = {key: doc.get(key) for key in ("operation", "result", "from_version", "to_version", "slot",
                                             "reason")}
     if doc["result"] in FAILED_RESULTS or run.code != 0:
         reason = doc.get("reason") or run.error_line()
         module.fail_json(msg=f"{doc['result']}: {reason}", exit_code=run.code, agent=doc, **fields)
-    module.exit_json(changed=_committed_now(module, executable, doc, before), exit_code=run.code, agent=doc,
-                     **fields)
+    changed = _committed_now(module, executable, doc, before)
+    if module._diff:
+        # committed: from_version ran before, to_version runs now in the slot the result names; noop: the same
+        if changed:
+            fields["diff"] = _diff((before or {}).get("slot"), doc.get("from_version"), doc.get("slot"),
+                                   doc.get("to_version"))
+        else:
+            runs = doc.get("to_version") or doc.get("from_version")
+            fields["diff"] = _diff(doc.get("slot"), runs, doc.get("slot"), runs)
+    module.exit_json(changed=changed, exit_code=run.code, agent=doc, **fields)
 
 
 if __name__ == "__main__":
