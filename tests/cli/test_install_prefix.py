@@ -73,6 +73,14 @@ def test_units_name_the_prefix_and_install_refuses_a_temporary_prefix(prefix: Pa
     assert f"ExecStart={exe} --config {rig.config} --trigger on-failure" in recover
     noop = _run([exe, "--config", str(rig.config), "--json", "--trigger", "boot"], check=False)
     assert noop.returncode == 0 and json.loads(noop.stdout)["result"] == "noop", noop.stderr
+    # the boot-time no-op loads neither re (pip's entry scripts did, to strip ".exe") nor json, typing,
+    # tomllib: the installed layout's own budget (design §9 recover.noop)
+    python = str(prefix / "bin" / "python")
+    traced = _run([python, "-X", "importtime", exe, "--config", str(rig.config), "--trigger", "boot"])
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in traced.stderr.splitlines() if "|" in line}
+    assert traced.stdout == "nothing to recover: no open episode\n"
+    assert not loaded & {"re", "json", "typing", "tomllib", "enum"}, sorted(loaded)
+    assert Path(exe).read_text().splitlines()[0] == f"#!{python}"
     binary = tmp_path / "agent-binary"
     binary.write_text("#!/bin/sh\necho 1.0.0\n")
     binary.chmod(0o755)
