@@ -156,9 +156,10 @@ async def _write_journal(directory: Path, episodes: int) -> int:
         return len(writer.records())
 
 
-def _top_imports(argv: list[str], env: dict[str, str]) -> list[str]:
-    """The five costliest top-level imports of one run (``-X importtime``), "name cumulative_ms"."""
-    argv = [sys.executable, "-X", "importtime", *argv]
+def _top_imports(argv: list[str], env: dict[str, str], python: str = sys.executable) -> list[str]:
+    """The five costliest top-level imports of one run (``-X importtime`` of ``python``), "name
+    cumulative_ms"."""
+    argv = [python, "-X", "importtime", *argv]
     done = subprocess.run(argv, capture_output=True, text=True, env=env, check=False)
     found: list[tuple[int, str]] = []
     for line in done.stderr.splitlines():
@@ -172,27 +173,31 @@ def _top_imports(argv: list[str], env: dict[str, str]) -> list[str]:
     return [f"{name} {us / 1000:.1f} ms" for us, name in found[:5]]
 
 
-def recover_noop() -> dict[str, Any]:
-    """``recover-agent-upgrade --trigger boot`` with nothing to do vs ``python -c pass`` (target <= 1.8,
-    design §9; the first target was 3)."""
+def noop_journal(work: Path) -> int:
+    """``work/state/journal`` with ``EPISODES`` closed, compacted episodes; the number of records left."""
     import anyio
 
-    work = _harness.disk_dir("recover-noop")
-    state = work / "state"
-    records = anyio.run(_write_journal, state / "journal", EPISODES)
+    return anyio.run(_write_journal, work / "state" / "journal", EPISODES)
+
+
+def noop_config(work: Path) -> tuple[Path, Path]:
+    """The no-op rows' configuration (``work/bench-agent.toml``, state in ``work/state``): (config, lock
+    path). The full path creates the lock file; the lean path never does."""
     lock = work / "run" / "bench-agent.lock"
     config = work / "bench-agent.toml"
     config.write_text(
-        f"""[agent]
-name = "bench-agent"
-
-[host]
-root = "{work}/root"
-state_dir = "{state}"
-lock_path = "{lock}"
-unit_dir = "{work}/units"
-"""
+        f'[agent]\nname = "bench-agent"\n\n[host]\nroot = "{work}/root"\nstate_dir = "{work}/state"\n'
+        f'lock_path = "{lock}"\nunit_dir = "{work}/units"\n'
     )
+    return config, lock
+
+
+def recover_noop() -> dict[str, Any]:
+    """``recover-agent-upgrade --trigger boot`` with nothing to do vs ``python -c pass`` (target <= 1.8,
+    design §9; the first target was 3)."""
+    work = _harness.disk_dir("recover-noop")
+    records = noop_journal(work)
+    config, lock = noop_config(work)
     ours_argv = [*_entry("recover-agent-upgrade"), "--config", str(config), "--trigger", "boot"]
     base_argv = [sys.executable, "-c", "pass"]
     env = _entry_env()
