@@ -356,29 +356,37 @@ def _sqlite(path: Path) -> Any:
     return db
 
 
+def _sqlite_commits(db: Any, events_per_commit: int, commits: int, rounds: int) -> float:
+    """Seconds per event: the best of ``rounds`` rounds (after one to warm up) of ``commits`` transactions,
+    each ``events_per_commit`` encoded :func:`_payload_event` INSERTs and a COMMIT."""
+    from upgrade_core.codec import EVENT_CODEC
+
+    event = _payload_event()
+    best = float("inf")
+    for round_ in range(rounds + 1):
+        start = time.perf_counter()
+        for _ in range(commits):
+            db.execute("BEGIN")
+            rows = [(f"writer-{i:02d}", time.time(), EVENT_CODEC.encode(event))
+                    for i in range(events_per_commit)]
+            db.executemany("INSERT INTO events (episode, ts, payload) VALUES (?, ?, ?)", rows)
+            db.execute("COMMIT")
+        if round_:
+            best = min(best, time.perf_counter() - start)
+    return best / (commits * events_per_commit)
+
+
 def append_durable_sqlite() -> dict[str, Any]:
     """``journal.append_durable.sqlite``: one durable event per commit, ours (the journal writer, as in
     ``journal.append_durable``) against SQLite doing the same: encode, ``INSERT``, ``COMMIT``."""
     import anyio
 
-    from upgrade_core.codec import EVENT_CODEC
 
     directory = _harness.disk_dir("append_durable_sqlite")
-    event = _payload_event()
     db = _sqlite(directory / "events.db")
 
     def sqlite_side() -> float:
-        best = float("inf")
-        for round_ in range(4):  # the first round warms up
-            start = time.perf_counter()
-            for _ in range(APPENDS):
-                db.execute("BEGIN")
-                db.execute("INSERT INTO events (episode, ts, payload) VALUES (?, ?, ?)",
-                           ("0123456789abcdef", time.time(), EVENT_CODEC.encode(event)))
-                db.execute("COMMIT")
-            if round_:
-                best = min(best, time.perf_counter() - start)
-        return best / APPENDS
+        return _sqlite_commits(db, 1, APPENDS, 3)
 
     try:
         base1 = sqlite_side()
@@ -399,23 +407,12 @@ def append_group_sqlite() -> dict[str, Any]:
     ``journal.append_group``) against SQLite committing the same 64 encoded events in one transaction."""
     import anyio
 
-    from upgrade_core.codec import EVENT_CODEC
 
     directory = _harness.disk_dir("append_group_sqlite")
-    event = _payload_event()
     db = _sqlite(directory / "events.db")
 
     def sqlite_side() -> float:
-        best = float("inf")
-        for round_ in range(GROUP_ROUNDS + 1):
-            start = time.perf_counter()
-            db.execute("BEGIN")
-            rows = [(f"writer-{i:02d}", time.time(), EVENT_CODEC.encode(event)) for i in range(GROUP)]
-            db.executemany("INSERT INTO events (episode, ts, payload) VALUES (?, ?, ?)", rows)
-            db.execute("COMMIT")
-            if round_:
-                best = min(best, time.perf_counter() - start)
-        return best / GROUP
+        return _sqlite_commits(db, GROUP, 1, GROUP_ROUNDS)
 
     try:
         base = sqlite_side()
