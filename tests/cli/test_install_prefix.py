@@ -60,6 +60,9 @@ def test_the_prefix_holds_the_three_commands_and_runs_off_the_checkout(prefix: P
     assert json.loads(done.stdout) == {"version": version}
     where = _run([str(prefix / "bin" / "python"), "-c", "import agent; print(agent.__file__)"], cwd=tmp_path)
     assert where.stdout.strip().startswith(str(prefix) + "/"), where.stdout
+    # the Kubernetes client is an optional extra (EXTRAS=kubernetes): a plain install does not carry it
+    probe = "import importlib.util; print(importlib.util.find_spec('kubernetes_asyncio'))"
+    assert _run([str(prefix / "bin" / "python"), "-c", probe], cwd=tmp_path).stdout == "None\n"
     # the venv's interpreter is the one PYTHON named (default /usr/bin/python3), not the checkout's
     assert not os.path.realpath(prefix / "bin" / "python").startswith(str(REPO))
 
