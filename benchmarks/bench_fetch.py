@@ -52,8 +52,9 @@ import json, resource, subprocess, sys, time
 t0 = time.perf_counter()
 done = subprocess.run(sys.argv[1:])
 elapsed = time.perf_counter() - t0
-peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(json.dumps({"rc": done.returncode, "seconds": elapsed, "peak_rss_mib": peak_kib / 1024}))
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"rc": done.returncode, "seconds": elapsed, "peak_rss_mib": usage.ru_maxrss / 1024,
+                  "cpu_s": usage.ru_utime + usage.ru_stime}))
 """
 
 _OURS = r"""
@@ -275,6 +276,10 @@ def extract_row(fmt: str, runs: int = RUNS) -> dict[str, Any]:
         "throughput_mib_s": round(CORPUS_BYTES / (1 << 20) / value, 1), "runs": runs,
         "ours_seconds": [round(r["seconds"], 3) for r in ours],
         "baseline_seconds": [round(r["seconds"], 3) for r in base],
+        # CPU seconds (user + system, every process of each side): less moved by a loaded machine than wall
+        # time, which is what the ratio compares
+        "ours_cpu_s": round(min(r["cpu_s"] for r in ours), 3),
+        "baseline_cpu_s": round(min(r["cpu_s"] for r in base), 3),
     }
 
 
