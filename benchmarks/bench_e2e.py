@@ -466,7 +466,7 @@ def upgrade_downtime() -> dict[str, Any]:
                              "baseline": sum(s["failed"] for s in stats["strong"])},
             max_gap_ms={"ours": ours_gap, "baseline": base_gap},
             req_per_s=min(s["req_per_s"] for side in stats.values() for s in side),
-            upgrades=stats, stability_s=rig.stability_s,
+            upgrades=stats, stability_s=rig.stability_s, peak_rss_mib=rig.ours_rss(),
         )
     finally:
         rig.close()
