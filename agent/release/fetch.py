@@ -42,16 +42,14 @@ import base64
 import ipaddress
 import os
 import re
-import ssl
 import stat
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Literal, Protocol, cast
+from typing import TYPE_CHECKING, Literal, Protocol, cast
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 import aiofiles
 import anyio
 import attrs
-import httpx
 
 from agent.errors import UsageError
 from agent.redact import redact_url
@@ -64,6 +62,14 @@ from upgrade_core.errors import (
     FetchRedirectError,
     FetchTimeoutError,
 )
+
+if TYPE_CHECKING:
+    import ssl
+
+    # httpx (with httpcore, h11 and certifi, about 16 MiB resident) is imported at the first fetch, not with
+    # this module: the idle operator and every command that fetches nothing import this module without
+    # using it (design §9 operator.idle.spool: RSS <= 30 MiB)
+    import httpx
 
 __all__ = [
     "SUPPORTED_CODINGS",
@@ -461,6 +467,8 @@ async def _fetch_file(
 
 def _translate_httpx(exc: Exception, url: str, policy: FetchPolicy, received: int | None) -> FetchError:
     """Map an httpx failure to our error, naming only the redacted URL (httpx's text quotes the URL)."""
+    import httpx
+
     shown = redact_url(url)
     if isinstance(exc, httpx.TimeoutException):
         return FetchTimeoutError(
@@ -486,6 +494,8 @@ async def _fetch_http(
     ssl_context: ssl.SSLContext | None,
     content_coding: CodingSink | None,
 ) -> FetchResult:
+    import httpx
+
     url, basic = _strip_userinfo(source)
     plain_headers = {
         k: v for k, v in (headers or {}).items() if k.lower() not in ("authorization", "accept-encoding")
@@ -551,6 +561,8 @@ async def _stream_body(
     redirects: int,
     content_coding: CodingSink | None,
 ) -> FetchResult:
+    import httpx
+
     shown = redact_url(url)
     codings = content_codings(response.headers.get_list("content-encoding"), shown)
     if codings and content_coding is None:

@@ -352,3 +352,15 @@ def test_status_documents_are_deterministic_and_carry_the_spec_fields() -> None:
     failed = k8s_status(OperationStatus("x", "RolledBack", "rolled_back", message="unhealthy"), 1)
     assert failed["conditions"][0]["type"] == "Failed" and failed["conditions"][0]["reason"] == "RolledBack"
     assert "journalSeq" not in failed and "bootID" not in failed  # never null in the status subresource
+
+
+def test_the_idle_spool_operator_loads_no_http_client() -> None:
+    """httpx and its stack (about 16 MiB resident) load at the first fetch, not with the operator: an idle
+    spool operator stays within its memory budget (design §9 operator.idle.spool)."""
+    import subprocess
+
+    code = ("import sys, agent.cli.commands, agent.operations.operator, agent.operations.spool\n"
+            "print(sorted(m for m in ('httpx', 'httpcore', 'h11', 'certifi') if m in sys.modules))\n")
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.stdout == "[]\n", done
