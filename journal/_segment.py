@@ -22,28 +22,6 @@ def _name(path: str) -> str:
     return os.path.basename(path)
 
 
-def mkdir_durable(path: str) -> None:
-    """Create ``path`` (0700) and any missing parents (0700), each made durable by fsyncing its parent.
-
-    Only for the directories *above* the journal directory when they are missing (the journal directory
-    itself is made by :func:`journal.safefs.make_dir` relative to its checked parent).
-    """
-    if os.path.isdir(path):
-        return
-    parent = os.path.dirname(path)
-    if parent and parent != path:
-        mkdir_durable(parent)
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        return
-    fd = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def pwrite_all(fd: int, data: bytes | memoryview, offset: int) -> None:
     """Write all of ``data`` at ``offset`` (``os.pwrite`` may write less than asked)."""
     view = memoryview(data)

@@ -165,12 +165,13 @@ def _record_owner(dir_fd: int, directory: str, owner: dict[str, str]) -> None:
 
 
 def _open_dir(directory: str) -> int:
-    """Create (0700) or open the journal directory through its checked parent, and check it."""
+    """Create (0700) or open the journal directory through its checked parent, and check it. The parent is
+    reached by :func:`journal.safefs.walk_to` (from ``/``, one component at a time, each checked; missing
+    ones created 0700), so no directory on the way is trusted by path."""
     parent = os.path.dirname(directory) or "/"
-    _segment.mkdir_durable(parent)
-    pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC)
+    pfd = safefs.walk_to(parent, create=0o700)
+    assert pfd is not None
     try:
-        safefs.check_parent(os.fstat(pfd), parent)
         return safefs.make_dir(pfd, os.path.basename(directory), directory)
     finally:
         os.close(pfd)
@@ -376,6 +377,21 @@ class JournalWriter(Generic[T]):
         if episode_id == SNAPSHOT_EPISODE:
             raise ValueError(f"episode id {SNAPSHOT_EPISODE!r} is reserved for compaction snapshots")
         return await self._append(episode_id, event, None)
+
+    async def seed(self, event: T) -> Record[T]:
+        """Append ``event`` as a snapshot record that covers no record, as an empty journal's first record.
+
+        For a journal started afresh (``journal quarantine``, design §10): the snapshot carries what an
+        earlier journal established (the caller's facts), and compaction summarises it like any other
+        snapshot. Durable like :meth:`append`.
+
+        Raises:
+            ValueError: the journal already holds a record (nothing written).
+            JournalFullError, JournalPoisonedError, JournalClosedError: as :meth:`append`.
+        """
+        if self._next_seq != 1 or self._records:
+            raise ValueError("only an empty journal can be seeded")
+        return await self._append(SNAPSHOT_EPISODE, event, 0)
 
     async def _append(self, episode_id: str, event: T, covers_through: int | None) -> Record[T]:
         self._check_usable()

@@ -90,6 +90,143 @@ def check_parent(st: os.stat_result, path: str) -> None:
         raise _refuse(path, f"mode {stat.S_IMODE(mode):04o} is writable by group or others (and not sticky)")
 
 
+MAX_LINK_HOPS = 40
+"""Symlinks an ancestor walk resolves before it refuses (Linux's ``MAXSYMLINKS``, path_resolution(7))."""
+
+
+def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    """``fstatat(dir_fd, name, AT_SYMLINK_NOFOLLOW)``, or None when it cannot be read."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+class Walk:
+    """One walk from ``/`` by the ancestor rule (:func:`check_parent`), one component at a time with
+    ``O_NOFOLLOW | O_DIRECTORY`` relative to the previous descriptor: the descriptor reached so far (``fd``),
+    its real path (``real``, no link in it) and the link budget. A symlink on the way is resolved by the walk
+    itself, only when it is owned by root (or the effective user) and sits in a directory that passed the
+    check (so only root could have made it); its target is walked by the same rule from ``/``, at most
+    :data:`MAX_LINK_HOPS` links in all. Directories it creates (``create``) are appended to ``made``.
+
+    Raises (from every method):
+        JournalRefusedError: a component fails the rule, or cannot be opened.
+    """
+
+    def __init__(self, made: list[str] | None) -> None:
+        self.made = made
+        self.fd = os.open("/", DIR_FLAGS)
+        self.real = "/"
+        self.hops = 0
+        try:
+            check_parent(os.fstat(self.fd), "/")
+        except BaseException:
+            os.close(self.fd)
+            raise
+
+    def close(self) -> None:
+        """Close the descriptor reached so far (idempotent)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def step_into(self, fd: int, name: str) -> None:
+        """Make ``fd`` (the checked directory ``name`` under the current one) the current one."""
+        os.close(self.fd)
+        self.fd = fd
+        self.real = os.path.join(self.real, name)
+
+    def restart(self) -> None:
+        """Go back to ``/`` (a link's absolute target is walked from there)."""
+        fd = os.open("/", DIR_FLAGS)
+        os.close(self.fd)
+        self.fd = fd
+        self.real = "/"
+
+    def ancestor(self, name: str, shown: str, *, create: int | None) -> bool:
+        """Step into the ancestor ``name`` (resolving a root-owned link in a checked directory).
+
+        Returns:
+            False when it is missing and ``create`` is None.
+        """
+        for _attempt in range(2):
+            try:
+                fd = os.open(name, DIR_FLAGS, dir_fd=self.fd)
+            except FileNotFoundError:
+                if create is None:
+                    return False
+                try:
+                    os.mkdir(name, create, dir_fd=self.fd)
+                except FileExistsError:
+                    continue
+                fd = os.open(name, DIR_FLAGS, dir_fd=self.fd)
+                try:
+                    os.fchmod(fd, create)
+                    os.fsync(self.fd)
+                except BaseException:
+                    os.close(fd)
+                    raise
+                if self.made is not None:
+                    self.made.append(shown)
+            except OSError as exc:
+                st = lstat_at(self.fd, name)
+                if st is None or not stat.S_ISLNK(st.st_mode):
+                    if st is not None:
+                        raise _refuse(shown, f"is {kind(st.st_mode)}, not a directory; refused") from None
+                    raise _refuse(shown, f"cannot open: {exc.strerror or exc}") from None
+                self.follow(name, st, shown)
+                return True
+            try:
+                check_parent(os.fstat(fd), shown)
+            except BaseException:
+                os.close(fd)
+                raise
+            self.step_into(fd, name)
+            return True
+        raise _refuse(shown, "keeps changing while it is opened")
+
+    def follow(self, name: str, st: os.stat_result, shown: str) -> None:
+        """Resolve the ancestor link ``name``: root's (in a directory that passed the check), at most
+        :data:`MAX_LINK_HOPS` of them; its target walked from ``/`` by the ancestor rule."""
+        euid = os.geteuid()
+        if st.st_uid not in (0, euid):
+            raise _refuse(shown, f"a symlink owned by uid {st.st_uid}, not root or {euid}")
+        self.hops += 1
+        if self.hops > MAX_LINK_HOPS:
+            raise _refuse(shown, f"more than {MAX_LINK_HOPS} symlinks on the way; refused")
+        target = os.readlink(name, dir_fd=self.fd)
+        full = os.path.normpath(os.path.join(self.real, target))  # self.real has no links in it
+        self.restart()
+        for part in [p for p in full.split("/") if p]:
+            if not self.ancestor(part, shown, create=None):
+                raise _refuse(shown, f"a symlink to {full}, which does not exist")
+
+
+def walk_to(path: str, *, create: int | None = None, made: list[str] | None = None) -> int | None:
+    """The descriptor of the directory ``path``, reached by a :class:`Walk` (every component, ``path``
+    included, by the ancestor rule); missing directories are created with mode ``create`` when given.
+
+    Returns:
+        The descriptor (the caller closes it), or None when a component is missing and ``create`` is None.
+
+    Raises:
+        JournalRefusedError: a component fails the rule.
+        OSError: a directory cannot be created (EROFS, ENOSPC).
+    """
+    walk = Walk(made)
+    try:
+        shown = "/"
+        for part in [p for p in os.path.normpath(path).split("/") if p]:
+            shown = os.path.join(shown, part)
+            if not walk.ancestor(part, shown, create=create):
+                return None
+        fd, walk.fd = walk.fd, -1
+        return fd
+    finally:
+        walk.close()
+
+
 def _open_error(path: str, exc: OSError, lst: os.stat_result | None) -> JournalRefusedError:
     if lst is not None and not stat.S_ISDIR(lst.st_mode):
         return _refuse(path, f"is {kind(lst.st_mode)}, not a directory; refused, never followed")

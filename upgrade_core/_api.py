@@ -21,6 +21,7 @@ from ._executor import CheckedJournal
 from ._flow_types import OPERATION_ID_RE, HandedOff, Policy, RestartScheduled, ResumeOutcome, UpgradeRequest
 from ._flows import (
     record_quarantine,
+    record_trust_reset,
     recover,
     resume_self_upgrade,
     rollback_target,
@@ -41,5 +42,6 @@ from ._operations import (
     refused_status,
 )
 from ._state import TRANSITIONS, EpisodeContext, EpisodeState, advance, diagram_mermaid, next_state
+from ._watermark import release_refusal, rollback_refusal
 from .codec import EVENT_CODEC, EventCodec, EventDecodeError
 from .ports import Ports

@@ -25,12 +25,13 @@ import anyio
 
 from . import _events as ev
 from ._decide import Abort, FinishRollback, HostFacts, ResumeHealth, Rollback, decide
-from ._events import Slot, Trigger, UpgradeResult, other_slot
+from ._events import EpisodeKind, Slot, Trigger, UpgradeResult, other_slot
 from ._flow_types import HandedOff, Policy, RestartScheduled, ResumeOutcome, UpgradeRequest
 from ._fold import Folder
 from ._health import Failed, Passed
 from ._steps import FlowRun
-from .errors import AlreadyInstalledError, NothingToRollBackError, NotInstalledError
+from ._watermark import rollback_refusal
+from .errors import AlreadyInstalledError, NothingToRollBackError, NotInstalledError, SecurityVersionError
 from .ports import Host, LinkState, Ports
 
 
@@ -154,7 +155,12 @@ def rollback_target(links: LinkState, current_link: str) -> Slot:
 
 
 async def run_rollback(
-    ports: Ports, policy: Policy, operation: str, *, folder: Folder | None = None
+    ports: Ports,
+    policy: Policy,
+    operation: str,
+    *,
+    folder: Folder | None = None,
+    below_watermark: bool = False,
 ) -> UpgradeResult:
     """Operator rollback (design §10 ``rollback``, docs/recovery.md): ``current`` to ``last-good``'s slot as
     an episode of kind ``rollback`` (the caller holds the host lock).
@@ -167,9 +173,15 @@ async def run_rollback(
     moves: after a commit both links name the rolled-back-to slot (the next upgrade overwrites the other);
     after a failure both links are as they were.
 
+    On a host with an anti-rollback watermark, a last-good whose release is below it (or of no known
+    security version) is refused before its version command (``aborted``, the reason names both numbers
+    and the override) unless ``below_watermark``; an override that overrode a refusal is journaled in
+    ``EpisodeOpened.below_watermark`` (docs/trust.md).
+
     Args:
         ports, policy, folder: as :func:`run_upgrade`.
         operation: the operation id.
+        below_watermark: ``rollback --below-watermark``: roll back below the watermark all the same.
 
     Returns:
         ``committed`` (``current`` names the last-good slot, healthy; exit 0), ``aborted`` (its version
@@ -197,10 +209,16 @@ async def run_rollback(
                                      "is missing or empty")
     label = f"last-good {target}"
     request = UpgradeRequest(operation, label, label, expected_sha256=sha)
-    await run.open_episode(request, "rollback", current)
+    view = run.folder.view()
+    refusal = rollback_refusal(view.security_watermark, target, view.signed_security_versions.get(sha))
+    # journaled only when it overrides a refusal: the episode says the operator went below the watermark
+    overridden = refusal is not None and below_watermark
+    await run.open_episode(request, "rollback", current, below_watermark=overridden)
     path = host.slot_path(target)
 
     async def verify() -> bool:
+        if refusal is not None and not below_watermark:
+            raise SecurityVersionError(refusal)
         await run.bracket(operation, lambda: ports.verifier.verify(path, None), ev.CandidateVerified,
                           kind=ev.CandidateVerified)
         return True
@@ -357,26 +375,83 @@ async def record_quarantine(
         IllegalTransitionError: another episode is open in this journal (it must be a fresh one).
         JournalError: an append failed.
     """
-    run = FlowRun(ports, policy, folder)
-    opened = ev.EpisodeOpened(
-        operation=operation, kind="quarantine", source=facts.quarantine_path, expected_sha256=None,
-        expected_version=None, from_slot=facts.current_slot, from_version=facts.current_version,
-        max_health_attempts=policy.max_attempts, stability_s=policy.stability_s,
-        health_timeout_s=policy.health_timeout_s, boot_id=ports.clock.boot_id(),
-    )
     result = UpgradeResult(
         operation, "noop", facts.current_version, facts.current_version, facts.current_slot,
         f"journal quarantined to {facts.quarantine_path}",
     )
+    await _record_only(ports, policy, folder, "quarantine", facts.quarantine_path, facts, result)
+    return result
+
+
+async def record_trust_reset(
+    ports: Ports,
+    policy: Policy,
+    operation: str,
+    cleared: ev.TrustReset,
+    *,
+    current: Slot | None,
+    current_version: str | None,
+    folder: Folder | None = None,
+) -> UpgradeResult:
+    """Record ``trust reset`` (docs/trust.md): one closed ``trust-reset`` episode, ``EpisodeOpened`` ->
+    ``TrustReset`` -> ``ResultPublished(noop)`` -> ``EpisodeClosed``, every event checked by THE rule.
+    From the ``TrustReset`` record on, the watermark and the known-bad marks journaled before it no longer
+    count. The caller holds the host lock; nothing here touches links, slots or units. A crash part-way
+    leaves an open episode that ``recover`` closes (aborted before the record: nothing was cleared).
+
+    Args:
+        ports: the world; only the journal, the clock and the result sink are used.
+        policy: recorded at opening (unused by this kind).
+        operation: the episode id (``trust-reset-<UTC time>``).
+        cleared: what it clears (the watermark and known-bad digests the journal holds now).
+        current / current_version: the slot ``current`` names and its version, as the journal knows them.
+        folder: as :func:`run_upgrade`.
+
+    Returns:
+        ``noop`` on ``current``, the reason naming what was cleared.
+
+    Raises:
+        IllegalTransitionError: another episode is open (recover it first).
+        JournalError: an append failed.
+    """
+    what = "none" if cleared.security_watermark is None else str(cleared.security_watermark)
+    result = UpgradeResult(
+        operation, "noop", current_version, current_version, current,
+        f"trust reset: watermark {what} and {len(cleared.known_bad)} known-bad release(s) cleared",
+    )
+    await _record_only(ports, policy, folder, "trust-reset", "trust reset", cleared, result)
+    return result
+
+
+async def _record_only(
+    ports: Ports,
+    policy: Policy,
+    folder: Folder | None,
+    kind: EpisodeKind,
+    source: str,
+    fact: ev.Event,
+    result: UpgradeResult,
+) -> None:
+    """An episode that only records ``fact`` (nothing on the host changes): open, fact, publish ``result``,
+    close; shielded, so that a cancellation never leaves it half written by us."""
+    assert result.operation is not None
+    operation = result.operation
+    run = FlowRun(ports, policy, folder)
+    opened = ev.EpisodeOpened(
+        operation=operation, kind=kind, source=source, expected_sha256=None,
+        expected_version=None, from_slot=result.slot, from_version=result.from_version,
+        max_health_attempts=policy.max_attempts, stability_s=policy.stability_s,
+        health_timeout_s=policy.health_timeout_s, boot_id=ports.clock.boot_id(),
+    )
     with anyio.CancelScope(shield=True):
         await run.emit(operation, opened)
-        await run.emit(operation, facts)
+        await run.emit(operation, fact)
         await run.publish_close(operation, result)
-    return result
 
 
 __all__ = [
     "record_quarantine",
+    "record_trust_reset",
     "recover",
     "resume_self_upgrade",
     "rollback_target",

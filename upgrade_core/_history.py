@@ -3,8 +3,12 @@
 The journal drops old sealed segments only after a snapshot record summarising them is durable; this is
 the summariser it is given. A summary keeps what later decisions and ``history`` need: the operation id
 and its published result (operation-id idempotency, design §4.3 step 1), the times, and the candidate's
-digest (a rolled-back candidate is never selected again, design §4.6 inv. 6) and a signed release's
-security version (the anti-rollback watermark, docs/trust.md).
+digest (a rolled-back candidate is never selected again, design §4.6 inv. 6), a signed release's
+security version, the seqs of its opening and published result and its boot id (``history`` order and a
+republished operation status). Beside the summaries the snapshot keeps the facts of the dropped records
+(:class:`~upgrade_core.JournalFacts`: the anti-rollback watermark and trust resets, the known-bad marks, each
+slot's version, docs/trust.md), so nothing that ``status``, a trust decision or the next episode reads is
+lost with them, whatever ``journal.keep_episodes`` is.
 """
 
 from __future__ import annotations
@@ -43,6 +47,11 @@ def summarize_history(records: Sequence[ev.Recorded]) -> ev.HistorySnapshot:
                 candidate_sha256=ep.candidate_sha256,
                 security_version=ep.release.security_version if ep.release is not None else None,
                 known_bad=ep.condemns_candidate,
+                opened_seq=ep.opened_seq,
+                published_seq=ep.published_seq,
+                boot_id=ep.boot_id,
+                kind=ep.kind,
             )
         )
-    return ev.HistorySnapshot(tuple(summaries))
+    summaries.sort(key=lambda s: s.opened_seq or 0)
+    return ev.HistorySnapshot(tuple(summaries), folder.facts())

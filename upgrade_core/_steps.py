@@ -37,6 +37,7 @@ from ._flow_types import HandedOff, Policy, UpgradeRequest
 from ._fold import EpisodeView, Folder
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, backoff_gap
 from ._state import EpisodeState
+from ._watermark import release_refusal
 from .errors import (
     HostError,
     JournalError,
@@ -119,7 +120,9 @@ class FlowRun(StepExecutor):
         return result
 
     # -- steps 2-5 ---------------------------------------------------------------------------------------
-    async def open_episode(self, req: UpgradeRequest, kind: EpisodeKind, from_slot: Slot | None) -> None:
+    async def open_episode(
+        self, req: UpgradeRequest, kind: EpisodeKind, from_slot: Slot | None, *, below_watermark: bool = False
+    ) -> None:
         view = self.folder.view()
         from_version = view.slot_versions.get(from_slot) if from_slot is not None else None
         opened = ev.EpisodeOpened(
@@ -127,7 +130,7 @@ class FlowRun(StepExecutor):
             expected_sha256=req.expected_sha256, expected_version=req.expected_version,
             from_slot=from_slot, from_version=from_version, max_health_attempts=self.policy.max_attempts,
             stability_s=self.policy.stability_s, health_timeout_s=self.policy.health_timeout_s,
-            boot_id=self.p.clock.boot_id(),
+            boot_id=self.p.clock.boot_id(), below_watermark=below_watermark,
         )
         # leftovers of an earlier crash (C05); never a slot target
         await self.bracket(req.operation, self.p.host.sweep_staging, opened)
@@ -152,6 +155,12 @@ class FlowRun(StepExecutor):
                 )
                 await self.publish_close(op)
             return False
+        if staged.release is None:
+            # an unsigned release carries no security version: on a host with a watermark it could be
+            # anything, so it is refused (docs/trust.md)
+            unsigned = release_refusal(self.folder.view().security_watermark, None)
+            if unsigned is not None:
+                raise SecurityVersionError(unsigned)
         known = self.folder.view().known_bad.get(staged.sha256)
         if known is not None and not req.retry_known_bad:
             raise KnownBadError(known.refusal(staged.sha256))
@@ -188,11 +197,9 @@ class FlowRun(StepExecutor):
                 f"release signed by key {release.key_id} is version {release.version}, "
                 f"the candidate reports {version}"
             )
-        watermark = self.folder.view().security_watermark
-        if watermark is not None and release.security_version < watermark:
-            raise SecurityVersionError(
-                f"security version {release.security_version} is below this host's watermark {watermark}"
-            )
+        below = release_refusal(self.folder.view().security_watermark, release.security_version)
+        if below is not None:
+            raise SecurityVersionError(below)
         return release
 
     async def pre_switch(self, req: UpgradeRequest, slot: Slot, links: LinkState) -> UpgradeResult | None:

@@ -136,6 +136,11 @@ class FetchTimeoutError(FetchError):
     """The transfer exceeded ``download.timeout_s`` or stalled for the idle timeout."""
 
 
+class FetchCertificateError(FetchError):
+    """The server's TLS certificate failed verification against the host's trust (the operating system's
+    store plus ``download.ca_file``); the message reads ``<URL>: certificate verify failed: <reason>``."""
+
+
 # -- host ------------------------------------------------------------------------------------------
 class HostError(UpgradeError):
     """The host cannot take the operation as it stands. Exit 1 unless a subclass says otherwise."""

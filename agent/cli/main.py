@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 
 from agent.logline import PROG
+from agent.sanitize import MAX_LOG_LINE_CHARS, clean_text
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the no-op recover path does not load typing for it
 if TYPE_CHECKING:
@@ -43,9 +44,10 @@ def _fail(
     args: argparse.Namespace | None, message: str, code: int, cleanup_errors: Sequence[str] = ()
 ) -> int:
     message = "; ".join(part.strip() for part in message.splitlines() if part.strip())  # one line, always
-    sys.stderr.write(f"{PROG}: {message}\n")
+    # and nothing a terminal interprets: an error may quote an API server's or a control plane's text
+    sys.stderr.write(f"{PROG}: {clean_text(message, MAX_LOG_LINE_CHARS)}\n")
     for line in cleanup_errors:  # the first error is the result; what its clean-up could not do follows
-        sys.stderr.write(f"{PROG}: clean-up: {line}\n")
+        sys.stderr.write(f"{PROG}: clean-up: {clean_text(line, MAX_LOG_LINE_CHARS)}\n")
     sys.stderr.flush()
     if args is not None and getattr(args, "json", False):
         payload: dict[str, Any] = {"error": message, "exit_code": code}

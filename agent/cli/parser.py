@@ -122,6 +122,10 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--operation", metavar="ID")
     p.add_argument("--preflight", action="store_true", help="print the plan; fetch nothing, change nothing")
     p = cmd("rollback", "switch current to last-good as its own episode, restart, health-check")
+    p.add_argument(
+        "--below-watermark", action="store_true",
+        help="roll back even when last-good is below this host's anti-rollback watermark (journaled)",
+    )
     p.add_argument("--operation", metavar="ID")
     p.add_argument("--preflight", action="store_true", help="print the plan; change nothing")
     p = cmd("recover", "replay the journal and finish or roll back an open episode")
@@ -130,6 +134,8 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     cmd("history", "list episodes from the journal, newest first")
     p = cmd("journal", "journal maintenance (quarantine: move the journal aside, start anew from the host)")
     p.add_argument("action", choices=["verify", "dump", "compact", "quarantine"])
+    p = cmd("trust", "anti-rollback state (reset: clear the watermark and the known-bad releases, journaled)")
+    p.add_argument("action", choices=["reset"])
     cmd("units", "print the rendered unit files")
     cmd("host-root", "print the resolved host root; changes nothing")
     cmd("reset", "stop, disable and remove the agent's units")

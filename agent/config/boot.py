@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from agent.config.quicktoml import loads_plain
-from agent.fs.regular import read_regular_file
+from agent.fs.regular import list_names, read_regular_file
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the boot path does not load typing (mypy reads True)
 if TYPE_CHECKING:
@@ -43,6 +43,7 @@ DEFAULT_UNIT_DIR = "/etc/systemd/system"
 MIN_POLL_S = 0.1
 """The shortest ``[operations] poll_s`` (seconds): a shorter poll keeps a core busy for nothing."""
 _LOWER_DIGITS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_DIGITS = frozenset("0123456789")
 
 
 def plain_name(v: object) -> bool:
@@ -126,11 +127,7 @@ def discover_config_path(
     if from_env:
         return from_env
     try:
-        names = sorted(
-            n for n in os.listdir(config_dir) if n.endswith(".toml") and not n.startswith(".")
-        )
-    except FileNotFoundError:
-        names = []
+        names = [n for n in list_names(config_dir) if n.endswith(".toml") and not n.startswith(".")]
     except OSError as e:
         raise _config_error(f"{config_dir}: cannot list configuration files: {e.strerror}") from None
     found = [os.path.join(config_dir, n) for n in names if os.path.isfile(os.path.join(config_dir, n))]
@@ -280,6 +277,30 @@ def _http_url(v: object) -> bool:
     return bool(authority) and "@" not in authority and not any(c.isspace() for c in rest)
 
 
+_HOST_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-")
+
+
+def _proxy(v: object) -> bool:
+    """``[download] proxy``: empty, or a proxy without credentials: ``https?://`` then a host name or IPv4
+    literal (``[A-Za-z0-9.-]+``), an optional ``:port`` (1 to 5 digits, at most 65535) and an optional
+    ``/``; anything else is the full loader's to judge."""
+    if v == "":
+        return True
+    if not isinstance(v, str):
+        return False
+    for scheme in ("http://", "https://"):
+        if v.startswith(scheme):
+            rest = v[len(scheme):]
+            break
+    else:
+        return False
+    rest = rest[:-1] if rest.endswith("/") else rest
+    host, colon, port = rest.partition(":")
+    if not host or not _HOST_CHARS.issuperset(host):
+        return False
+    return not colon or (0 < len(port) <= 5 and _DIGITS.issuperset(port) and int(port) <= 65535)
+
+
 def _root_keys(v: object) -> bool:
     """``[trust] root_keys``: each a minisign public key as one bare line, base64 of 42 bytes (56 characters,
     no padding) whose first two bytes are "Ed" (so its text starts "RW"); anything else, such as a key after
@@ -315,6 +336,11 @@ FAST_SCHEMA: dict[str, dict[str, Callable[[Any], bool]]] = {
         "allow_http": lambda v: v in ("never", "loopback", "always"),
         "max_redirects": lambda v: type(v) is int and v >= 0,
         "timeout_s": _pos_num,
+        "ca_file": lambda v: v == "" or (_abs(v) and "{" not in v),
+        "client_cert": lambda v: v == "" or (_abs(v) and "{" not in v),
+        "client_key": lambda v: v == "" or (_abs(v) and "{" not in v),
+        "proxy": _proxy,
+        "retry_deadline_s": lambda v: type(v) in (int, float) and 0 <= v < float("inf"),
     },
     "limits": {
         key: _pos_int
@@ -335,6 +361,7 @@ FAST_SCHEMA: dict[str, dict[str, Callable[[Any], bool]]] = {
         "root_keys": _root_keys,
         "keyring": lambda v: isinstance(v, str) and "\x00" not in v,
         "require_signatures": lambda v: type(v) is bool,
+        "allow_legacy_signatures": lambda v: type(v) is bool,
     },
     # no "{" in the paths here: a substituted spool path is the full loader's to check against host.root
     "operations": {
@@ -344,6 +371,7 @@ FAST_SCHEMA: dict[str, dict[str, Callable[[Any], bool]]] = {
         "namespace": lambda v: v == "" or dns_subdomain(v),
         "kubeconfig": lambda v: v == "" or (_abs(v) and "{" not in v),
         "poll_s": lambda v: _pos_num(v) and v >= MIN_POLL_S,
+        "allow_local_sources": lambda v: type(v) is bool,
     },
 }
 """Section -> key -> a predicate the value must meet for the quick path to trust the file."""
@@ -371,6 +399,9 @@ def plausibly_valid(doc: dict[str, Any]) -> bool:
                 return False
     health = doc.get("health", {})
     trust = doc.get("trust", {})
+    download = doc.get("download", {})
+    if bool(download.get("client_cert")) != bool(download.get("client_key")):
+        return False  # DownloadSection's cross-key rule: the full loader names the key
     if (trust.get("keyring") or trust.get("require_signatures")) and not trust.get("root_keys"):
         return False  # TrustSection's cross-key rules: the full loader names the key
     return not (health.get("http_probe") and health.get("command_probe"))

@@ -96,6 +96,11 @@ def _poll_interval(_inst: object, a: attrs.Attribute[Any], v: float) -> None:
                                 f"got {v!r}")
 
 
+def _non_negative_seconds(_inst: object, a: attrs.Attribute[Any], v: float) -> None:
+    if not (math.isfinite(v) and v >= 0):
+        raise _BadValue(a.name, f"must be 0 or a positive number of seconds, got {v!r}")
+
+
 def _non_negative(_inst: object, a: attrs.Attribute[Any], v: int) -> None:
     if v < 0:
         raise _BadValue(a.name, f"must be 0 or more, got {v!r}")
@@ -141,6 +146,23 @@ def _http_probe(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
 
         shown = redact_url(v)
         raise _BadValue(a.name, f'must be "" or an http:// or https:// URL with a host, got {shown!r}')
+
+
+def _proxy(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
+    if v == "":
+        return
+    try:
+        parts = urllib.parse.urlsplit(v)
+        ok = (parts.scheme in ("http", "https") and bool(parts.hostname) and parts.path in ("", "/")
+              and not parts.query and not parts.fragment and not any(c.isspace() for c in v))
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        ok = False
+    if not ok:
+        from agent.redact import redact_url
+
+        raise _BadValue(a.name, f'must be "" or a proxy URL http://HOST:PORT or https://HOST:PORT '
+                                f"(credentials allowed, no path), got {redact_url(v)!r}")
 
 
 # -- the sections ----------------------------------------------------------------------------------
@@ -189,17 +211,38 @@ class HostSection:
 
 @attrs.frozen
 class DownloadSection:
-    """``[download]``.
+    """``[download]`` (design §6; TLS and proxy: docs/trust.md).
 
     Attributes:
         allow_http: ``never``, ``loopback`` (127.0.0.0/8, ::1, localhost) or ``always``.
         max_redirects: redirects followed at most (0: none).
         timeout_s: seconds for the whole transfer.
+        ca_file: "" or the absolute path of a PEM bundle trusted beside the operating system's store.
+        client_cert: "" or the absolute path of a PEM client certificate for mutual TLS (with
+            ``client_key``).
+        client_key: "" or the absolute path of its unencrypted PEM private key (with ``client_cert``).
+        proxy: "" or an ``http://``/``https://`` proxy URL; proxies from the environment are never used.
+        retry_deadline_s: seconds during which transient download failures are tried again, resuming by
+            ``Range`` (see :mod:`agent.release.fetch`); 0 is one attempt.
+
+    The files are read and checked when a download is about to start
+    (:func:`agent.release.tls.download_transport`), not here: commands that download nothing never read them.
     """
 
     allow_http: AllowHttp = "loopback"
     max_redirects: int = attrs.field(default=5, validator=_non_negative)
     timeout_s: float = attrs.field(default=600.0, validator=_positive)
+    ca_file: str = attrs.field(default="", validator=_absolute_or_empty)
+    client_cert: str = attrs.field(default="", validator=_absolute_or_empty)
+    client_key: str = attrs.field(default="", validator=_absolute_or_empty)
+    proxy: str = attrs.field(default="", validator=_proxy)
+    retry_deadline_s: float = attrs.field(default=300.0, validator=_non_negative_seconds)
+
+    def __attrs_post_init__(self) -> None:
+        if self.client_cert and not self.client_key:
+            raise _BadValue("client_cert", "needs client_key (mutual TLS takes both)")
+        if self.client_key and not self.client_cert:
+            raise _BadValue("client_key", "needs client_cert (mutual TLS takes both)")
 
 
 @attrs.frozen
@@ -292,11 +335,14 @@ class TrustSection:
         keyring: "" or a source (file or URL) of a root-signed keyring of signing keys (see
             :mod:`agent.release.trust`); its signature is ``<keyring>.minisig``.
         require_signatures: None (the default) means true whenever a key is configured.
+        allow_legacy_signatures: also accept minisign's legacy ``Ed`` signatures (over the whole file, not
+            pre-hashed); false by default because minisign does not sign the algorithm bytes.
     """
 
     root_keys: tuple[str, ...] = attrs.field(default=(), validator=_root_keys)
     keyring: str = attrs.field(default="", validator=_keyring_source)
     require_signatures: bool | None = None
+    allow_legacy_signatures: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.keyring and not self.root_keys:
@@ -330,6 +376,9 @@ class OperationsSection:
         kubeconfig: kubernetes: "" for the in-cluster service account, else an absolute kubeconfig path.
         poll_s: spool: seconds between two scans of the directory (the operator's idle cost); at least
             ``MIN_POLL_S`` (0.1 s).
+        allow_local_sources: an operation may name a local path or ``file://`` URL as its archive or
+            signature; off by default, since whoever may write an operation (a spool file, a Kubernetes
+            object) would otherwise make root read any file (docs/managed.md, "A control plane is not root").
     """
 
     source: OperationsSource = ""
@@ -338,6 +387,7 @@ class OperationsSection:
     namespace: str = attrs.field(default="", validator=_node_name)
     kubeconfig: str = attrs.field(default="", validator=_absolute_or_empty)
     poll_s: float = attrs.field(default=2.0, validator=_poll_interval)
+    allow_local_sources: bool = False
 
     def __attrs_post_init__(self) -> None:
         if self.source == "spool" and not self.spool_dir:
@@ -353,9 +403,22 @@ class OperationsSection:
 
 @attrs.frozen
 class MirrorEntry:
-    """One ``[[mirrors]]`` entry: an absolute path that receives a verified copy of the current slot."""
+    """One ``[[mirrors]]`` entry: an absolute path that receives a verified copy of the current slot.
+
+    Attributes:
+        path: the mirror file.
+        root: the mirror tree it lies in ("" = ``path``'s directory); the tree may belong to another uid
+            (a container's root), so the copy is confined beneath it: no component below ``root`` is
+            followed if it is a symlink (design §10).
+    """
 
     path: str = attrs.field(validator=_absolute)
+    root: str = attrs.field(default="", validator=_absolute_or_empty)
+
+    @root.validator
+    def _root_holds_path(self, _attribute: object, value: str) -> None:
+        if value and not os.path.normpath(self.path).startswith(os.path.normpath(value).rstrip("/") + "/"):
+            raise _BadValue("root", f"{value} does not hold path {self.path}")
 
 
 @attrs.frozen
@@ -508,7 +571,7 @@ def _substituted(cfg: AgentConfig, machine: str | None) -> AgentConfig:
                 raise _BadValue(f"{prefix}.{a.name}", str(e)) from None
         for k, v in changes.items():
             if k in ("root", "legacy_root", "state_dir", "unit_dir", "lock_path", "path", "spool_dir",
-                     "kubeconfig") and v:
+                     "kubeconfig", "ca_file", "client_cert", "client_key") and v:
                 changes[k] = os.path.normpath(v)
         try:
             return attrs.evolve(section, **changes)
@@ -519,6 +582,7 @@ def _substituted(cfg: AgentConfig, machine: str | None) -> AgentConfig:
         cfg,
         agent=sub(cfg.agent, "agent"),
         host=sub(cfg.host, "host"),
+        download=sub(cfg.download, "download"),
         health=sub(cfg.health, "health"),
         operations=sub(cfg.operations, "operations"),
         mirrors=tuple(sub(m, f"mirrors[{i}]") for i, m in enumerate(cfg.mirrors)),

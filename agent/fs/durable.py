@@ -20,21 +20,24 @@ a dot so that nothing globbing the directory picks them up.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
+
+from agent.fs.tree import Dir, open_dir, open_parent
 
 __all__ = [
     "atomic_symlink",
     "atomic_write_bytes",
     "copy_file_durable",
+    "create_exclusive",
     "file_sha256",
     "fsync_dir",
     "fsync_file",
     "make_dirs",
     "missing_dirs",
     "remove_if_present",
+    "remove_regular",
 ]
 
 _CHUNK = 1 << 20  # bytes per read/write when copying or hashing
@@ -49,7 +52,7 @@ def fsync_dir(path: str) -> None:
     Raises:
         OSError: the directory cannot be opened or the fsync failed (never retried, see module docstring).
     """
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         os.fsync(fd)
     finally:
@@ -82,11 +85,6 @@ def file_sha256(path: str) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def _temp_name(path: str, kind: str) -> str:
-    head, base = os.path.split(path)
-    return os.path.join(head, f".{base}.{kind}-{os.urandom(8).hex()}")
-
-
 def _conflict(message: str) -> Exception:
     # Imported on use: the lock and the no-op recovery path import this module and must stay lean
     # (upgrade_core pulls in attrs and cattrs; design §9 ``recover.noop``).
@@ -95,26 +93,42 @@ def _conflict(message: str) -> Exception:
     return LayoutConflictError(message)
 
 
-def _same_regular_file_content(path: str, data: bytes, mode: int) -> bool:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return False
-    if not stat.S_ISREG(st.st_mode) or st.st_size != len(data) or stat.S_IMODE(st.st_mode) != mode:
-        return False
-    with open(path, "rb") as f:
-        return f.read(len(data) + 1) == data
-
-
 def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
-        n = os.write(fd, view)
-        view = view[n:]
+        view = view[os.write(fd, view):]
 
 
-def atomic_write_bytes(path: str, data: bytes, mode: int = 0o644) -> bool:
-    """Replace ``path`` with ``data``: temp file in the same directory + write + fsync + rename + dir fsync.
+def _parent(path: str, owned_from: str | None) -> Dir:
+    """The checked directory of ``path`` (:func:`agent.fs.tree.open_parent`); it must exist."""
+    d = open_parent(path, owned_from=owned_from)
+    if d is None:
+        parent = os.path.dirname(os.path.normpath(path)) or "/"
+        raise FileNotFoundError(errno.ENOENT, "directory does not exist", parent)
+    return d
+
+
+def create_exclusive(path: str, mode: int, *, owned_from: str | None = None) -> int:
+    """Create the new file ``path`` (``O_CREAT | O_EXCL | O_NOFOLLOW``, ``mode`` applied with ``fchmod``)
+    inside its checked directory (:meth:`agent.fs.tree.Dir.create`), for a staging file that a stream
+    then fills.
+
+    Returns:
+        The write descriptor (the caller closes it).
+
+    Raises:
+        FileNotFoundError: its directory does not exist.
+        FileExistsError: anything already stands at ``path`` (never opened).
+        upgrade_core.errors.HostRefusedError: a directory on the way is not the agent's (exit 4).
+        OSError: ENOSPC, EROFS, EACCES...
+    """
+    with _parent(path, owned_from) as d:
+        return d.create(os.path.basename(path), mode)
+
+
+def atomic_write_bytes(path: str, data: bytes, mode: int = 0o644, *, owned_from: str | None = None) -> bool:
+    """Replace ``path`` with ``data``: temp file in the same directory + write + fsync + rename + dir fsync,
+    all through the directory's checked handle (:meth:`agent.fs.tree.Dir.replace`).
 
     Rewriting identical content (same bytes, same mode) writes nothing; the file and its directory are
     fsynced anyway, so a rename left un-synced by a crashed predecessor still becomes durable.
@@ -123,46 +137,25 @@ def atomic_write_bytes(path: str, data: bytes, mode: int = 0o644) -> bool:
         path: the file to replace; its directory must exist.
         data: the whole new content.
         mode: permission bits of the file (applied with ``fchmod``, so the umask does not narrow them).
+        owned_from: the agent's own directory on the way (default: ``path``'s directory), see
+            :func:`agent.fs.tree.open_dir`.
 
     Returns:
         True when the file was (re)written, False when it already held ``data`` with ``mode``.
 
     Raises:
+        upgrade_core.errors.HostRefusedError: a directory on the way is not the agent's (exit 4).
         upgrade_core.errors.LayoutConflictError: a directory stands at ``path``; nothing was written.
         OSError: a write, fsync or rename failed (``ENOSPC``, ``EROFS``, ``EIO``); the temp file is removed
             and ``path`` is as before.
     """
-    if os.path.isdir(path) and not os.path.islink(path):
-        raise _conflict(f"{path}: a directory stands where a file must be written")
-    parent = os.path.dirname(path) or "."
-    if _same_regular_file_content(path, data, mode):
-        fsync_file(path)
-        fsync_dir(parent)
-        return False
-    tmp = _temp_name(path, "tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
-    try:
-        try:
-            os.fchmod(fd, mode)
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-    except BaseException:
-        _discard_temp(tmp)
-        raise
-    fsync_dir(parent)
-    return True
+    with _parent(path, owned_from) as d:
+        return d.replace(os.path.basename(path), data, mode)
 
 
-def _discard_temp(tmp: str) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(tmp)
-
-
-def atomic_symlink(target: str, link_path: str) -> bool:
-    """Make ``link_path`` a symlink to ``target``: temp link + rename + directory fsync (cases C11, C12).
+def atomic_symlink(target: str, link_path: str, *, owned_from: str | None = None) -> bool:
+    """Make ``link_path`` a symlink to ``target``: temp link + rename + directory fsync (cases C11, C12),
+    through the directory's checked handle (:meth:`agent.fs.tree.Dir.symlink`).
 
     ``ln -sfn`` unlinks then creates, so a concurrent reader can find no link at all; a rename over the old
     link is atomic, so a reader sees either the old target or the new one. When the link already names
@@ -172,141 +165,146 @@ def atomic_symlink(target: str, link_path: str) -> bool:
         target: the link's content, stored verbatim (keep it relative so the layout resolves when the host
             root is mounted elsewhere, case C14).
         link_path: where the link goes; its directory must exist.
+        owned_from: see :func:`atomic_write_bytes`.
 
     Returns:
         True when the link was created or changed, False when it already named ``target``.
 
     Raises:
+        upgrade_core.errors.HostRefusedError: a directory on the way is not the agent's (exit 4).
         upgrade_core.errors.LayoutConflictError: a real file or directory stands at ``link_path``; nothing
             was changed (design §6 "Switch").
         OSError: creating, renaming or fsyncing failed; the temp link is removed and ``link_path`` is as
             before.
     """
-    parent = os.path.dirname(link_path) or "."
-    try:
-        st = os.lstat(link_path)
-    except FileNotFoundError:
-        st = None
-    if st is not None:
-        if not stat.S_ISLNK(st.st_mode):
-            kind = "directory" if stat.S_ISDIR(st.st_mode) else "file"
-            raise _conflict(f"{link_path}: a real {kind} stands where a symlink must be; refused")
-        if os.readlink(link_path) == target:
-            fsync_dir(parent)
-            return False
-    tmp = _temp_name(link_path, "link")
-    os.symlink(target, tmp)
-    try:
-        os.rename(tmp, link_path)
-    except BaseException:
-        _discard_temp(tmp)
-        raise
-    fsync_dir(parent)
-    return True
+    with _parent(link_path, owned_from) as d:
+        return d.symlink(target, os.path.basename(link_path))
 
 
-def remove_if_present(path: str, *, sync_dir: bool = True) -> bool:
-    """Remove a file or symlink if it exists, deciding by ``lstat`` (case C14).
-
-    On a read-only mount, ``unlink`` of a path that does not exist fails with ``EROFS`` rather than
-    ``ENOENT``; ``lstat`` says whether there is anything to remove, so a missing path is never an error.
+def remove_if_present(path: str, *, sync_dir: bool = True, owned_from: str | None = None) -> bool:
+    """Remove a file or symlink if it exists, with ``unlinkat`` on its checked directory (case C14: on a
+    read-only mount ``unlink`` of a missing name fails with ``EROFS``; the ``fstatat`` first says whether
+    there is anything to remove).
 
     Args:
         path: a regular file or symlink (never followed).
         sync_dir: fsync the parent directory after a removal.
+        owned_from: see :func:`atomic_write_bytes`.
 
     Returns:
-        True when something was removed, False when nothing was there.
+        True when something was removed, False when nothing (or no directory) was there.
 
     Raises:
+        upgrade_core.errors.HostRefusedError: a directory on the way is not the agent's (exit 4).
         IsADirectoryError: a directory stands at ``path``; nothing was removed.
         OSError: the removal failed for another reason (``EROFS`` on an existing file, ``EACCES``).
     """
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
+    d = open_parent(path, owned_from=owned_from)
+    if d is None:
         return False
-    if stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, "is a directory, not removed", path)
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
+    with d:
+        return d.remove(os.path.basename(path), sync=sync_dir)
+
+
+def remove_regular(path: str) -> bool:
+    """Remove ``path`` only when it is a regular file (a lock file, never a link, FIFO or directory someone
+    put in its place), with ``unlinkat`` on its checked directory, then fsync the directory.
+
+    Returns:
+        True when a regular file was removed; False when nothing, or something else, stands there.
+
+    Raises:
+        upgrade_core.errors.HostRefusedError: a directory on the way is not the agent's (exit 4).
+        OSError: EROFS, EACCES...
+    """
+    d = open_parent(path)
+    if d is None:
         return False
-    except OSError as e:
-        if e.errno == errno.EROFS and not os.path.lexists(path):
+    with d:
+        st = d.lstat(os.path.basename(path))
+        if st is None or not stat.S_ISREG(st.st_mode):
             return False
-        raise
-    if sync_dir:
-        fsync_dir(os.path.dirname(path) or ".")
-    return True
+        return d.remove(os.path.basename(path))
 
 
-def copy_file_durable(src: str, dst: str, mode: int = 0o755, expected_sha256: str | None = None) -> bool:
+def copy_file_durable(
+    src: str, dst: str, mode: int = 0o755, expected_sha256: str | None = None, *, into: Dir | None = None
+) -> bool:
     """Copy ``src`` onto ``dst`` durably: temp beside ``dst`` + fsync + digest check + rename + dir fsync.
 
     ``dst`` itself is never opened for writing, so a process executing it is unaffected (case C09); it is
-    replaced by the rename. A ``dst`` that already holds ``src``'s bytes with ``mode`` is left as it is
-    (idempotent adoption and mirror sync).
+    replaced by the rename, inside ``dst``'s checked directory (``into`` when the caller walked to it, e.g.
+    a confined mirror tree; else :func:`agent.fs.tree.open_parent`). A ``dst`` that already holds ``src``'s
+    bytes with ``mode`` is left as it is (idempotent adoption and mirror sync).
 
     Args:
         src: the regular file to copy (a symlink is refused with ``ELOOP``).
-        dst: the destination path; its directory must exist.
+        dst: the destination path (its basename is the entry written in its directory).
         mode: permission bits of the copy.
         expected_sha256: 64 lowercase hex the copied bytes must hash to, or None.
+        into: the already-checked directory of ``dst``.
 
     Returns:
         True when ``dst`` was written, False when it already held the same bytes and mode.
 
     Raises:
         ValueError: the bytes read from ``src`` do not hash to ``expected_sha256``; ``dst`` is unchanged.
+        upgrade_core.errors.HostRefusedError: ``dst``'s directory is not the agent's (exit 4).
         upgrade_core.errors.LayoutConflictError: a directory stands at ``dst``.
         OSError: reading, writing, fsync or rename failed; the temp file is removed, ``dst`` unchanged.
     """
     import hashlib
 
-    if os.path.isdir(dst) and not os.path.islink(dst):
-        raise _conflict(f"{dst}: a directory stands where a file must be copied")
     src_sha = file_sha256(src)
     if expected_sha256 is not None and src_sha != expected_sha256:
         raise ValueError(f"{src}: sha256 {src_sha} differs from the expected {expected_sha256}")
+    d = into if into is not None else _parent(dst, None)
     try:
-        dst_st = os.lstat(dst)
-    except FileNotFoundError:
-        dst_st = None
-    parent = os.path.dirname(dst) or "."
-    if (
-        dst_st is not None
-        and stat.S_ISREG(dst_st.st_mode)
-        and stat.S_IMODE(dst_st.st_mode) == mode
-        and dst_st.st_size == os.stat(src).st_size
-        and file_sha256(dst) == src_sha
-    ):
-        fsync_file(dst)
-        fsync_dir(parent)
-        return False
-    tmp = _temp_name(dst, "tmp")
-    try:
-        digest = hashlib.sha256()
-        in_fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        out_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, mode)
+        name = os.path.basename(dst)
+        dst_st = d.lstat(name)
+        if dst_st is not None and stat.S_ISDIR(dst_st.st_mode):
+            raise _conflict(f"{dst}: a directory stands where a file must be copied")
+        if (
+            dst_st is not None
+            and stat.S_ISREG(dst_st.st_mode)
+            and stat.S_IMODE(dst_st.st_mode) == mode
+            and dst_st.st_size == os.stat(src).st_size
+            and d.sha256(name) == src_sha
+        ):
+            fd = d.open_regular(name)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            d.fsync()
+            return False
+        tmp = d.temp_name(name, "tmp")
         try:
-            os.fchmod(out_fd, mode)
-            while chunk := os.read(in_fd, _CHUNK):
-                digest.update(chunk)
-                _write_all(out_fd, chunk)
-            os.fsync(out_fd)
-        finally:
-            os.close(out_fd)
-            os.close(in_fd)
-        if digest.hexdigest() != src_sha:
-            # src changed while it was copied: refuse rather than install bytes nobody checked.
-            raise ValueError(f"{src}: content changed while it was copied to {dst}")
-        os.rename(tmp, dst)
-    except BaseException:
-        _discard_temp(tmp)
-        raise
-    fsync_dir(parent)
-    return True
+            digest = hashlib.sha256()
+            in_fd = os.open(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            try:
+                out_fd = d.create(tmp, mode)
+                try:
+                    while chunk := os.read(in_fd, _CHUNK):
+                        digest.update(chunk)
+                        _write_all(out_fd, chunk)
+                    os.fsync(out_fd)
+                finally:
+                    os.close(out_fd)
+            finally:
+                os.close(in_fd)
+            if digest.hexdigest() != src_sha:
+                # src changed while it was copied: refuse rather than install bytes nobody checked.
+                raise ValueError(f"{src}: content changed while it was copied to {dst}")
+            d.rename(tmp, name)
+        except BaseException:
+            d.discard(tmp)
+            raise
+        d.fsync()
+        return True
+    finally:
+        if into is None:
+            d.close()
 
 
 def missing_dirs(path: str) -> list[str]:
@@ -323,30 +321,32 @@ def missing_dirs(path: str) -> list[str]:
     return list(reversed(missing))
 
 
-def make_dirs(path: str, mode: int = 0o755, leaf_mode: int | None = None) -> list[str]:
-    """Create ``path`` and its missing parents durably (design §3: missing parents are created 0755).
+def make_dirs(path: str, mode: int = 0o755, leaf_mode: int | None = None, *, owned_from: str | None = None
+              ) -> list[str]:
+    """Create ``path`` and its missing parents durably (design §3: missing parents are created 0755), by the
+    checked walk of :func:`agent.fs.tree.open_dir` (one component at a time, never following a link the
+    walk does not trust).
 
-    Each created directory gets its mode with ``chmod`` (so the umask does not narrow it) and its parent is
+    Each created directory gets its mode with ``fchmod`` (so the umask does not narrow it) and its parent is
     fsynced. Existing directories are left as they are, modes included.
 
     Args:
         path: absolute directory path.
         mode: mode of created parents.
         leaf_mode: mode of ``path`` itself when created (e.g. 0o700 for ``state_dir``); None: ``mode``.
+        owned_from: the agent's own directory on the way (default ``path``), see
+            :func:`agent.fs.tree.open_dir`.
 
     Returns:
         The directories created, outermost first.
 
     Raises:
-        NotADirectoryError: a non-directory stands on the way.
+        upgrade_core.errors.HostRefusedError: a directory on the way fails its rule (exit 4).
         OSError: creation or fsync failed (``EROFS``, ``EACCES``, ``ENOSPC``).
     """
-    missing = missing_dirs(path)
     created: list[str] = []
-    for d in missing:
-        want = leaf_mode if (d == missing[-1] and leaf_mode is not None) else mode
-        os.mkdir(d, want)
-        os.chmod(d, want)
-        fsync_dir(os.path.dirname(d))
-        created.append(d)
+    d = open_dir(path, owned_from=owned_from, create=leaf_mode if leaf_mode is not None else mode,
+                 parents=mode, made=created)
+    assert d is not None
+    d.close()
     return created

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["NotARegularFileError", "UntrustedFileError", "read_regular_file"]
+__all__ = ["NotARegularFileError", "UntrustedFileError", "list_names", "read_regular_file", "read_text"]
 
 
 class NotARegularFileError(OSError):
@@ -18,14 +18,16 @@ class UntrustedFileError(OSError):
 
 
 def read_regular_file(
-    path: str, *, follow: bool = True, limit: int | None = None, trusted: bool = False
+    path: str, *, follow: bool = True, limit: int | None = None, trusted: bool = False, private: bool = False
 ) -> bytes:
     """The bytes of the regular file ``path`` (at most ``limit`` bytes when given).
 
     With ``trusted``, the opened file must also be owned by root or the effective user and not be group- or
     world-writable (checked on the open descriptor, so a file swapped in after the check is not read): what
     a root-run tool takes commands and paths from must not be writable by anyone else (the rule of sshd's
-    ``StrictModes`` and sudo's sudoers check).
+    ``StrictModes`` and sudo's sudoers check). With ``private`` (a private key), it must in addition give
+    group and others no access at all (OpenSSH's rule for identity files: a key others can read is no longer
+    private).
 
     Never reads a FIFO, device or socket, and never blocks on one: with ``follow`` the link's target is
     ``stat``ed before the open (so no FIFO blocks it and no device's driver sees an open: opening
@@ -36,7 +38,8 @@ def read_regular_file(
     Raises:
         FileNotFoundError: it does not exist.
         NotARegularFileError: it is not a regular file (``strerror`` says so).
-        UntrustedFileError: ``trusted`` and its owner or mode fail the rule above (``strerror`` says so).
+        UntrustedFileError: ``trusted`` or ``private`` and its owner or mode fail the rules above
+            (``strerror`` says so).
         OSError: any other failure to open or read it.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -50,16 +53,42 @@ def read_regular_file(
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise _not_regular(path)
-        if trusted and (st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022):
+        if (trusted or private) and (st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022):
             raise UntrustedFileError(
                 0, f"owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}: it must be owned by "
                    "root (or the user running this) and not writable by group or others", path)
+        if private and st.st_mode & 0o077:
+            raise UntrustedFileError(
+                0, f"mode {stat.S_IMODE(st.st_mode):04o}: a private key must not be readable by group or "
+                   "others (chmod 0600)", path)
         if limit is not None:
             return os.read(fd, limit)
         with os.fdopen(os.dup(fd), "rb") as f:
             return f.read()
     finally:
         os.close(fd)
+
+
+def read_text(path: str, *, follow: bool = True, limit: int | None = None) -> str | None:
+    """The text (UTF-8, undecodable bytes replaced) of the regular file ``path`` (a ``/proc`` file, a unit
+    file to compare), or None when it is absent, unreadable or not a regular file; see
+    :func:`read_regular_file`."""
+    try:
+        return read_regular_file(path, follow=follow, limit=limit).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def list_names(directory: str) -> list[str]:
+    """The entries of ``directory``, sorted (``.`` and ``..`` excluded); a missing directory has none.
+
+    Raises:
+        OSError: it exists but cannot be listed (EACCES, ENOTDIR).
+    """
+    try:
+        return sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
 
 
 def _not_regular(path: str) -> NotARegularFileError:

@@ -15,8 +15,9 @@ import contextlib
 import os
 import stat
 
-from agent.fs.durable import make_dirs
+from agent.fs import tree
 from agent.fs.regular import read_regular_file
+from agent.fs.tree import open_dir
 from journal import JournalRefusedError, safefs
 from upgrade_core.errors import HostRefusedError
 
@@ -43,47 +44,23 @@ def _refuse(path: str, what: str) -> Exception:
 
 
 def check_ancestors(path: str) -> None:
-    """Check every existing ancestor of ``path`` (not ``path`` itself) by the ancestor rule of
-    :mod:`agent.host.ownership`.
+    """Check every existing ancestor of ``path`` (not ``path`` itself) by the ancestor rule, walking from
+    ``/`` one component at a time (:func:`agent.fs.tree.check_ancestors`); creates nothing.
 
     Raises:
         HostRefusedError: an ancestor is owned by another user, or writable by others without being a
             sticky root-owned directory, or a symlink owned by another user (exit 4).
     """
-    path = os.path.normpath(os.path.abspath(path))
-    parts = [p for p in path.split("/") if p][:-1]
-    current = "/"
-    deepest = "/"
-    euid = os.geteuid()
     try:
-        for part in ["", *parts]:
-            current = os.path.join(current, part) if part else "/"
-            try:
-                lst = os.lstat(current)
-            except FileNotFoundError:
-                break
-            if stat.S_ISLNK(lst.st_mode):
-                if lst.st_uid not in (0, euid):
-                    raise _refuse(current, f"a symlink owned by uid {lst.st_uid}, not root or {euid}")
-            else:
-                safefs.check_parent(lst, current)
-            deepest = current
-        # A symlink on the way: the directories it leads to follow the same rule.
-        real = os.path.realpath(deepest)
-        if real != deepest:
-            walk = "/"
-            for part in ["", *[p for p in real.split("/") if p]]:
-                walk = os.path.join(walk, part) if part else "/"
-                safefs.check_parent(os.lstat(walk), walk)
-    except JournalRefusedError as exc:
-        raise refused(exc) from None
+        tree.check_ancestors(path)
     except OSError as exc:
-        raise _refuse(current, f"cannot inspect: {exc.strerror or exc}") from None
+        where = getattr(exc, "filename", None) or path
+        raise _refuse(where, f"cannot inspect: {exc.strerror or exc}") from None
 
 
 def open_state_dir(state_dir: str, *, create: bool) -> int | None:
     """Open ``state_dir`` checked (see :mod:`agent.host.ownership`), creating it 0700 (missing parents 0755)
-    if asked.
+    if asked, by the walk of :func:`agent.fs.tree.open_dir`.
 
     Returns:
         Its descriptor (the caller closes it), or None when it is missing and ``create`` is False.
@@ -92,29 +69,19 @@ def open_state_dir(state_dir: str, *, create: bool) -> int | None:
         HostRefusedError: an ancestor or ``state_dir`` fails its check, or it cannot be created (EACCES,
             EROFS) (exit 4).
     """
-    check_ancestors(state_dir)
-    parent = os.path.dirname(state_dir) or "/"
     try:
-        if create and not os.path.isdir(parent):
-            make_dirs(parent, 0o755)
-            check_ancestors(state_dir)
-        try:
-            pfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return None
-        try:
-            safefs.check_parent(os.fstat(pfd), parent)
-            name = os.path.basename(state_dir)
-            if create:
-                return safefs.make_dir(pfd, name, state_dir, 0o700)
-            return safefs.open_dir(state_dir, dir_fd=pfd, name=name)
-        finally:
-            os.close(pfd)
-    except JournalRefusedError as exc:
-        raise refused(exc) from None
+        d = open_dir(state_dir, create=0o700 if create else None)
     except OSError as exc:
         where = getattr(exc, "filename", None) or state_dir
         raise _refuse(where, f"cannot create: {exc.strerror or exc}") from None
+    if d is None:
+        return None
+    try:
+        safefs.check_owned(d.fstat(), state_dir, directory=True)
+    except JournalRefusedError as exc:
+        d.close()
+        raise refused(exc) from None
+    return d.detach()
 
 
 STATE_FILE_MODE = 0o600

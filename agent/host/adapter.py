@@ -15,7 +15,6 @@ executing the old file keeps running it.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
@@ -27,6 +26,7 @@ import anyio.to_thread
 
 from agent.config.loader import AgentConfig
 from agent.fs import durable
+from agent.fs.tree import Dir, open_dir
 from agent.host.layout import Layout
 from upgrade_core import Slot
 from upgrade_core.errors import HostError, LayoutConflictError, NoExecError, NoSpaceError
@@ -75,7 +75,8 @@ class AgentHost:
         name: ``agent.name``.
         legacy_root: ``host.legacy_root`` or "" for none.
         max_member_bytes: ``limits.max_member_bytes``; free space on the slot filesystem must exceed it.
-        mirrors: ``[[mirrors]].path`` values (absolute).
+        mirrors: ``[[mirrors]]`` entries: ``(path, root)`` pairs, or a path alone (root "" = the path's
+            directory); each copy is confined beneath its root (docs/configuration.md ``[[mirrors]]``).
         protected_prefix: writes are refused under this prefix unless under ``protected_prefix/local``
             (design §3 "nothing under /usr"); tests pass a fake prefix.
     """
@@ -87,14 +88,14 @@ class AgentHost:
         *,
         legacy_root: str = "",
         max_member_bytes: int = 268435456,
-        mirrors: Sequence[str] = (),
+        mirrors: Sequence[str | tuple[str, str]] = (),
         protected_prefix: str = "/usr",
     ) -> None:
         self._root = os.path.normpath(root)
         self._name = name
         self._legacy_root = os.path.normpath(legacy_root) if legacy_root else ""
         self._max_member_bytes = max_member_bytes
-        self._mirrors = tuple(mirrors)
+        self._mirrors = tuple((m, "") if isinstance(m, str) else m for m in mirrors)
         self._protected = os.path.normpath(protected_prefix)
         self.layout = Layout(self._root, name)
 
@@ -106,7 +107,7 @@ class AgentHost:
             cfg.agent.name,
             legacy_root=cfg.host.legacy_root,
             max_member_bytes=cfg.limits.max_member_bytes,
-            mirrors=[m.path for m in cfg.mirrors],
+            mirrors=[(m.path, m.root) for m in cfg.mirrors],
         )
 
     @property
@@ -125,19 +126,36 @@ class AgentHost:
         return self._legacy_root
 
     # -- reading -----------------------------------------------------------------------------------
-    def _read_link(self, link: str) -> Slot | None:
+    def agent_dir(self) -> Dir | None:
+        """The checked handle of ``R/lib/NAME`` (:func:`agent.fs.tree.open_dir`: ``R`` and what lies below it
+        by the own-directory rule, never through a link below ``R``), or None when it does not exist yet.
+
+        Raises:
+            HostRefusedError: a directory on the way is not the agent's (exit 4).
+            HostError: it cannot be opened (EACCES, EIO).
+        """
         try:
-            st = os.lstat(link)
-        except FileNotFoundError:
-            return None
+            return open_dir(self.layout.agent_dir, owned_from=self._root, own_link=True)
         except NotADirectoryError:
-            raise LayoutConflictError(f"{link}: a file stands where a layout directory must be") from None
+            where = self.layout.agent_dir
+            raise LayoutConflictError(f"{where}: a file stands where a layout directory must be") from None
+        except OSError as e:
+            raise host_error("open the layout directory", self.layout.agent_dir, e) from None
+
+    def _read_link(self, d: Dir | None, link: str) -> Slot | None:
+        if d is None:
+            return None
+        name = os.path.basename(link)
+        try:
+            st = d.lstat(name)
+            if st is None:
+                return None
+            if not stat.S_ISLNK(st.st_mode):
+                kind = "directory" if stat.S_ISDIR(st.st_mode) else "file"
+                raise LayoutConflictError(f"{link}: a real {kind} stands where a symlink must be")
+            target = d.readlink(name) or ""
         except OSError as e:
             raise host_error("read the link", link, e) from None
-        if not stat.S_ISLNK(st.st_mode):
-            kind = "directory" if stat.S_ISDIR(st.st_mode) else "file"
-            raise LayoutConflictError(f"{link}: a real {kind} stands where a symlink must be")
-        target = os.readlink(link)
         slot = self.layout.slot_of_target(target)
         if slot is None:
             raise LayoutConflictError(
@@ -156,10 +174,15 @@ class AgentHost:
             LayoutConflictError: a link is a real file/directory, or names something other than a bare slot.
             HostError: the links cannot be read.
         """
-        return LinkState(
-            current=self._read_link(self.layout.current_link),
-            last_good=self._read_link(self.layout.last_good_link),
-        )
+        d = self.agent_dir()
+        try:
+            return LinkState(
+                current=self._read_link(d, self.layout.current_link),
+                last_good=self._read_link(d, self.layout.last_good_link),
+            )
+        finally:
+            if d is not None:
+                d.close()
 
     def slot_path(self, slot: Slot) -> str:
         """Absolute path of ``R/lib/NAME/NAME-<slot>``."""
@@ -169,22 +192,28 @@ class AgentHost:
         """Absolute path of ``R/lib/NAME/NAME-current`` (what ``ExecStart`` runs)."""
         return self.layout.current_link
 
-    def _slot_sha256_sync(self, slot: Slot) -> str | None:
+    def slot_sha256_sync(self, slot: Slot) -> str | None:
+        """:meth:`slot_sha256` in the calling thread (a reader that runs no event loop)."""
         path = self.layout.slot_path(slot)
-        try:
-            st = os.lstat(path)
-        except (FileNotFoundError, NotADirectoryError):
+        name = self.layout.slot_target(slot)
+        d = self.agent_dir()
+        if d is None:
             return None
-        except OSError as e:
-            raise host_error("stat the slot", path, e) from None
-        if not stat.S_ISREG(st.st_mode):
-            raise LayoutConflictError(f"{path}: a slot must be a regular file")
-        if st.st_size == 0:
-            return None  # a zero-length slot is evidence of a crash, never a binary (case C12)
-        try:
-            return durable.file_sha256(path)
-        except OSError as e:
-            raise host_error("hash the slot", path, e) from None
+        with d:
+            try:
+                st = d.lstat(name)
+            except OSError as e:
+                raise host_error("stat the slot", path, e) from None
+            if st is None:
+                return None
+            if not stat.S_ISREG(st.st_mode):
+                raise LayoutConflictError(f"{path}: a slot must be a regular file")
+            if st.st_size == 0:
+                return None  # a zero-length slot is evidence of a crash, never a binary (case C12)
+            try:
+                return d.sha256(name)
+            except OSError as e:
+                raise host_error("hash the slot", path, e) from None
 
     async def slot_sha256(self, slot: Slot) -> str | None:
         """sha256 (64 lowercase hex) of the slot file.
@@ -198,45 +227,51 @@ class AgentHost:
 
         Cancellation: no effect (read only; the worker thread is waited for).
         """
-        return await anyio.to_thread.run_sync(self._slot_sha256_sync, slot)
+        return await anyio.to_thread.run_sync(self.slot_sha256_sync, slot)
 
     def is_installed(self) -> bool:
         """True when ``R/lib/NAME/NAME-current`` exists as a symlink (whatever it names)."""
         try:
-            return stat.S_ISLNK(os.lstat(self.layout.current_link).st_mode)
-        except OSError:
+            d = self.agent_dir()
+        except HostError:
             return False
+        if d is None:
+            return False
+        with d:
+            st = d.lstat(os.path.basename(self.layout.current_link))
+        return st is not None and stat.S_ISLNK(st.st_mode)
 
     # -- staging -----------------------------------------------------------------------------------
     def _sweep_sync(self) -> list[str]:
         agent_dir = self.layout.agent_dir
-        try:
-            names = os.listdir(agent_dir)
-        except (FileNotFoundError, NotADirectoryError):
+        d = self.agent_dir()
+        if d is None:
             return []
-        except OSError as e:
-            raise host_error("list the layout", agent_dir, e) from None
-        protected = set()
-        for link in (self.layout.current_link, self.layout.last_good_link):
-            with contextlib.suppress(OSError):
-                protected.add(os.readlink(link))
-        removed = []
-        for n in sorted(names):
-            if self.layout.staging_slot(n) is None or n in protected:
-                continue
-            path = os.path.join(agent_dir, n)
+        with d:
             try:
-                if not stat.S_ISREG(os.lstat(path).st_mode):
-                    continue  # not a file we could have made: leave it for the operator
-                if durable.remove_if_present(path, sync_dir=False):
-                    removed.append(path)
+                names = d.names()
+                protected = {d.readlink(os.path.basename(link))
+                             for link in (self.layout.current_link, self.layout.last_good_link)}
             except OSError as e:
-                raise host_error("remove a staging leftover", path, e) from None
-        if removed:
-            try:
-                durable.fsync_dir(agent_dir)
-            except OSError as e:
-                raise host_error("fsync the layout directory", agent_dir, e) from None
+                raise host_error("list the layout", agent_dir, e) from None
+            removed = []
+            for n in names:
+                if self.layout.staging_slot(n) is None or n in protected:
+                    continue
+                path = os.path.join(agent_dir, n)
+                try:
+                    st = d.lstat(n)
+                    if st is None or not stat.S_ISREG(st.st_mode):
+                        continue  # not a file we could have made: leave it for the operator
+                    if d.remove(n, sync=False):
+                        removed.append(path)
+                except OSError as e:
+                    raise host_error("remove a staging leftover", path, e) from None
+            if removed:
+                try:
+                    d.fsync()
+                except OSError as e:
+                    raise host_error("fsync the layout directory", agent_dir, e) from None
         return removed
 
     async def sweep_staging(self) -> list[str]:
@@ -273,8 +308,12 @@ class AgentHost:
     def _prepare_staging_sync(self, slot: Slot) -> str:
         agent_dir = self.layout.agent_dir
         self.refuse_protected(agent_dir)
+        d = self.agent_dir()
+        if d is None:
+            raise HostError(f"{agent_dir}: the layout directory does not exist; cannot stage a candidate")
         try:
-            st = os.statvfs(agent_dir)
+            with d:
+                st = d.statvfs()
         except OSError as e:
             raise host_error("inspect the slot filesystem", agent_dir, e) from None
         if st.f_flag & os.ST_NOEXEC:
@@ -311,10 +350,14 @@ class AgentHost:
 
     def _discard_sync(self, staging_path: str) -> None:
         self._check_staging_path(staging_path)
-        try:
-            durable.remove_if_present(staging_path)
-        except OSError as e:
-            raise host_error("remove the staging file", staging_path, e) from None
+        d = self.agent_dir()
+        if d is None:
+            return
+        with d:
+            try:
+                d.remove(os.path.basename(staging_path))
+            except OSError as e:
+                raise host_error("remove the staging file", staging_path, e) from None
 
     async def discard_staging(self, staging_path: str) -> None:
         """Remove a staging file if present (EROFS-safe, case C14), then fsync its directory.
@@ -339,20 +382,31 @@ class AgentHost:
                 " it"
             )
         path = staged.staging_path
-        try:
-            st = os.lstat(path)
-            if not stat.S_ISREG(st.st_mode) or st.st_size != staged.size or st.st_size == 0:
-                raise HostError(
-                    f"{path}: staged file is {st.st_size} bytes, expected {staged.size}; not installed"
-                )
-            # Slots are 0755 whoever wrote the file (design §3). The archive source fsynced it already; fsync
-            # again (cheap when clean) so the C12 order holds whoever wrote it.
-            os.chmod(path, 0o755)
-            durable.fsync_file(path)
-            os.rename(path, self.layout.slot_path(staged.slot))
-            durable.fsync_dir(self.layout.agent_dir)
-        except OSError as e:
-            raise host_error("install the staged candidate", path, e) from None
+        name = os.path.basename(path)
+        d = self.agent_dir()
+        if d is None:
+            raise HostError(f"{path}: the layout directory is gone; not installed")
+        with d:
+            try:
+                st = d.lstat(name)
+                if st is None:
+                    raise FileNotFoundError(errno.ENOENT, "no such file", path)
+                if not stat.S_ISREG(st.st_mode) or st.st_size != staged.size or st.st_size == 0:
+                    raise HostError(
+                        f"{path}: staged file is {st.st_size} bytes, expected {staged.size}; not installed"
+                    )
+                # Slots are 0755 whoever wrote the file (design §3). The archive source fsynced it already;
+                # fsync again (cheap when clean) so the C12 order holds whoever wrote it.
+                fd = d.open_regular(name)
+                try:
+                    os.fchmod(fd, 0o755)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                d.rename(name, self.layout.slot_target(staged.slot))
+                d.fsync()
+            except OSError as e:
+                raise host_error("install the staged candidate", path, e) from None
 
     async def install_staged(self, staged: StagedCandidate) -> None:
         """Rename the staging file onto its slot, then fsync the slot directory (case C12).
@@ -369,16 +423,22 @@ class AgentHost:
     # -- links -------------------------------------------------------------------------------------
     def _point_sync(self, link: str, slot: Slot) -> None:
         slot_path = self.layout.slot_path(slot)
+        d = self.agent_dir()
         try:
-            st = os.lstat(slot_path)
+            st = d.lstat(self.layout.slot_target(slot)) if d is not None else None
         except OSError:
             st = None
-        if st is None or not stat.S_ISREG(st.st_mode) or st.st_size == 0:
-            raise HostError(f"{slot_path}: missing or empty; {os.path.basename(link)} is not pointed at it")
         try:
-            durable.atomic_symlink(self.layout.slot_target(slot), link)
-        except OSError as e:
-            raise host_error("switch the link", link, e) from None
+            if d is None or st is None or not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+                label = os.path.basename(link)
+                raise HostError(f"{slot_path}: missing or empty; {label} is not pointed at it")
+            try:
+                d.symlink(self.layout.slot_target(slot), os.path.basename(link))
+            except OSError as e:
+                raise host_error("switch the link", link, e) from None
+        finally:
+            if d is not None:
+                d.close()
 
     async def point_current(self, slot: Slot) -> None:
         """Flip ``current`` to ``slot``: temp link + rename + directory fsync (atomic, case C11).
@@ -398,25 +458,51 @@ class AgentHost:
     # -- mirrors -----------------------------------------------------------------------------------
     def _sync_mirrors_sync(self, slot: Slot, sha256: str) -> tuple[str, ...]:
         src = self.layout.slot_path(slot)
-        for mirror in self._mirrors:
+        for mirror, tree_root in self._mirrors:
             parent = os.path.dirname(mirror)
-            if not os.path.isdir(parent):
-                raise HostError(f"{mirror}: mirror directory {parent} does not exist")
             try:
-                durable.copy_file_durable(src, mirror, 0o755, expected_sha256=sha256)
+                d = open_dir(parent, owned_from=tree_root or parent, confined=True)
+                if d is None:
+                    raise HostError(f"{mirror}: mirror directory {parent} does not exist")
+                with d:
+                    durable.copy_file_durable(src, mirror, 0o755, expected_sha256=sha256, into=d)
             except ValueError as e:
                 raise HostError(f"{mirror}: not synced: {e}") from None
             except LayoutConflictError as e:
                 raise HostError(str(e)) from None
             except OSError as e:
                 raise host_error("write the mirror", mirror, e) from None
-        return self._mirrors
+        return tuple(m for m, _ in self._mirrors)
+
+    def check_mirrors(self) -> None:
+        """Walk to every mirror's directory as :meth:`sync_mirrors` will (confined beneath its root), writing
+        nothing: a mirror that cannot be reached that way is named before an episode opens, not after the
+        switch.
+
+        Raises:
+            HostRefusedError: a symlink or a non-directory on the way, or an ancestor of the mirror's root
+                that is not root's (exit 4).
+            HostError: a mirror's directory is missing or cannot be opened.
+        """
+        for mirror, tree_root in self._mirrors:
+            parent = os.path.dirname(mirror)
+            try:
+                d = open_dir(parent, owned_from=tree_root or parent, confined=True)
+            except OSError as e:
+                raise host_error("open the mirror directory", parent, e) from None
+            if d is None:
+                raise HostError(f"{mirror}: mirror directory {parent} does not exist")
+            d.close()
 
     async def sync_mirrors(self, slot: Slot, sha256: str) -> tuple[str, ...]:
         """Copy the slot to every ``[[mirrors]].path`` (temp + fsync + digest check + rename + dir fsync).
 
         A mirror that already holds the bytes is left alone. A mirror is replaced by rename, never opened
-        for writing, so a process running it keeps running (case C09).
+        for writing, so a process running it keeps running (case C09). The mirror tree may belong to another
+        uid (a user-namespaced container's root): the walk from its ``root`` down to the mirror's directory
+        accepts any owner but never a symlink (:func:`agent.fs.tree.open_dir` ``confined``), and the copy is
+        made and renamed inside that directory's handle, so nothing is written outside the tree; the
+        ancestors of ``root`` follow the ancestor rule.
 
         Args:
             slot: the slot to copy.
@@ -426,6 +512,8 @@ class AgentHost:
             The mirror paths, in configuration order.
 
         Raises:
+            HostRefusedError: a mirror's directory cannot be walked that way (a symlink or a non-directory
+                on the way, an ancestor of its root not root's) (exit 4); nothing written there.
             HostError: a mirror directory is missing, a copy failed, or the bytes differ from ``sha256``;
                 mirrors after the failing one are not touched.
 

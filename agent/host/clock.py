@@ -7,6 +7,7 @@ from typing import final
 
 import anyio
 
+from agent.fs.regular import read_text
 from upgrade_core.ports import Clock
 
 __all__ = ["SystemClock", "read_boot_id"]
@@ -39,11 +40,8 @@ class SystemClock:
 
 def read_boot_id() -> str | None:
     """This boot's id: ``/proc/sys/kernel/random/boot_id`` (random(4)) stripped, None when unreadable."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
-            return f.read(64).strip() or None
-    except (OSError, ValueError):
-        return None
+    text = read_text("/proc/sys/kernel/random/boot_id", limit=64)
+    return (text or "").strip() or None
 
 
 def _is_a_clock(clock: SystemClock) -> Clock:

@@ -37,8 +37,6 @@ failed as ``PATH: cannot remove: why`` (``errors``); neither ever raises out of 
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import os
 import re
@@ -49,9 +47,12 @@ from typing import Any, Final, Literal
 import attrs
 
 from agent.fs import durable
+from agent.fs.regular import read_text
 from agent.fs.statefile import read_state_file, remove_state_file, write_state_file
+from agent.fs.tree import Dir, open_dir
 from agent.host.layout import Layout
 from agent.systemd.units import unit_owner
+from upgrade_core.errors import HostError
 
 __all__ = [
     "RECORD_NAME",
@@ -251,20 +252,20 @@ class InstallRecord:
 def _mount_points() -> set[str]:
     """Mount points of this mount namespace (``/proc/self/mountinfo``, octal escapes decoded)."""
     points: set[str] = set()
-    with contextlib.suppress(OSError), open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) > 4:
-                points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
+    for line in (read_text("/proc/self/mountinfo") or "").splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
     return points
 
 
-def is_mount_point(path: str, st: os.stat_result | None = None) -> bool:
+def is_mount_point(path: str, st: os.stat_result | None = None, parent: os.stat_result | None = None) -> bool:
     """True when ``path`` (a directory, not followed) is a mount point: another device than its parent,
-    the same inode as its parent (a root), or listed in ``/proc/self/mountinfo`` (a bind mount)."""
+    the same inode as its parent (a root), or listed in ``/proc/self/mountinfo`` (a bind mount). ``st`` and
+    ``parent``, when given, are its and its parent's ``stat`` taken through checked handles."""
     try:
         st = st or os.lstat(path)
-        parent = os.lstat(os.path.dirname(path) or ".")
+        parent = parent or os.lstat(os.path.dirname(path) or ".")
     except OSError:
         return False
     if st.st_dev != parent.st_dev or st.st_ino == parent.st_ino:
@@ -303,19 +304,24 @@ class Remover:
         """(True, "") when ``path`` is a regular unit file whose first line is this agent's header; else
         (False, why). Never follows a symlink, never waits on a FIFO."""
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except FileNotFoundError:
+            d = self._parent(path)
+        except (OSError, HostError) as e:
+            return False, f"unreadable: {_why(e)}"
+        if d is None:
             return False, "absent"
-        except OSError as e:
-            if e.errno == errno.ELOOP:
+        with d:
+            name = os.path.basename(path)
+            st = d.lstat(name)
+            if st is None:
+                return False, "absent"
+            if stat.S_ISLNK(st.st_mode):
                 return False, "a symlink, not a unit file this agent wrote"
-            return False, f"unreadable: {e.strerror}"
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            if not stat.S_ISREG(st.st_mode):
                 return False, "not a regular file"
-            head = os.read(fd, 4096)
-        finally:
-            os.close(fd)
+            try:
+                head = d.read(name, limit=4096)
+            except (OSError, HostError) as e:
+                return False, f"unreadable: {_why(e)}"
         owner = unit_owner(head.decode("utf-8", errors="replace"))
         if owner == self.layout.name:
             return True, ""
@@ -323,10 +329,10 @@ class Remover:
             return False, "no upgrade-agent header line: not written by this agent"
         return False, f"written by upgrade-agent for {owner}, not {self.layout.name}"
 
-    def layout_marked(self, path: str, st: os.stat_result) -> bool:
+    def layout_marked(self, path: str, st: os.stat_result, d: Dir) -> bool:
         """True when ``path`` is a layout file of this agent exactly: a slot file or staging/temp file in
         ``R/lib/NAME`` (regular), ``current``/``last-good`` naming a slot, or ``R/bin/NAME`` naming
-        ``current`` (symlinks with exactly those targets)."""
+        ``current`` (symlinks with exactly those targets). ``d`` is the checked handle of its directory."""
         lay = self.layout
         base, parent = os.path.basename(path), os.path.dirname(path)
         if parent == lay.agent_dir:
@@ -337,19 +343,37 @@ class Remover:
                     or (self._temp_re.fullmatch(base) is not None and ".tmp-" in base)
                 )
             if stat.S_ISLNK(st.st_mode):
-                target = os.readlink(path)
+                target = d.readlink(base) or ""
                 if path in (lay.current_link, lay.last_good_link) or (
                     self._temp_re.fullmatch(base) is not None and ".link-" in base
                 ):
                     return lay.slot_of_target(target) is not None
             return False
-        return path == lay.bin_link and stat.S_ISLNK(st.st_mode) and os.readlink(path) == lay.bin_link_target
+        return path == lay.bin_link and stat.S_ISLNK(st.st_mode) and d.readlink(base) == lay.bin_link_target
 
     # -- removals ------------------------------------------------------------------------------------------
+    def _parent(self, path: str) -> Dir | None:
+        """The checked handle of ``path``'s directory, walked from ``/`` with the own-directory rule from the
+        host root or the unit directory down (whichever holds ``path``); None when it is gone.
+
+        Raises:
+            HostRefusedError: a directory on the way is not the agent's (exit 4).
+            OSError: it cannot be opened.
+        """
+        parent = os.path.dirname(path) or "/"
+        own = parent
+        for top in (self.layout.root, self.unit_dir):
+            if top and (parent == top or parent.startswith(top.rstrip("/") + "/")):
+                own = top
+                break
+        return open_dir(parent, owned_from=own, own_link=own == self.layout.root)
+
     def remove(self, entries: Iterable[Entry]) -> Cleanup:
         """Remove the listed ``file``/``link``/``dir`` entries (newest first) by the rules; ``unit`` entries
         are the service manager's (see :meth:`agent.session.session.Session.remove_units`) and are skipped
-        here.
+        here. Each entry is reached through its directory's checked handle and removed with ``unlinkat`` /
+        ``rmdir`` on that handle (:mod:`agent.fs.tree`), so a directory swapped for a link meanwhile is
+        refused, never followed.
 
         Returns:
             What was removed, kept and refused; never raises for a host condition.
@@ -359,67 +383,100 @@ class Remover:
             if entry.kind == "unit":
                 continue
             try:
-                st = os.lstat(entry.path)
-            except FileNotFoundError:
+                d = self._parent(entry.path)
+            except (OSError, HostError) as e:
+                out.errors.append(f"{entry.path}: cannot remove: {_why(e)}")
                 continue
-            except OSError as e:
-                out.errors.append(f"{entry.path}: cannot remove: {e.strerror}")
+            if d is None:
                 continue
-            if entry.kind == "dir":
-                self._remove_dir(entry.path, st, out)
-            elif entry.kind == "link" and not stat.S_ISLNK(st.st_mode):
-                out.kept.append(f"{entry.path}: kept: {_kind_of(st.st_mode)}, not the link install made")
-            elif entry.kind == "file" and not stat.S_ISREG(st.st_mode):
-                out.kept.append(f"{entry.path}: kept: {_kind_of(st.st_mode)}, not the file install made")
-            else:
-                self._unlink(entry.path, out)
+            with d:
+                name = os.path.basename(entry.path)
+                try:
+                    st = d.lstat(name)
+                except OSError as e:
+                    out.errors.append(f"{entry.path}: cannot remove: {e.strerror}")
+                    continue
+                if st is None:
+                    continue
+                if entry.kind == "dir":
+                    self._remove_dir(d, name, st, out)
+                elif entry.kind == "link" and not stat.S_ISLNK(st.st_mode):
+                    out.kept.append(f"{entry.path}: kept: {_kind_of(st.st_mode)}, not the link install made")
+                elif entry.kind == "file" and not stat.S_ISREG(st.st_mode):
+                    out.kept.append(f"{entry.path}: kept: {_kind_of(st.st_mode)}, not the file install made")
+                else:
+                    _unlink(d, name, out)
         return out
 
     def remove_marked_layout(self) -> Cleanup:
         """No record: remove only the layout files that carry the agent's marker, then ``R/lib/NAME`` if
         it is left empty (it is named for the agent); ``R/lib``, ``R/bin`` and R stay."""
         out = Cleanup()
-        self._empty_agent_files(self.layout.agent_dir, out)
-        with contextlib.suppress(OSError):
-            st = os.lstat(self.layout.bin_link)
-            if self.layout_marked(self.layout.bin_link, st):
-                self._unlink(self.layout.bin_link, out)
-        with contextlib.suppress(FileNotFoundError):
-            self._remove_dir(self.layout.agent_dir, os.lstat(self.layout.agent_dir), out)
+        for path in (self.layout.agent_dir, self.layout.bin_link):
+            try:
+                d = self._parent(path)
+            except (OSError, HostError) as e:
+                out.errors.append(f"{path}: cannot remove: {_why(e)}")
+                continue
+            if d is None:
+                continue
+            with d:
+                name = os.path.basename(path)
+                st = d.lstat(name)
+                if st is None:
+                    continue
+                if path == self.layout.bin_link:
+                    if self.layout_marked(path, st, d):
+                        _unlink(d, name, out)
+                else:
+                    self._remove_dir(d, name, st, out)
         return out
 
-    def _empty_agent_files(self, directory: str, out: Cleanup) -> None:
+    def _empty_agent_files(self, d: Dir, out: Cleanup) -> None:
         try:
-            names = sorted(os.listdir(directory)) if not os.path.islink(directory) else []
+            names = d.names()
         except OSError:
             return
         for n in names:
-            path = os.path.join(directory, n)
-            with contextlib.suppress(FileNotFoundError):
-                if self.layout_marked(path, os.lstat(path)):
-                    self._unlink(path, out)
+            st = d.lstat(n)
+            if st is not None and self.layout_marked(d.join(n), st, d):
+                _unlink(d, n, out)
 
-    def _remove_dir(self, path: str, st: os.stat_result, out: Cleanup) -> None:
+    def _remove_dir(self, parent: Dir, name: str, st: os.stat_result, out: Cleanup) -> None:
+        path = parent.join(name)
         if not stat.S_ISDIR(st.st_mode):
             out.kept.append(f"{path}: kept: {_kind_of(st.st_mode)}, not the directory install made")
             return
         if self.legacy_root and os.path.realpath(path) == os.path.realpath(self.legacy_root):
             out.kept.append(f"{path}: kept: the legacy root")
             return
-        if is_mount_point(path, st):
-            out.kept.append(f"{path}: kept: a mount point")
-            return
-        if path in (self.layout.agent_dir, self.layout.bin_dir):
-            self._empty_agent_files(path, out)
-        _rmdir_if_empty(path, out)
-
-    @staticmethod
-    def _unlink(path: str, out: Cleanup) -> None:
         try:
-            if durable.remove_if_present(path):
-                out.removed.append(path)
-        except OSError as e:
-            out.errors.append(f"{path}: cannot remove: {e.strerror or e}")
+            d = parent.child(name)
+        except (OSError, HostError) as e:
+            out.kept.append(f"{path}: kept: {_why(e)}")
+            return
+        if d is None:
+            return
+        with d:
+            if is_mount_point(path, d.fstat(), parent.fstat()):
+                out.kept.append(f"{path}: kept: a mount point")
+                return
+            if path in (self.layout.agent_dir, self.layout.bin_dir):
+                self._empty_agent_files(d, out)
+            _rmdir_if_empty(parent, name, d, out)
+
+
+def _why(e: BaseException) -> str:
+    return getattr(e, "strerror", None) or str(e)
+
+
+def _unlink(d: Dir, name: str, out: Cleanup) -> None:
+    path = d.join(name)
+    try:
+        if d.remove(name):
+            out.removed.append(path)
+    except OSError as e:
+        out.errors.append(f"{path}: cannot remove: {e.strerror or e}")
 
 
 # ----------------------------------------------------------------------------------------------- state_dir
@@ -435,69 +492,87 @@ _RECORD_TEMP_RE: Final = re.compile(r"\.install\.json\.tmp-[0-9a-f]{16}")
 def remove_state_files(state_dir: str, *, keep_record: bool = False) -> Cleanup:
     """``uninstall``: remove the files the agent writes in ``state_dir`` (journal segments and temps in
     ``journal/``, ``results/<operation>.json``, the install record and its temps), then each of
-    ``journal/``, ``results/`` and ``state_dir`` with ``rmdir`` if left empty. Never follows a symlink,
-    never removes another file, a mount point or a non-empty directory. Never raises for a host condition.
+    ``journal/``, ``results/`` and ``state_dir`` with ``rmdir`` if left empty. Everything is reached through
+    checked directory handles (:mod:`agent.fs.tree`) and removed with ``unlinkat``/``rmdir`` on them: never
+    follows a symlink, never removes another file, a mount point or a non-empty directory. Never raises for a
+    host condition.
 
     Args:
         keep_record: keep the install record (it still lists what was kept, for a later uninstall).
     """
     out = Cleanup()
+    state_parent = os.path.dirname(state_dir) or "/"
     try:
-        st = os.lstat(state_dir)
-    except FileNotFoundError:
+        top = open_dir(state_parent)
+    except (OSError, HostError) as e:
+        out.errors.append(f"{state_dir}: cannot remove: {_why(e)}")
         return out
-    except OSError as e:
-        out.errors.append(f"{state_dir}: cannot remove: {e.strerror}")
+    if top is None:
         return out
-    if not stat.S_ISDIR(st.st_mode):
-        out.kept.append(f"{state_dir}: kept: {_kind_of(st.st_mode)}, not the state directory")
-        return out
-    for sub, pattern in (("journal", _JOURNAL_FILE_RE), ("results", _RESULT_FILE_RE)):
-        directory = os.path.join(state_dir, sub)
+    with top:
+        name = os.path.basename(state_dir)
+        st = top.lstat(name)
+        if st is None:
+            return out
+        if not stat.S_ISDIR(st.st_mode):
+            out.kept.append(f"{state_dir}: kept: {_kind_of(st.st_mode)}, not the state directory")
+            return out
         try:
-            sub_st = os.lstat(directory)
-        except FileNotFoundError:
-            continue
-        except OSError as e:
-            out.errors.append(f"{directory}: cannot remove: {e.strerror}")
-            continue
-        if not stat.S_ISDIR(sub_st.st_mode):
-            out.kept.append(f"{directory}: kept: {_kind_of(sub_st.st_mode)}, not the agent's directory")
-            continue
-        _remove_matching(directory, pattern, out)
-        _rmdir_if_empty(directory, out)
-    names = _RECORD_TEMP_RE.pattern + ("" if keep_record else "|" + re.escape(RECORD_NAME))
-    _remove_matching(state_dir, re.compile(names), out)
-    _rmdir_if_empty(state_dir, out)
+            state = top.child(name)
+        except (OSError, HostError) as e:
+            out.errors.append(f"{state_dir}: cannot remove: {_why(e)}")
+            return out
+        if state is None:
+            return out
+        with state:
+            for sub, pattern in (("journal", _JOURNAL_FILE_RE), ("results", _RESULT_FILE_RE)):
+                directory = state.join(sub)
+                sub_st = state.lstat(sub)
+                if sub_st is None:
+                    continue
+                if not stat.S_ISDIR(sub_st.st_mode):
+                    kind = _kind_of(sub_st.st_mode)
+                    out.kept.append(f"{directory}: kept: {kind}, not the agent's directory")
+                    continue
+                try:
+                    d = state.child(sub)
+                except (OSError, HostError) as e:
+                    out.errors.append(f"{directory}: cannot remove: {_why(e)}")
+                    continue
+                if d is None:
+                    continue
+                with d:
+                    _remove_matching(d, pattern, out)
+                    _rmdir_if_empty(state, sub, d, out)
+            names = _RECORD_TEMP_RE.pattern + ("" if keep_record else "|" + re.escape(RECORD_NAME))
+            _remove_matching(state, re.compile(names), out)
+            _rmdir_if_empty(top, name, state, out)
     return out
 
 
-def _remove_matching(directory: str, pattern: re.Pattern[str], out: Cleanup) -> None:
+def _remove_matching(d: Dir, pattern: re.Pattern[str], out: Cleanup) -> None:
     try:
-        names = sorted(os.listdir(directory))
+        names = d.names()
     except OSError as e:
-        out.errors.append(f"{directory}: cannot list: {e.strerror}")
+        out.errors.append(f"{d.path}: cannot list: {e.strerror}")
         return
     for n in names:
-        path = os.path.join(directory, n)
         if not pattern.fullmatch(n):
             continue
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            continue
-        except OSError as e:
-            out.errors.append(f"{path}: cannot remove: {e.strerror}")
+        st = d.lstat(n)
+        if st is None:
             continue
         if stat.S_ISREG(st.st_mode):
-            Remover._unlink(path, out)
+            _unlink(d, n, out)
         else:
-            out.kept.append(f"{path}: kept: {_kind_of(st.st_mode)}, not a file the agent wrote")
+            out.kept.append(f"{d.join(n)}: kept: {_kind_of(st.st_mode)}, not a file the agent wrote")
 
 
-def _rmdir_if_empty(path: str, out: Cleanup) -> None:
+def _rmdir_if_empty(parent: Dir, name: str, d: Dir, out: Cleanup) -> None:
+    """``rmdir`` of ``parent/name`` (whose open handle is ``d``) when it is empty and not a mount point."""
+    path = parent.join(name)
     try:
-        left = sorted(os.listdir(path))
+        left = d.names()
     except OSError as e:
         out.errors.append(f"{path}: cannot list: {e.strerror}")
         return
@@ -505,12 +580,15 @@ def _rmdir_if_empty(path: str, out: Cleanup) -> None:
         shown = ", ".join(left[:4]) + (" ..." if len(left) > 4 else "")
         out.kept.append(f"{path}: kept: not empty ({shown})")
         return
-    if is_mount_point(path):
+    if is_mount_point(path, d.fstat(), parent.fstat()):
         out.kept.append(f"{path}: kept: a mount point")
         return
+    now = parent.lstat(name)
+    if now is None or (now.st_dev, now.st_ino) != (d.fstat().st_dev, d.fstat().st_ino):
+        out.kept.append(f"{path}: kept: replaced while it was being emptied")
+        return
     try:
-        os.rmdir(path)
-        durable.fsync_dir(os.path.dirname(path))
+        parent.remove_dir(name)
     except FileNotFoundError:
         return
     except OSError as e:

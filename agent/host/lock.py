@@ -15,8 +15,7 @@ import stat
 from types import TracebackType
 from typing import Literal
 
-from agent.fs.durable import make_dirs
-from journal import JournalRefusedError, safefs
+from journal import safefs
 
 __all__ = ["HostLock", "probe_lock"]
 
@@ -36,30 +35,22 @@ def _refused(path: str, what: str) -> Exception:
 
 
 def _open_lock_file(path: str) -> int:
-    """Open (creating 0600) the lock file through its checked directory (design §10): every existing
-    ancestor passes :func:`agent.fs.statefile.check_ancestors`, a missing directory is created 0755, and the
-    file must be a regular file of ours, never a symlink, FIFO or hard link
-    (:func:`journal.safefs.open_file`).
+    """Open (creating 0600) the lock file through its checked directory (design §10): the directory is
+    reached by the walk of :func:`agent.fs.tree.open_dir` (created 0755 when missing, with its missing
+    parents), and the file must be a regular file of ours, never a symlink, FIFO or hard link
+    (:meth:`agent.fs.tree.Dir.open_own`).
 
     Raises:
         HostRefusedError: a path on the way or the file fails its check, or EACCES/EROFS (exit 4).
     """
-    from agent.fs.statefile import check_ancestors
+    from agent.fs.tree import open_dir
 
-    directory = os.path.dirname(path) or "."
-    check_ancestors(path)
+    directory = os.path.dirname(path) or "/"
     try:
-        if not os.path.lexists(directory):
-            make_dirs(directory, 0o755)
-            check_ancestors(path)
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            safefs.check_parent(os.fstat(dfd), directory)
-            return safefs.open_file(dfd, os.path.basename(path), os.O_RDWR | os.O_CREAT, path, 0o600)
-        finally:
-            os.close(dfd)
-    except JournalRefusedError as e:
-        raise _refused(e.path or path, e.what) from None
+        d = open_dir(directory, create=0o755)
+        assert d is not None
+        with d:
+            return d.open_own(os.path.basename(path), os.O_RDWR | os.O_CREAT, 0o600)
     except OSError as e:
         raise _refused(e.filename or path, f"cannot open the host lock: {e.strerror or e}") from None
 
@@ -159,14 +150,18 @@ def probe_lock(path: str) -> Literal["free", "busy"]:
             opened ``O_NONBLOCK``, never waited on), or it cannot be opened (exit 4).
         upgrade_core.errors.HostError: the file cannot be locked for another reason.
     """
+    from agent.fs.tree import open_dir
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        d = open_dir(os.path.dirname(path) or "/")
+        if d is None:
+            return "free"
+        with d:
+            fd = d.open_regular(os.path.basename(path))
     except (FileNotFoundError, NotADirectoryError):
         return "free"
     except OSError as e:
-        if os.path.islink(path):
-            raise _refused(path, "is a symlink, not the host lock file; refused, never followed") from None
-        raise _refused(path, f"cannot open the host lock: {e.strerror or e}") from None
+        raise _refused(e.filename or path, f"cannot open the host lock: {e.strerror or e}") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -37,6 +37,7 @@ import stat
 
 from agent.errors import ConfigError, journal_error
 from agent.fs.statefile import check_ancestors, open_state_dir, refused
+from agent.fs.tree import open_dir
 from agent.host.adapter import AgentHost
 from agent.host.results import result_path
 from journal import JournalOwnerError, JournalRefusedError, read_owner, safefs
@@ -206,50 +207,27 @@ def check_host_root(host: AgentHost) -> None:
     """Check the host root and the directories the agent keeps under it (``R/lib``, ``R/lib/NAME``,
     ``R/bin``) by the rule for the agent's own directories (docs/host.md, case C30); creates nothing.
 
-    The ancestors of the host root follow the ancestor rule (:func:`agent.fs.statefile.check_ancestors`).
-    The host root, when it exists, is a directory owned by root (or the effective user) and not writable by
-    group or others; when it is a symlink (a legacy layout adopted in place), the link is root's and the
-    directory it names follows the same rule. ``R/lib``, ``R/lib/NAME`` and ``R/bin``, when they exist, are
-    real directories by the same rule: anything else would let another user swap what systemd runs as root.
+    Each is reached by the walk of :func:`agent.fs.tree.open_dir` from ``/``, one component at a time: the
+    ancestors of the host root follow the ancestor rule; the host root, when it exists, is a directory owned
+    by root (or the effective user) and not writable by group or others; when it is a symlink (a legacy
+    layout adopted in place), the link is root's in a checked directory and the directory it names follows
+    the same rule. ``R/lib``, ``R/lib/NAME`` and ``R/bin``, when they exist, are real directories by the same
+    rule, never links: anything else would let another user swap what systemd runs as root.
 
     Raises:
         HostRefusedError: naming the path and what is wrong (exit 4); nothing was changed.
     """
     root = host.root
-    check_ancestors(root)
+    layout = host.layout
     try:
-        lst = os.lstat(root)
-    except FileNotFoundError:
-        return  # a bare host: install creates it under checked ancestors
-    except OSError as exc:
-        raise HostRefusedError(root, f"cannot inspect: {exc.strerror or exc}") from None
-    try:
-        if stat.S_ISLNK(lst.st_mode):
-            if lst.st_uid not in (0, os.geteuid()):
-                owner = f"uid {lst.st_uid}, not root or {os.geteuid()}"
-                raise HostRefusedError(root, f"a symlink owned by {owner}")
-            target = os.path.realpath(root)
-            check_ancestors(target)
-            _check_agent_dir(os.stat(target), target)
-        else:
-            _check_agent_dir(lst, root)
-        layout = host.layout
-        for path in (layout.lib_dir, layout.agent_dir, layout.bin_dir):
-            try:
-                st = os.lstat(path)
-            except FileNotFoundError:
+        for path in (root, layout.lib_dir, layout.agent_dir, layout.bin_dir):
+            d = open_dir(path, owned_from=root, own_link=True)
+            if d is None:
+                if path == root:
+                    return  # a bare host: install creates it under checked ancestors
                 continue
-            _check_agent_dir(st, path)
-    except JournalRefusedError as exc:
-        raise refused(exc) from None
+            d.close()
     except OSError as exc:
         raise HostRefusedError(exc.filename or root, f"cannot inspect: {exc.strerror or exc}") from None
 
 
-def _check_agent_dir(st: os.stat_result, path: str) -> None:
-    """A directory of the agent's: a real directory, owned by root or the effective user, not writable by
-    group or others (sticky does not help here: these are the agent's own, not a shared ``/tmp``)."""
-    if st.st_mode & 0o022:
-        mode = stat.S_IMODE(st.st_mode)
-        raise HostRefusedError(path, f"mode {mode:04o} is writable by group or others")
-    safefs.check_parent(st, path)

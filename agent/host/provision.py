@@ -10,6 +10,7 @@ reads (``links()``, ``is_installed()``) and for the ``/usr`` protection. Changes
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from typing import Literal
@@ -17,6 +18,7 @@ from typing import Literal
 import attrs
 
 from agent.fs import durable
+from agent.fs.tree import Dir, open_dir
 from agent.host.adapter import AgentHost, host_error
 from agent.host.layout import Layout
 from upgrade_core.errors import HostError, LayoutConflictError
@@ -46,7 +48,11 @@ def is_plain_executable(path: str) -> bool:
         st = os.lstat(path)
     except OSError:
         return False
-    return stat.S_ISREG(st.st_mode) and st.st_size > 0 and bool(st.st_mode & 0o111)
+    return _plain_executable(st)
+
+
+def _plain_executable(st: os.stat_result | None) -> bool:
+    return st is not None and stat.S_ISREG(st.st_mode) and st.st_size > 0 and bool(st.st_mode & 0o111)
 
 
 class Provisioner:
@@ -73,11 +79,14 @@ class Provisioner:
         self.host.links()  # a file or directory where current/last-good must be
         agent_dir = self.layout.agent_dir
         try:
-            entries = sorted(os.listdir(agent_dir))
-        except FileNotFoundError:
-            return
-        except NotADirectoryError:
+            d = self.host.agent_dir()
+        except LayoutConflictError:
             entries = [agent_dir]
+        else:
+            if d is None:
+                return
+            with d:
+                entries = d.names()
         if entries:
             shown = ", ".join(entries[:4]) + (" ..." if len(entries) > 4 else "")
             raise LayoutConflictError(
@@ -99,10 +108,20 @@ class Provisioner:
         for d in (self.layout.agent_dir, self.layout.bin_dir):
             self.host.refuse_protected(d)
             try:
-                created.extend(durable.make_dirs(d, 0o755))
+                made = open_dir(d, owned_from=self.host.root, create=0o755, made=created, own_link=True)
             except OSError as e:
                 raise host_error("create the layout directory", d, e) from None
+            assert made is not None
+            made.close()
         return created
+
+    def bin_dir(self) -> Dir | None:
+        """The checked handle of ``R/bin`` (own-directory rule from R down), or None when it is missing.
+
+        Raises:
+            HostRefusedError: a directory on the way is not the agent's (exit 4).
+        """
+        return open_dir(self.layout.bin_dir, owned_from=self.host.root, own_link=True)
 
     def ensure_compat_link(self) -> bool:
         """Make ``R/bin/NAME -> ../lib/NAME/NAME-current`` (atomic, idempotent).
@@ -119,18 +138,25 @@ class Provisioner:
         """
         link = self.layout.bin_link
         target = self.layout.bin_link_target
+        name = os.path.basename(link)
         try:
-            if is_plain_executable(link):
-                blue = self.layout.slot_path("blue")
-                if not is_plain_executable(blue) or durable.file_sha256(link) != durable.file_sha256(blue):
-                    raise LayoutConflictError(f"{link}: a file that is not the adopted binary stands here")
-                tmp = os.path.join(self.layout.bin_dir, f".{self.host.name}.link-adopt")
-                durable.remove_if_present(tmp, sync_dir=False)
-                os.symlink(target, tmp)
-                os.rename(tmp, link)
-                durable.fsync_dir(self.layout.bin_dir)
-                return True
-            return durable.atomic_symlink(target, link)
+            d = self.bin_dir()
+            if d is None:
+                raise FileNotFoundError(errno.ENOENT, "no such directory", self.layout.bin_dir)
+            with d:
+                if _plain_executable(d.lstat(name)):
+                    blue = self.layout.slot_target("blue")
+                    agent_dir = self.host.agent_dir()
+                    same = False
+                    if agent_dir is not None:
+                        with agent_dir:
+                            same = _plain_executable(agent_dir.lstat(blue)) \
+                                and d.sha256(name) == agent_dir.sha256(blue)
+                    if not same:
+                        what = "a file that is not the adopted binary stands here"
+                        raise LayoutConflictError(f"{link}: {what}")
+                    return d.symlink(target, name, over_file=True)
+                return d.symlink(target, name)
         except OSError as e:
             raise host_error("write the compatibility link", link, e) from None
 
@@ -208,8 +234,12 @@ class Provisioner:
         self.create_layout_dirs()
         blue = self.layout.slot_path("blue")
         try:
-            durable.copy_file_durable(found.source, blue, 0o755)
-            sha = durable.file_sha256(blue)
+            d = self.host.agent_dir()
+            if d is None:
+                raise FileNotFoundError(errno.ENOENT, "no such directory", self.layout.agent_dir)
+            with d:
+                durable.copy_file_durable(found.source, blue, 0o755, into=d)
+                sha = d.sha256(os.path.basename(blue))
         except (OSError, ValueError) as e:
             detail = e if isinstance(e, ValueError) else (e.strerror or str(e))
             raise HostError(f"{found.source}: cannot adopt into {blue}: {detail}") from None

@@ -1,8 +1,11 @@
 """The Kubernetes source (docs/managed.md): ``UpgradeOperation`` objects through ``kubernetes_asyncio``.
 
 One :class:`KubernetesSource` watches the namespaced custom resource ``upgradeoperations`` (group
-``upgrades.upgrade-core.io``, version ``v1alpha1``) in one namespace, only the objects whose
-``spec.nodeName`` is this node, and writes their status through the ``status`` subresource. It follows the
+``upgrades.upgrade-core.io``, version ``v1alpha1``) in one namespace, takes only the objects whose
+``spec.nodeName`` is this node and whose ``spec.agent`` is this agent, and writes their status through the
+``status`` subresource. An object addressed to another agent on the same node is that agent's operator's
+to run and report: this one never writes to it (a ``Failed`` written there would be taken by its own
+operator as acknowledged, and the upgrade would never run). It follows the
 list-then-watch pattern of the Kubernetes API conventions ("Efficient detection of changes"): one list
 gives the objects and a ``resourceVersion``; each watch resumes from the last ``resourceVersion`` it saw; a
 ``410 Gone`` (the history no longer reaches that far back) makes the next :meth:`KubernetesSource.snapshot`
@@ -28,10 +31,14 @@ from collections.abc import Awaitable, Mapping, Sequence
 from typing import Any, Final, TypeVar
 
 import anyio
+import yaml
 
 from agent.errors import ConfigError
+from agent.fs.regular import read_regular_file, read_text
+from agent.fs.secrets import check_credential_file
 from agent.operations.model import Operation, SourceError, k8s_status
 from agent.redact import redact_url
+from agent.sanitize import clean_text
 from upgrade_core import OperationStatus
 
 __all__ = [
@@ -40,6 +47,7 @@ __all__ = [
     "SERVICE_ACCOUNT_DIR",
     "VERSION",
     "KubernetesSource",
+    "check_kubeconfig_files",
 ]
 
 GROUP: Final = "upgrades.upgrade-core.io"
@@ -116,18 +124,57 @@ def _lean_import() -> types.SimpleNamespace:
 
 
 def _one_line(text: object, limit: int = 200) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+    """An API server's or client library's text on one line, whitespace runs collapsed, cleaned and
+    bounded by :func:`agent.sanitize.clean_text` (``limit`` characters)."""
+    return clean_text(" ".join(str(text).split()), limit)
+
+
+_MAX_KUBECONFIG_BYTES = 1024 * 1024  # a kubeconfig is a few KiB; a larger one is left to the loader
+
+
+def _credential_files(kubeconfig: str) -> list[tuple[str, str]]:
+    """``(path, what)`` of the files the kubeconfig's current context reads credentials from: the user's
+    ``tokenFile`` and ``client-key`` (relative to the kubeconfig's directory, as the loader resolves them).
+    A kubeconfig that cannot be read or parsed names none here: the loader then says why."""
+    try:
+        doc = yaml.safe_load(read_regular_file(kubeconfig, limit=_MAX_KUBECONFIG_BYTES))
+    except (OSError, yaml.YAMLError):
+        return []
+    if not isinstance(doc, Mapping):
+        return []
+
+    def named(key: str, name: object) -> Mapping[str, Any]:
+        for entry in doc.get(key) or ():
+            if isinstance(entry, Mapping) and entry.get("name") == name:
+                inner = entry.get(key[:-1])
+                return inner if isinstance(inner, Mapping) else {}
+        return {}
+
+    user = named("users", named("contexts", doc.get("current-context")).get("user"))
+    base = os.path.dirname(kubeconfig)
+    return [(os.path.join(base, user[key]), f"the kubeconfig's {key}") for key in ("tokenFile", "client-key")
+            if isinstance(user.get(key), str) and user[key]]
+
+
+def check_kubeconfig_files(kubeconfig: str) -> None:
+    """Refuse a kubeconfig, or a token or client key it names, that group or others may read or write, or
+    that another user owns (:func:`agent.fs.secrets.check_credential_file`).
+
+    The in-cluster service account token is not checked: the kubelet projects it into the pod's own mount
+    namespace with the mode the pod's volume asks for.
+
+    Raises:
+        HostRefusedError: exit 4, one line naming the file.
+    """
+    check_credential_file(kubeconfig, "[operations] kubeconfig")
+    for path, what in _credential_files(kubeconfig):
+        check_credential_file(path, what)
 
 
 def _service_account_namespace() -> str:
     """The pod's namespace (the service account's ``namespace`` file), else ``default``."""
-    try:
-        with open(os.path.join(SERVICE_ACCOUNT_DIR, "namespace"), encoding="utf-8") as f:
-            ns = f.read().strip()
-    except OSError:
-        return "default"
-    return ns or "default"
+    ns = read_text(os.path.join(SERVICE_ACCOUNT_DIR, "namespace"), limit=256)
+    return (ns or "").strip() or "default"
 
 
 def _creation_seconds(stamp: object) -> float:
@@ -154,37 +201,43 @@ class KubernetesSource:
     label: str
 
     def __init__(self, kube: types.SimpleNamespace, api_client: Any, namespace: str, node: str,
-                 server: str) -> None:
+                 server: str, *, agent: str) -> None:
         """Use :meth:`create`; this only stores its arguments (``server`` is the API URL, redacted)."""
         self._kube = kube
         self._client = api_client
         self._api = kube.CustomObjectsApi(api_client)
         self.namespace = namespace
         self.node = node
-        self.label = f"kubernetes {namespace}/{PLURAL} node {node} at {server}"
+        self.agent = agent
+        self.label = f"kubernetes {namespace}/{PLURAL} node {node} agent {agent} at {server}"
         self._field_selector = f"spec.nodeName={node}"
         self._cache: dict[str, Operation] = {}
         self._resource_version: str | None = None
         self._closed = False
 
     @classmethod
-    async def create(cls, operations: Any) -> KubernetesSource:
+    async def create(cls, operations: Any, *, agent: str) -> KubernetesSource:
         """Connect as ``[operations]`` says (design §10).
 
         Args:
             operations: an :class:`agent.config.loader.OperationsSection`: ``kubeconfig`` "" for the
-            in-cluster
-                service account (``SERVICE_ACCOUNT_DIR``), else the kubeconfig file's absolute path (its
-                current context); ``namespace`` "" for the pod's namespace, else ``default``; ``node``.
+                in-cluster service account (``SERVICE_ACCOUNT_DIR``), else the kubeconfig file's absolute
+                path (its current context); ``namespace`` "" for the pod's namespace, else ``default``;
+                ``node``.
+            agent: ``[agent] name``: only objects whose ``spec.agent`` is this name are taken.
 
         Raises:
             ConfigError: exit 2, one line naming the file: the kubeconfig is missing, unreadable or not
                 usable, or there is no in-cluster environment. Nothing is contacted yet.
+            HostRefusedError: exit 4, one line naming the file: the kubeconfig, or the token or client key
+                it names, is readable or writable by group or others, or owned by another user
+                (:func:`check_kubeconfig_files`).
         """
         kube = _lean_import()
         configuration = kube.Configuration()
         path = operations.kubeconfig
         if path:
+            check_kubeconfig_files(path)
             try:
                 await kube.load_kube_config(config_file=path, client_configuration=configuration,
                                             persist_config=False)
@@ -204,7 +257,7 @@ class KubernetesSource:
                 ) from None
         namespace = operations.namespace or _service_account_namespace()
         return cls(kube, kube.ApiClient(configuration), namespace, operations.node,
-                   redact_url(str(configuration.host)))
+                   redact_url(str(configuration.host)), agent=agent)
 
     # -- calls -----------------------------------------------------------------------------------------
     async def _call(self, what: str, call: Awaitable[_T]) -> _T:
@@ -250,15 +303,23 @@ class KubernetesSource:
                            http_status=status if isinstance(status, int) else None)
 
     # -- the cache -------------------------------------------------------------------------------------
+    def _ours(self, obj: Any) -> bool:
+        """True when ``obj`` is addressed to this node *and* this agent (``spec.nodeName``, ``spec.agent``).
+
+        The list's field selector already picks the node (defence in depth here); the agent is checked
+        here only, since the CRD's ``selectableFields`` name ``spec.nodeName`` alone.
+        """
+        spec = obj.get("spec") if isinstance(obj, Mapping) else None
+        return (isinstance(spec, Mapping) and spec.get("nodeName") == self.node
+                and spec.get("agent") == self.agent)
+
     def _operation(self, obj: Any) -> Operation | None:
-        """The :class:`Operation` of one object, None when it is not addressed to this node."""
+        """The :class:`Operation` of one object, None when it is not addressed to this node and agent."""
         if not isinstance(obj, Mapping):
             return None
         meta = obj.get("metadata")
         spec = obj.get("spec")
-        if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
-            return None
-        if spec.get("nodeName") != self.node:  # the field selector already did; defence in depth
+        if not isinstance(meta, Mapping) or not isinstance(spec, Mapping) or not self._ours(obj):
             return None
         uid = str(meta.get("uid", ""))
         name = f"{meta.get('namespace', self.namespace)}/{meta.get('name', '')}"
@@ -270,7 +331,8 @@ class KubernetesSource:
             spec=spec,
             generation=generation if isinstance(generation, int) and generation > 0 else 1,
             status=status if isinstance(status, Mapping) else None,
-            problem=None if _OPERATION_ID.fullmatch(uid) else f"metadata.uid {uid!r}: not an operation id",
+            problem=(None if _OPERATION_ID.fullmatch(uid)
+                     else f"metadata.uid {clean_text(uid)}: not an operation id"),
             order=(_creation_seconds(meta.get("creationTimestamp")), name),
         )
 
@@ -303,7 +365,8 @@ class KubernetesSource:
 
     # -- OperationSource -------------------------------------------------------------------------------
     async def snapshot(self) -> Sequence[Operation]:
-        """This node's operations in :attr:`Operation.order` (creation time, then ``namespace/name``).
+        """This node's and agent's operations in :attr:`Operation.order` (creation time, then
+        ``namespace/name``).
 
         Lists (with ``fieldSelector=spec.nodeName=<node>``) the first time and after a 410 Gone; otherwise
         answers from the cache the watches keep.
@@ -440,7 +503,8 @@ class KubernetesSource:
                     self._cache.pop(op.operation, None)
                     return False
                 raise
-            if not isinstance(obj, dict) or obj.get("metadata", {}).get("uid") != op.operation:
+            if (not isinstance(obj, dict) or obj.get("metadata", {}).get("uid") != op.operation
+                    or not self._ours(obj)):  # gone, replaced, or (spec is immutable) never ours
                 self._cache.pop(op.operation, None)
                 return False
             if obj.get("status") == document:

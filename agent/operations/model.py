@@ -13,9 +13,18 @@ and ``expectVersion`` are optional. A spec that fails these checks, names anothe
 :func:`agent.session.request.make_request` refuses, is refused before any lock or episode: terminal
 ``Failed``, host untouched.
 
+A control plane is trusted less than root (docs/managed.md, "A control plane is not root"): its sources
+must be http(s) URLs unless ``[operations] allow_local_sources = true`` (otherwise whoever may write an
+operation could make root read any local file), at most :data:`MAX_SOURCE_CHARS` characters (the CRD's
+bound) and free of control characters; every value of a spec quoted in a refusal passes
+:func:`agent.sanitize.clean_text`.
+
 The status document is rendered from an :class:`~upgrade_core.OperationStatus` alone (deterministic: the
 same status renders the same bytes), in camelCase for the Kubernetes status subresource and in snake_case for
-the spool's ``<id>.status.json``; times are RFC 3339 UTC with seconds (``metav1.Time``).
+the spool's ``<id>.status.json``; times are RFC 3339 UTC with seconds (``metav1.Time``). Its text fields
+pass :func:`agent.sanitize.clean_text` within the CRD's bounds (:data:`MAX_STATUS_MESSAGE_CHARS` for the
+message, 128 characters for a version, 64 for the boot id), so the API server accepts every status and the
+spool's own reader (64 KiB per file) reads every status file back.
 """
 
 from __future__ import annotations
@@ -26,10 +35,14 @@ from typing import Any, ClassVar, Protocol
 
 import attrs
 
+from agent.redact import redact_url
+from agent.sanitize import clean_text
 from upgrade_core import TERMINAL_PHASES, OperationStatus
 from upgrade_core.errors import UpgradeError
 
 __all__ = [
+    "MAX_SOURCE_CHARS",
+    "MAX_STATUS_MESSAGE_CHARS",
     "SPEC_KEYS",
     "Operation",
     "OperationRefused",
@@ -45,6 +58,18 @@ __all__ = [
 
 SPEC_KEYS = frozenset({"nodeName", "agent", "archive", "expectVersion"})
 ARCHIVE_KEYS = frozenset({"url", "sha256", "signatureURL"})
+
+MAX_SOURCE_CHARS = 4096
+"""Longest ``archive.url`` or ``archive.signatureURL`` (characters): the CRD's ``maxLength``, applied to
+the spool too."""
+
+MAX_STATUS_MESSAGE_CHARS = 2048
+"""Longest status ``message`` (characters, after escaping). The CRD allows 32768; a spool status holds
+the message twice (also in its condition), and JSON writes a character outside ASCII as up to 12 bytes,
+so 2048 keeps every status file under the spool reader's 64 KiB (``spool.MAX_OPERATION_BYTES``)."""
+
+_VERSION_CHARS = 128  # the CRD's maxLength of fromVersion and toVersion
+_BOOT_ID_CHARS = 64  # the CRD's maxLength of bootID
 
 
 @attrs.frozen
@@ -160,44 +185,71 @@ def _text(doc: Mapping[str, Any], key: str, where: str, *, required: bool) -> st
     return value
 
 
-def check_spec(spec: Any, *, agent: str, node_name: str, node_required: bool) -> OperationSpec:
+def _source(value: str | None, key: str, allow_local: bool) -> None:
+    """Refuse ``value`` unless it is a source a control plane may name (see the module docstring)."""
+    if value is None:
+        return
+    if len(value) > MAX_SOURCE_CHARS:
+        raise OperationRefused(f"{key}: {len(value)} characters, more than {MAX_SOURCE_CHARS}")
+    escaped = clean_text(value, MAX_SOURCE_CHARS * 6)  # escaped first: urlsplit drops a newline or tab
+    shown = clean_text(redact_url(escaped))
+    if escaped != value:
+        raise OperationRefused(f"{key}: {shown}: contains control or invisible characters")
+    scheme = value.split("://", 1)[0].lower() if "://" in value else ""
+    if not allow_local and scheme not in ("http", "https"):
+        raise OperationRefused(
+            f"{key}: {shown}: not an http(s) URL; a control plane may name a local file only with "
+            "[operations] allow_local_sources = true"
+        )
+
+
+def check_spec(
+    spec: Any, *, agent: str, node_name: str, node_required: bool, allow_local_sources: bool = False
+) -> OperationSpec:
     """Check an operation's spec against this host (before any lock, file or episode).
 
     Args:
         agent: ``[agent] name`` of this configuration.
         node_name: this host's node name (``[operations] node_name``).
         node_required: True for Kubernetes (the CRD requires ``nodeName``).
+        allow_local_sources: ``[operations] allow_local_sources``: a local path or ``file://`` URL may be
+            the archive or the signature (else only http(s) URLs).
 
     Raises:
         OperationRefused: one line naming the key: not an object, an unknown key, a missing or non-string
-            value, another node, another agent.
+            value, another node, another agent, a source that is not an http(s) URL (unless allowed),
+            longer than :data:`MAX_SOURCE_CHARS` or holding control characters. Quoted values are cleaned
+            (:func:`agent.sanitize.clean_text`).
     """
     if not isinstance(spec, Mapping):
         raise OperationRefused("spec: must be an object")
     unknown = sorted(set(spec) - SPEC_KEYS)
     if unknown:
-        raise OperationRefused(f"spec: unknown key {unknown[0]}")
+        raise OperationRefused(f"spec: unknown key {clean_text(unknown[0])}")
     archive = spec.get("archive")
     if not isinstance(archive, Mapping):
         raise OperationRefused("spec.archive: required, an object with url and sha256")
     unknown = sorted(set(archive) - ARCHIVE_KEYS)
     if unknown:
-        raise OperationRefused(f"spec.archive: unknown key {unknown[0]}")
+        raise OperationRefused(f"spec.archive: unknown key {clean_text(unknown[0])}")
     node = _text(spec, "nodeName", "spec.", required=node_required)
     name = _text(spec, "agent", "spec.", required=True)
     url = _text(archive, "url", "spec.archive.", required=True)
     sha256 = _text(archive, "sha256", "spec.archive.", required=True)
     assert name is not None and url is not None and sha256 is not None
     if node is not None and node != node_name:
-        raise OperationRefused(f"spec.nodeName: addressed to node {node}, this is {node_name}")
+        raise OperationRefused(f"spec.nodeName: addressed to node {clean_text(node)}, this is {node_name}")
     if name != agent:
-        raise OperationRefused(f"spec.agent: addressed to agent {name}, this is {agent}")
+        raise OperationRefused(f"spec.agent: addressed to agent {clean_text(name)}, this is {agent}")
+    signature_url = _text(archive, "signatureURL", "spec.archive.", required=False)
+    _source(url, "spec.archive.url", allow_local_sources)
+    _source(signature_url, "spec.archive.signatureURL", allow_local_sources)
     return OperationSpec(
         agent=name,
         url=url,
         sha256=sha256,
         node_name=node,
-        signature_url=_text(archive, "signatureURL", "spec.archive.", required=False),
+        signature_url=signature_url,
         expect_version=_text(spec, "expectVersion", "spec.", required=False),
     )
 
@@ -234,25 +286,31 @@ def _conditions(status: OperationStatus, generation: int) -> list[dict[str, Any]
     if when is None:
         when = status.started_at if status.started_at is not None else 0.0
     return [{
-        "type": kind, "status": value, "reason": status.phase, "message": status.message or "",
+        "type": kind, "status": value, "reason": status.phase, "message": _clean(status.message) or "",
         "observedGeneration": generation, "lastTransitionTime": rfc3339(when),
     }]
 
 
+def _clean(text: str | None, limit: int = MAX_STATUS_MESSAGE_CHARS) -> str | None:
+    """A status text field, cleaned and bounded (:func:`agent.sanitize.clean_text`); None stays None."""
+    return None if text is None else clean_text(text, limit)
+
+
 def k8s_status(status: OperationStatus, generation: int) -> dict[str, Any]:
     """The ``UpgradeOperation`` status subresource (design §10, camelCase); unknown fields are left out (the
-    CRD's schema has no nullable fields)."""
+    CRD's schema has no nullable fields). Text fields are cleaned within the CRD's bounds (module
+    docstring)."""
     doc: dict[str, Any] = {
         "observedGeneration": generation,
         "phase": status.phase,
         "operation": status.operation,
-        "fromVersion": status.from_version,
-        "toVersion": status.to_version,
+        "fromVersion": _clean(status.from_version, _VERSION_CHARS),
+        "toVersion": _clean(status.to_version, _VERSION_CHARS),
         "journalSeq": status.journal_seq,
-        "bootID": status.boot_id,
+        "bootID": _clean(status.boot_id, _BOOT_ID_CHARS),
         "startedAt": rfc3339(status.started_at),
         "finishedAt": rfc3339(status.finished_at),
-        "message": status.message,
+        "message": _clean(status.message),
         "conditions": _conditions(status, generation),
     }
     return {k: v for k, v in doc.items() if v is not None}
@@ -260,16 +318,17 @@ def k8s_status(status: OperationStatus, generation: int) -> dict[str, Any]:
 
 def spool_status(status: OperationStatus, generation: int = 1) -> dict[str, Any]:
     """The spool's ``<id>.status.json`` (design §10: the same fields in snake_case, every key present, null
-    when unknown), plus ``result`` (the design §7 result value)."""
+    when unknown), plus ``result`` (the design §7 result value); text fields cleaned as in
+    :func:`k8s_status`."""
     return {
         "operation": status.operation,
         "phase": status.phase,
         "result": status.result,
-        "from_version": status.from_version,
-        "to_version": status.to_version,
-        "message": status.message,
+        "from_version": _clean(status.from_version, _VERSION_CHARS),
+        "to_version": _clean(status.to_version, _VERSION_CHARS),
+        "message": _clean(status.message),
         "journal_seq": status.journal_seq,
-        "boot_id": status.boot_id,
+        "boot_id": _clean(status.boot_id, _BOOT_ID_CHARS),
         "started_at": rfc3339(status.started_at),
         "finished_at": rfc3339(status.finished_at),
         "observed_generation": generation,

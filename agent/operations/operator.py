@@ -83,7 +83,7 @@ async def open_source(session: Session) -> OperationSource:
     if ops.source == "kubernetes":
         from agent.operations.kubernetes import KubernetesSource
 
-        return await KubernetesSource.create(ops)
+        return await KubernetesSource.create(ops, agent=session.config.agent.name)
     raise ConfigError(
         f'{session.config_path}: operations.source: not configured; set it to "spool" or "kubernetes"'
     )
@@ -278,6 +278,7 @@ class Operator:
             spec = check_spec(
                 op.spec, agent=cfg.agent.name, node_name=self.node,
                 node_required=cfg.operations.source == "kubernetes",
+                allow_local_sources=cfg.operations.allow_local_sources,
             )
             return self.session.request(
                 spec.url, sha256=spec.sha256, operation=op.operation, expect_version=spec.expect_version,

@@ -3,8 +3,14 @@
 ``[operations] spool_dir`` holds ``<id>.json`` (an operation's spec, see :mod:`.model`) placed atomically by
 whoever drives the host (cloud-init, Ignition, a configuration manager, a human: write a temp file, then
 rename it), and the operator writes ``<id>.status.json`` beside it (temp + fsync + rename + directory fsync,
-case C12). ``<id>`` is the operation id (``[A-Za-z0-9._-]{1,64}``, without the ``.status`` suffix); names
-starting with ``.`` (temp files) and anything else are ignored.
+case C12). ``<id>`` is the operation id (``[A-Za-z0-9._-]{1,64}``, not ending in ``.status``); names
+starting with ``.`` (temp files) and anything else are ignored, each logged once.
+
+An id ending in ``.status`` collides with a status file name: ``X.status.json`` is where the status of
+operation ``X`` goes. Such a file is the status of ``X`` when ``X.json`` is beside it or when it holds a
+status of ``X`` (one left after ``X.json`` was removed); otherwise it is refused as an operation (its own
+status, in ``X.status.status.json``, says why). The operator never replaces a ``<id>.status.json`` that
+holds anything but a status of ``<id>``: that operation is not run, and the log says why once.
 
 The spool is root's: the directory and every file in it must be owned by the effective user and not
 writable by group or others, and each file a regular file with one link (design §10's rule for state paths, so
@@ -28,6 +34,7 @@ import anyio
 import anyio.to_thread
 
 from agent.fs.statefile import open_state_dir, write_checked_file
+from agent.fs.tree import Dir
 from agent.fs.watch import DirectoryWatch
 from agent.logline import log
 from agent.operations.model import Operation, SourceError, spool_status
@@ -84,6 +91,21 @@ class _Waker:
                 self._closed = True
                 os.close(self._read)
                 os.close(self._write)
+
+
+def _decoded(data: bytes | None) -> Any:
+    """The JSON value of ``data``, None when there is none or it is not JSON."""
+    if data is None:
+        return None
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def _is_status_of(doc: Any, op_id: str) -> bool:
+    """True when ``doc`` is a status document of operation ``op_id`` (as :func:`encode_status` writes)."""
+    return isinstance(doc, dict) and doc.get("operation") == op_id and "phase" in doc
 
 
 def encode_status(status: OperationStatus, generation: int = 1) -> bytes:
@@ -161,12 +183,16 @@ class SpoolSource:
         try:
             st = os.fstat(dir_fd)
             seen = _identity(st)
-            names = os.listdir(dir_fd)
+            names = Dir(dir_fd, self.spool_dir).names()  # the descriptor stays ours: closed below
             ops = []
+            present = set(names)
             for name in sorted(names):
-                if name.startswith(".") or not name.endswith(".json") or name.endswith(_STATUS_SUFFIX):
+                if name.startswith(".") or not name.endswith(".json"):
                     continue
                 op_id = name[: -len(".json")]
+                owner = op_id[: -len(".status")] if name.endswith(_STATUS_SUFFIX) else None
+                if owner is not None and owner + ".json" in present:
+                    continue  # the status file of the operation beside it
                 path = os.path.join(self.spool_dir, name)
                 if not OPERATION_ID_RE.fullmatch(op_id):
                     if name not in self._ignored:
@@ -182,11 +208,15 @@ class SpoolSource:
                         spec = json.loads(data)
                     except (UnicodeDecodeError, ValueError) as exc:
                         problem = f"{path}: not a JSON document: {exc}"
+                if owner is not None:
+                    if problem is None and _is_status_of(spec, owner):
+                        continue  # a status whose operation file was removed: a record, not an operation
+                    problem = problem or (
+                        f"{path}: refused: the operation id {op_id} ends in .status, which makes its file "
+                        f"the status file of operation {owner}; give the operation another id"
+                    )
                 status_bytes, status_problem, _ = self._read(dir_fd, op_id + _STATUS_SUFFIX)
-                status: Any = None
-                if status_bytes is not None:
-                    with contextlib.suppress(UnicodeDecodeError, ValueError):
-                        status = json.loads(status_bytes)
+                status = _decoded(status_bytes)
                 if status_problem is not None:
                     problem = problem or status_problem
                 ops.append(Operation(
@@ -255,6 +285,12 @@ class SpoolSource:
         path = os.path.join(self.spool_dir, name)
         dir_fd = self._open()
         try:
+            held, _problem, _ = self._read(dir_fd, name)  # a file that is not ours: the write refuses it
+            if held is not None and not _is_status_of(_decoded(held), op.operation):
+                raise SourceError(
+                    f"{path}: holds no status of operation {op.operation} (an operation whose id ends in "
+                    ".status?); not replaced"
+                )
             if not write_checked_file(dir_fd, path, data):  # it already held exactly these bytes
                 return False
             self._seen = None  # our own rename changed the directory: read it again next time
@@ -272,7 +308,8 @@ class SpoolSource:
 
         Raises:
             SourceError: the spool or the status file is not ours (a symlink, FIFO, hard link...: refused,
-                never followed), or the write failed (ENOSPC...); the previous file is intact.
+                never followed), the status file holds something else than a status of this operation
+                (never replaced), or the write failed (ENOSPC...); the previous file is intact.
 
         Cancellation: shielded; the write completes (or fails) first.
         """

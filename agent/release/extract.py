@@ -80,6 +80,7 @@ import attrs
 import zstandard
 
 from agent.errors import ConfigError
+from agent.fs import durable
 from agent.groups import leaves, sole_error
 from agent.release.fetch import ChunkSink, CodingSink
 from upgrade_core.errors import (
@@ -877,9 +878,7 @@ def extract_sync(
     done = False
     try:
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(staging_path, flags, 0o755)
-            os.fchmod(fd, 0o755)  # the umask must not strip the execute bits
+            fd = durable.create_exclusive(staging_path, 0o755)  # fchmod-ed: the umask keeps the execute bits
         except OSError as exc:
             raise _staging_error(exc, staging_path, "create") from None
         first = pull()
@@ -931,16 +930,21 @@ def extract_sync(
         if fd >= 0:
             os.close(fd)
             if not done:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(staging_path)
+                with contextlib.suppress(OSError):
+                    durable.remove_if_present(staging_path, sync_dir=False)
 
 
 def _check_digest(raw: _RawInput, expected_sha256: str | None, shown: str) -> str:
+    """The sha256 of the file as published; DigestMismatchError when it is not ``expected_sha256``.
+
+    The refusal names the expected digest only, never the one the bytes have: the source may be a local
+    file that whoever asked for the upgrade cannot read (a control plane's operation), and the reason is
+    journaled, logged and published as the operation's status, so the digest would tell them about that
+    file.
+    """
     archive_sha256 = raw.hexdigest()
     if expected_sha256 is not None and not hmac.compare_digest(archive_sha256, expected_sha256):
-        raise DigestMismatchError(
-            f"{shown}: sha256 of the archive is {archive_sha256}, expected {expected_sha256}"
-        )
+        raise DigestMismatchError(f"{shown}: the archive's sha256 is not the expected {expected_sha256}")
     return archive_sha256
 
 

@@ -10,13 +10,12 @@ reaches the disk, in the staging file the host prepared.
 from __future__ import annotations
 
 import contextlib
-import os
-import ssl
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import attrs
 
+from agent.fs import durable
 from agent.redact import redact_url
 from agent.release.extract import ExtractLimits, MemberPolicy, extract, member_parts
 from agent.release.fetch import ChunkSink, CodingSink, FetchPolicy, ProgressCallback, fetch, parse_sha256
@@ -35,14 +34,13 @@ class ArchiveSourceImpl:
     """Fetches an archive and stages its member, enforcing ``[download]`` and ``[limits]``.
 
     Attributes:
-        download: ``[download]`` rules (http policy, redirects, timeouts).
+        download: ``[download]`` rules (http policy, redirects, timeouts, TLS trust and proxy).
         limits: ``[limits]`` bounds, bytes and entries.
         member: ``agent.member`` with ``{name}``/``{arch}`` already substituted.
         member_policy: ``"exact"``, ``"select"`` (design §6) or ``"none"`` (the file itself is the
             candidate, no archive).
         progress: optional ``progress(bytes_so_far, total_or_None)`` for the CLI's bar or log lines.
         headers: extra request headers (e.g. ``Authorization``), sent to the source's origin only.
-        ssl_context: https trust store; None means the system's.
         trust: ``[trust]`` at work (docs/trust.md): the release's minisign signature is fetched and its key
             checked before the archive, and verified over the archive as published before ``stage``
             returns; None when no key is configured.
@@ -57,7 +55,6 @@ class ArchiveSourceImpl:
     member_policy: MemberPolicy = "exact"
     progress: ProgressCallback | None = None
     headers: Mapping[str, str] | None = None
-    ssl_context: ssl.SSLContext | None = None
     trust: ReleaseTrust | None = None
 
     def __attrs_post_init__(self) -> None:
@@ -103,7 +100,6 @@ class ArchiveSourceImpl:
                 headers=self.headers,
                 max_bytes=self.limits.max_archive_bytes,
                 progress=self.progress,
-                ssl_context=self.ssl_context,
                 content_coding=coding,
             )
 
@@ -124,8 +120,8 @@ class ArchiveSourceImpl:
             try:
                 release = trusted_release(signed[0], signed[1], hasher)
             except BaseException:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(staging_path)
+                with contextlib.suppress(OSError):
+                    durable.remove_if_present(staging_path, sync_dir=False)
                 raise
         return StagedCandidate(
             slot=slot,

@@ -2,20 +2,31 @@
 
 A release is accepted when its ``.minisig`` is by a root key (``[trust] root_keys``) or by a key of the
 keyring that a root key signed, unexpired (``expires``, RFC 3339, against the wall clock: expiry is a
-calendar fact) and not revoked; a key id the newest keyring revokes is refused whoever signed it.
+calendar fact) and not revoked; a key id the newest keyring revokes is refused whoever signed it. Only
+minisign's pre-hashed ``ED`` signatures count unless ``[trust] allow_legacy_signatures`` is true: the
+algorithm bytes are outside what minisign signs, so accepting ``Ed`` by default would let anyone who can
+edit a ``.minisig`` choose how the archive is read.
 
 The keyring (``[trust] keyring``, a file or URL fetched under the archive's rules, with its detached
 ``<keyring>.minisig`` by a root key) is a JSON object, exactly these keys::
 
     {"serial": 3,
+     "expires": "2027-01-31T00:00:00Z",
      "keys": [{"public_key": "RWQ...", "expires": "2027-06-30T00:00:00Z"}],
      "revoked": ["88666849DDB7434"]}
+
+The top-level ``expires`` (RFC 3339 UTC) is the keyring's own, signed with it: past it the keyring is
+refused, served or cached, so a mirror that keeps serving an old, genuine keyring (a freeze attack, the one
+TUF's expiring timestamp metadata bounds) cannot keep a revoked key valid for longer than that. A served
+keyring without it is refused: it could be frozen forever.
 
 ``serial`` is a positive integer that never goes back: the verified keyring is cached in
 ``state_dir/trust/keyring.json`` (0600 in a 0700 directory, written like a result: temp, fsync, rename,
 directory fsync, design §10 ownership) and replaced only by a higher serial. A served keyring with a lower
 serial than the cache is refused (a mirror cannot resurrect a revoked key); the same serial must be the
-same bytes. Key ids are minisign's (16 hex digits, leading zeros optional).
+same bytes. The one exception is root rotation: a cache signed by a key that is no longer a configured
+root vouches for nothing, so any keyring signed by a configured root replaces it. Key ids are minisign's
+(16 hex digits, leading zeros optional).
 """
 
 from __future__ import annotations
@@ -50,6 +61,7 @@ __all__ = ["Keyring", "ReleaseTrust", "TrustedKeys", "parse_keyring", "signature
 
 MAX_KEYRING_BYTES = 1 << 20
 _KEYRING_KEYS = {"serial", "keys", "revoked"}
+_KEYRING_OPTIONAL = {"expires"}
 
 
 def signature_source(archive: str) -> str:
@@ -80,6 +92,11 @@ def _rfc3339(text: object, where: str) -> dt.datetime:
     return when
 
 
+def _utc(when: dt.datetime) -> str:
+    """``when`` as RFC 3339 UTC with a ``Z`` (the form the publisher writes)."""
+    return when.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")
+
+
 @attrs.frozen
 class Keyring:
     """A verified keyring.
@@ -88,15 +105,38 @@ class Keyring:
         serial: never goes back.
         keys: signing key by key id, with its expiry (aware datetime).
         revoked: key ids refused whoever signed them.
+        expires: the keyring's own signed expiry (aware datetime); None only for a cache written before
+            keyrings carried one (good as a serial floor, never as the keyring in use).
     """
 
     serial: int
     keys: dict[bytes, tuple[PublicKey, dt.datetime]]
     revoked: frozenset[bytes]
+    expires: dt.datetime | None = None
+
+    def check_fresh(self, shown: str, now: dt.datetime) -> None:
+        """Refuse a keyring that is past its ``expires`` or has none.
+
+        Raises:
+            KeyringError: naming the serial and the expiry (a freeze attack or a publisher who stopped
+                re-signing: either way the keys it lists are no longer vouched for).
+        """
+        if self.expires is None:
+            raise KeyringError(
+                f"{shown}: keyring serial {self.serial} has no expires (a keyring must carry its own "
+                "signed expiry; publish a new serial with expires)"
+            )
+        if now >= self.expires:
+            raise KeyringError(
+                f"{shown}: keyring serial {self.serial} expired at {_utc(self.expires)}"
+            )
 
 
 def parse_keyring(data: bytes, shown: str) -> Keyring:
     """Parse a keyring document (its signature is checked by the caller).
+
+    ``expires`` may be absent (a keyring from before it existed: :attr:`Keyring.expires` is None and
+    :meth:`Keyring.check_fresh` refuses it as the keyring in use).
 
     Raises:
         KeyringError: not UTF-8 JSON of exactly the shape in the module doc; the message names the field.
@@ -105,8 +145,10 @@ def parse_keyring(data: bytes, shown: str) -> Keyring:
         doc: Any = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise KeyringError(f"{shown}: keyring is not UTF-8 JSON") from None
-    if not isinstance(doc, dict) or set(doc) != _KEYRING_KEYS:
-        raise KeyringError(f"{shown}: keyring must be an object with exactly serial, keys and revoked")
+    if not isinstance(doc, dict) or not _KEYRING_KEYS <= set(doc) <= _KEYRING_KEYS | _KEYRING_OPTIONAL:
+        raise KeyringError(
+            f"{shown}: keyring must be an object with exactly serial, expires, keys and revoked"
+        )
     serial = doc["serial"]
     if not isinstance(serial, int) or isinstance(serial, bool) or serial < 1:
         raise KeyringError(f"{shown}: serial must be a positive integer")
@@ -125,7 +167,8 @@ def parse_keyring(data: bytes, shown: str) -> Keyring:
             raise KeyringError(str(exc)) from None
         keys[key.key_id] = (key, _rfc3339(entry["expires"], where))
     revoked = frozenset(_key_id_from_hex(v, f"{shown}: revoked[{i}]") for i, v in enumerate(doc["revoked"]))
-    return Keyring(serial, keys, revoked)
+    expires = _rfc3339(doc["expires"], shown) if "expires" in doc else None
+    return Keyring(serial, keys, revoked, expires)
 
 
 @attrs.frozen
@@ -156,15 +199,27 @@ class TrustedKeys:
         raise SignatureError(f"{shown}, which is not a root key nor in the keyring (unknown key)")
 
 
+def _root_of(sig: Signature, roots: tuple[PublicKey, ...]) -> PublicKey | None:
+    """The configured root key ``sig`` names, or None."""
+    return next((root for root in roots if root.key_id == sig.key_id), None)
+
+
 def _verify_with_roots(sig: Signature, roots: tuple[PublicKey, ...], data: bytes) -> None:
-    for root in roots:
-        if root.key_id == sig.key_id:
-            try:
-                sig.verify_bytes(root, data)
-            except SignatureError as exc:
-                raise KeyringError(str(exc)) from None
-            return
-    raise KeyringError(f"{sig.shown}: keyring signed by key {sig.key_id_hex}, which is not a root key")
+    root = _root_of(sig, roots)
+    if root is None:
+        raise KeyringError(f"{sig.shown}: keyring signed by key {sig.key_id_hex}, which is not a root key")
+    try:
+        sig.verify_bytes(root, data)
+    except SignatureError as exc:
+        raise KeyringError(str(exc)) from None
+
+
+def _legacy_refusal(sig: Signature, what: str) -> str:
+    """The line refusing a legacy (``Ed``, not pre-hashed) signature of ``what`` (a release, the keyring)."""
+    return (
+        f"{sig.shown}: the legacy Ed algorithm (not pre-hashed) is not accepted for {what} "
+        "([trust] allow_legacy_signatures = false)"
+    )
 
 
 async def fetch_small(source: str, policy: FetchPolicy, limit: int, headers: Any = None) -> bytes:
@@ -189,7 +244,8 @@ class ReleaseTrust:
         state_dir: where the keyring cache lives (``trust/keyring.json``).
         download: the archive's fetch rules (scheme, redirects, http policy).
         signature: ``--signature`` (None: ``<archive>.minisig``).
-        now: the wall clock (UTC, aware), for key expiry; tests pass their own.
+        allow_legacy: ``[trust] allow_legacy_signatures``: also accept ``Ed`` (not pre-hashed) signatures.
+        now: the wall clock (UTC, aware), for key and keyring expiry; tests pass their own.
     """
 
     roots: tuple[PublicKey, ...]
@@ -198,6 +254,7 @@ class ReleaseTrust:
     state_dir: str
     download: FetchPolicy = attrs.field(factory=FetchPolicy)
     signature: str | None = None
+    allow_legacy: bool = False
     now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)
 
     # -- the keyring -------------------------------------------------------------------------------------
@@ -228,41 +285,62 @@ class ReleaseTrust:
 
     def _verified(self, data: bytes, sig_bytes: bytes, shown: str) -> Keyring:
         sig = parse_signature(sig_bytes, shown + ".minisig")
+        if sig.algorithm == "Ed" and not self.allow_legacy:
+            raise KeyringError(_legacy_refusal(sig, "the keyring"))
         _verify_with_roots(sig, self.roots, data)
         return parse_keyring(data, shown)
 
-    async def keys(self) -> TrustedKeys:
-        """The roots and the newest keyring: the served one if newer than the cache (then cached), else the
-        cache.
+    def _floor(self, cached: tuple[bytes, bytes] | None) -> Keyring | None:
+        """The cached keyring as the serial floor, or None: no cache, or one signed by a key that is no
+        longer a configured root (root rotation: it vouches for nothing, any configured root's keyring
+        replaces it).
 
         Raises:
-            KeyringError: the served keyring is malformed, not signed by a root key, or older than the
-                cache (or the same serial with other contents); the cache is kept.
+            KeyringError: the cache names a configured root but does not verify (tampered), or is malformed.
+        """
+        if cached is None:
+            return None
+        shown = "cached keyring"
+        sig = parse_signature(cached[1], shown + ".minisig")
+        if _root_of(sig, self.roots) is None:
+            return None
+        _verify_with_roots(sig, self.roots, cached[0])
+        return parse_keyring(cached[0], shown)
+
+    async def keys(self) -> TrustedKeys:
+        """The roots and the served keyring, checked against the cache (the serial floor, unless a root no
+        longer configured signed it) and fresh; a higher serial (or a cache without a floor) is cached.
+
+        Raises:
+            KeyringError: the served keyring is malformed, not signed by a root key, legacy-signed (unless
+                allowed), older than the cache (or the same serial with other contents), without
+                ``expires`` or past it; the cache is kept.
             FetchError: the keyring or its signature could not be fetched.
         """
         if not self.keyring_source:
             return TrustedKeys(self.roots)
         shown = redact_url(self.keyring_source)
         cached = self.read_cache()
-        cached_ring = self._verified(*cached, shown="cached keyring") if cached is not None else None
+        floor = self._floor(cached)
         data = await fetch_small(self.keyring_source, self.download, MAX_KEYRING_BYTES)
         sig_source = signature_source(self.keyring_source)
         sig_bytes = await fetch_small(sig_source, self.download, MAX_SIGNATURE_BYTES)
         served = self._verified(data, sig_bytes, shown)
-        if cached_ring is not None and cached is not None:
-            if served.serial < cached_ring.serial:
+        newer = floor is None or served.serial > floor.serial
+        if floor is not None and cached is not None:
+            if served.serial < floor.serial:
                 raise KeyringError(
                     f"{shown}: keyring serial {served.serial} is older than the cached serial "
-                    f"{cached_ring.serial} (a keyring never goes back)"
+                    f"{floor.serial} (a keyring never goes back)"
                 )
-            if served.serial == cached_ring.serial:
-                if data != cached[0]:
-                    raise KeyringError(
-                        f"{shown}: keyring serial {served.serial} differs from the cached keyring "
-                        "of the same serial"
-                    )
-                return TrustedKeys(self.roots, cached_ring)
-        self.write_cache(data, sig_bytes)
+            if served.serial == floor.serial and data != cached[0]:
+                raise KeyringError(
+                    f"{shown}: keyring serial {served.serial} differs from the cached keyring "
+                    "of the same serial"
+                )
+        served.check_fresh(shown, self.now())
+        if newer:
+            self.write_cache(data, sig_bytes)
         return TrustedKeys(self.roots, served)
 
     # -- the release -------------------------------------------------------------------------------------
@@ -273,7 +351,8 @@ class ReleaseTrust:
             The parsed signature and its key; None when no signature is required and none was found.
 
         Raises:
-            SignatureError: missing when required, malformed, or by a key this host does not trust.
+            SignatureError: missing when required, malformed, legacy ``Ed`` (unless allowed), or by a key
+                this host does not trust.
             KeyringError, FetchError: as :meth:`keys`; FetchError for the signature too.
         """
         source = self.signature or signature_source(archive)
@@ -290,6 +369,8 @@ class ReleaseTrust:
             missing = f"{shown}: no signature (no such file)"
         else:
             sig = parse_signature(data, shown)
+            if sig.algorithm == "Ed" and not self.allow_legacy:
+                raise SignatureError(_legacy_refusal(sig, f"release {redact_url(archive)}"))
             key = (await self.keys()).signer(sig, self.now())
             return sig, key
         if self.require:

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import attrs
 
+from agent.fs.regular import read_regular_file, read_text
 from agent.host.lock import probe_lock
 
 __all__ = ["LockHolder", "UnitDrift", "lock_holder", "next_step", "unit_drift"]
@@ -44,11 +45,10 @@ def _from_proc_locks(path: str, proc_locks: str) -> LockHolder | None:
     except OSError:
         return None
     want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-    try:
-        with open(proc_locks, encoding="ascii", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
+    text = read_text(proc_locks)
+    if text is None:
         return None
+    lines = text.splitlines()
     for line in lines:
         words = line.split()
         # "N: FLOCK  ADVISORY  WRITE PID MAJ:MIN:INODE 0 EOF"; a blocked waiter has "->" after "N:".
@@ -71,11 +71,7 @@ def lock_holder(path: str, *, proc_locks: str = "/proc/locks") -> LockHolder:
         return found
     if probe_lock(path) == "free":
         return LockHolder(False)
-    try:
-        with open(path, "rb") as f:
-            text = f.read(32).decode("ascii", "replace").strip()
-    except OSError:
-        text = ""
+    text = (read_text(path, follow=False, limit=32) or "").strip()
     return LockHolder(True, int(text) if text.isdigit() else None)
 
 
@@ -106,8 +102,7 @@ def unit_drift(unit_dir: str, units: Mapping[str, str]) -> UnitDrift:
             missing.append(name)
             continue
         try:
-            with open(path, encoding="utf-8") as f:
-                same = f.read() == text
+            same = read_regular_file(path).decode("utf-8") == text
         except (OSError, UnicodeDecodeError):
             same = False
         if not same:

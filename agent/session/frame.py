@@ -21,7 +21,7 @@ from agent.host.lock import HostLock
 from agent.host.ownership import check_host_root, check_result, check_state
 from agent.logline import log
 from agent.session.quarantine import HINT
-from agent.session.wiring import Wired, wire
+from agent.session.wiring import Wired, download_transport, wire
 from journal import JournalStoreError as StoreError
 from upgrade_core import Folder, Policy, Ports, Recorded, ResultPublished, UpgradeResult, summarize_history
 from upgrade_core.errors import (
@@ -110,22 +110,30 @@ class EpisodeFrame:
         operation: str | None = None,
         before_wire: Callable[[], Awaitable[None]] | None = None,
         signature: str | None = None,
+        fetches: bool = False,
     ) -> Any:
         """Check the state paths, lock, open the journal, fold once, run ``flow``, compact, close, unlock
         (see the module doc).
 
         Before the host lock is taken, ``state_dir`` (and its ancestors, ``journal/``, ``results/``, the
         result file of ``operation``, the lock's directory) and the journal's owner are checked (design §10):
-        a refusal (exit 4) or a foreign journal (exit 2) leaves the host untouched. ``before_wire`` runs
-        under the lock before the journal is opened (``journal quarantine`` moves an untrusted journal
-        aside there).
+        the host root (:func:`agent.host.ownership.check_host_root`) and every mirror's directory
+        (:meth:`agent.host.adapter.AgentHost.check_mirrors`) likewise: a refusal (exit 4) or a foreign journal
+        (exit 2) leaves the host untouched, and a mirror that cannot be walked is named before any switch.
+        ``before_wire`` runs under the lock before the journal is opened (``journal quarantine`` moves an
+        untrusted journal aside there). With ``fetches`` (the flow downloads a release), ``[download]``'s
+        certificates, key and proxy are read and checked before the lock too
+        (:func:`~agent.session.wiring.download_transport`: exit 2 or 4, nothing touched); flows that download
+        nothing never read them, so a broken download setting cannot stop a recovery or a rollback.
         """
         if self._running:
             raise RuntimeError("Session: one write at a time")
         check_state(self.config)
         check_host_root(self.host)
+        self.host.check_mirrors()
         if operation is not None:
             check_result(self.config, operation)
+        transport = download_transport(self.config) if fetches else None
         self._running = True
         self._folder, self._journal, self._last_published = None, None, None
         try:
@@ -141,6 +149,7 @@ class EpisodeFrame:
                         source_override=source_override,
                         lock=lock,
                         signature=signature,
+                        transport=transport,
                     )
                 except JournalError as exc:
                     raise untrusted(exc) from None

@@ -4,7 +4,8 @@ configuration on a new host whose ``/usr`` is read-only and which has no Python 
 The config (Ignition spec :data:`SPEC_VERSION`, the newest stable 3.x that Debian's Ignition 2.14 accepts)
 holds, all outside ``/usr``:
 
-- ``storage.files``: the agent's TOML file, byte for byte, at ``/etc/upgrade-agent/NAME.toml``
+- ``storage.files``, each mode 0600 (:data:`_SECRET_MODE`): the agent's TOML file, byte for byte, at
+  ``/etc/upgrade-agent/NAME.toml``
   (:data:`CONFIG_DIR`; the one file there, so the agent finds it without ``--config`` too); the runtime
   tar.gz and the release archive as remote files (``contents.source`` the http(s) URL,
   ``contents.verification.hash`` ``sha256-HEX``) under ``R/bootstrap/``; with ``[trust]`` keys also the
@@ -46,8 +47,10 @@ CONFIG_DIR: Final = "/etc/upgrade-agent"
 UNIT_DIR: Final = "/etc/systemd/system"
 """The only unit directory Ignition writes (``systemd.units``); ``host.unit_dir`` must be it."""
 
-_FILE_MODE: Final = 0o644  # the configuration file
-_ARCHIVE_MODE: Final = 0o600  # the downloaded archives: root's only
+_SECRET_MODE: Final = 0o600
+"""Every file the config writes: root's only. The configuration may carry credentials (a probe or keyring
+URL with a password or token in it), and Ignition would otherwise write it 0644, readable by every user of
+the new host; the archives and the signature are root's business alone."""
 _DIR_MODE: Final = 0o755
 
 
@@ -210,14 +213,14 @@ def render_ignition(
     paths = IgnitionPaths(host.root, name)
     config_bytes = _config_as_loaded(session.config_path, cfg)
     files = [
-        _file(paths.config, _FILE_MODE, "data:;base64," + base64.b64encode(config_bytes).decode("ascii")),
-        _file(paths.runtime_archive, _ARCHIVE_MODE, runtime, runtime_digest),
-        _file(paths.release_archive, _ARCHIVE_MODE, archive, digest),
+        _file(paths.config, _SECRET_MODE, "data:;base64," + base64.b64encode(config_bytes).decode("ascii")),
+        _file(paths.runtime_archive, _SECRET_MODE, runtime, runtime_digest),
+        _file(paths.release_archive, _SECRET_MODE, archive, digest),
     ]
     signature = None
     if cfg.trust.root_keys:
         parts = urllib.parse.urlsplit(archive)
-        files.append(_file(paths.signature, _ARCHIVE_MODE, urllib.parse.urlunsplit(
+        files.append(_file(paths.signature, _SECRET_MODE, urllib.parse.urlunsplit(
             parts._replace(path=parts.path + ".minisig"))))
         signature = paths.signature
     units: list[dict[str, Any]] = [

@@ -32,6 +32,7 @@ from upgrade_core import (
     UpgradeRequest,
     fold,
     other_slot,
+    rollback_refusal,
     rollback_target,
 )
 from upgrade_core.errors import HistoryError, UpgradeError
@@ -150,9 +151,10 @@ class Readers:
             tuple(plan), inactive, lock, open_ep, episode, drift.missing, drift.drifted, next_
         )
 
-    def rollback_preflight(self, operation: str) -> Preflight:
+    def rollback_preflight(self, operation: str, *, below_watermark: bool = False) -> Preflight:
         """``rollback --preflight``: the plan, from the links, the journal and a lock probe; changes nothing
-        and runs no binary (as :meth:`preflight`).
+        and runs no binary (as :meth:`preflight`). A rollback the anti-rollback watermark refuses plans
+        only that refusal; with ``below_watermark``, the override comes first in the plan.
 
         Raises:
             NotInstalledError, LayoutConflictError, NothingToRollBackError: as ``rollback`` (exit 2).
@@ -175,14 +177,22 @@ class Readers:
             current = links.current
             assert current is not None  # rollback_target refuses a host without current
             versions = view.slot_versions
-            plan += [
-                f"run the version command of last-good's slot {target} ({versions.get(target, '?')})",
-                f"switch current from {current} ({versions.get(current, '?')}) to {target}; "
-                f"last-good stays {target}",
-                f"restart {cfg.agent.unit} through a transient unit and health-check it "
-                f"({cfg.health.max_attempts} attempts, {cfg.health.stability_s} s stable)",
-                f"commit (both links name {target}), or go back to {links.current} and health-check it",
-            ]
+            sha = self.host.slot_sha256_sync(target)
+            level = view.signed_security_versions.get(sha) if sha is not None else None
+            refusal = rollback_refusal(view.security_watermark, target, level)
+            if refusal is not None:
+                plan.append(f"override, journaled (--below-watermark): {refusal}" if below_watermark
+                            else f"refuse (aborted, exit 1): {refusal}")
+            if refusal is None or below_watermark:
+                plan += [
+                    f"run the version command of last-good's slot {target} ({versions.get(target, '?')})",
+                    f"switch current from {current} ({versions.get(current, '?')}) to {target}; "
+                    f"last-good stays {target}",
+                    f"restart {cfg.agent.unit} through a transient unit and health-check it "
+                    f"({cfg.health.max_attempts} attempts, {cfg.health.stability_s} s stable)",
+                    f"commit (both links name {target}), or go back to {links.current} and health-check "
+                    "it",
+                ]
         episode, drift, next_ = self.convergence(view, installed=True)
         assert target is not None
         return Preflight(tuple(plan), target, probe_lock(cfg.host.lock_path), open_ep, episode, drift.missing,

@@ -49,12 +49,21 @@ from agent.host.adapter import AgentHost
 from agent.host.install_record import Cleanup, InstallRecord
 from agent.session.converge import lock_holder
 from agent.session.frame import EpisodeFrame, EventCallback, ProgressCallback, require_installed
-from agent.session.quarantine import move_aside, read_host
+from agent.session.quarantine import CarriedOver, carry_over, move_aside, read_host, utc_stamp
 from agent.session.readers import JournalCheck, Readers
-from agent.session.reports import EpisodeInfo, KnownBad, Preflight, Quarantined, ServiceInfo, SlotInfo, Status
+from agent.session.reports import (
+    EpisodeInfo,
+    KnownBad,
+    Preflight,
+    Quarantined,
+    ServiceInfo,
+    SlotInfo,
+    Status,
+    TrustCleared,
+)
 from agent.session.request import make_request, operation_id
 from agent.session.setup import Setup
-from agent.session.wiring import journal_dir
+from agent.session.wiring import JournalPort, journal_dir
 from upgrade_core import (
     Folder,
     HandedOff,
@@ -66,9 +75,11 @@ from upgrade_core import (
     RestartScheduled,
     ResumeOutcome,
     Trigger,
+    TrustReset,
     UpgradeRequest,
     UpgradeResult,
     record_quarantine,
+    record_trust_reset,
     recover,
     resume_self_upgrade,
     rollback_target,
@@ -80,7 +91,7 @@ from upgrade_core.errors import LockBusyError, NothingToRollBackError
 
 __all__ = [
     "BUSY_REASON", "Cleanup", "EpisodeInfo", "JournalCheck", "KnownBad", "Preflight", "Quarantined",
-    "ServiceInfo", "Session", "SlotInfo", "Status", "open_session",
+    "ServiceInfo", "Session", "SlotInfo", "Status", "TrustCleared", "open_session",
 ]
 
 BUSY_REASON = "busy: a live upgrade holds the lock"
@@ -207,7 +218,7 @@ class Session:
 
         return await self._frame.write(
             lambda p, pol, f: run_upgrade(p, pol, request, folder=f), operation=request.operation,
-            signature=request.signature,
+            signature=request.signature, fetches=True,
         )
 
     def rollback_operation(self, operation: str | None = None) -> str:
@@ -218,16 +229,19 @@ class Session:
         """
         return operation_id(operation)
 
-    async def rollback(self, operation: str) -> UpgradeResult:
+    async def rollback(self, operation: str, *, below_watermark: bool = False) -> UpgradeResult:
         """Operator rollback (docs/recovery.md): ``current`` to ``last-good``'s slot as its own episode
         (kind ``rollback``), restart, health-check; an unhealthy last-good returns to the previous current.
 
         Args:
             operation: from :meth:`rollback_operation`.
+            below_watermark: ``--below-watermark``: roll back to a last-good below the host's anti-rollback
+                watermark (or of unknown security version); journaled in the episode (docs/trust.md).
 
         Returns:
             ``committed`` (on last-good's slot, healthy; both links name it; exit 0), ``aborted`` (its version
-            command failed or a signal came before the switch: nothing changed; exit 1), ``rolled_back`` (back
+            command failed, last-good is below the watermark without ``below_watermark``, or a signal came
+            before the switch: nothing changed; exit 1), ``rolled_back`` (back
             on the previous current, healthy; the reason names both slots and versions; exit 1) or
             ``needs_attention`` (neither healthy; exit 3); a closed operation id returns its recorded result.
 
@@ -248,7 +262,8 @@ class Session:
             if self.view().result_of(operation) is None:
                 raise
         return await self._frame.write(
-            lambda p, pol, f: run_rollback(p, pol, operation, folder=f), operation=operation
+            lambda p, pol, f: run_rollback(p, pol, operation, folder=f, below_watermark=below_watermark),
+            operation=operation,
         )
 
     async def recover(self, trigger: Trigger = "manual") -> UpgradeResult | HandedOff:
@@ -344,10 +359,16 @@ class Session:
                 max_output_bytes=cfg.max_output_bytes,
             )
             found["host"] = await read_host(self.host, verifier)
+            found["carried"] = await anyio.to_thread.run_sync(
+                carry_over, directory, self.config.host.state_dir
+            )
             found["path"] = await anyio.to_thread.run_sync(move_aside, self.config.host.state_dir, directory)
 
         async def record(ports: Ports, policy: Policy, folder: Folder) -> UpgradeResult:
             host = found["host"]
+            carried: CarriedOver = found["carried"]
+            assert isinstance(ports.journal, JournalPort)
+            folder.apply(await ports.journal.seed(carried.snapshot))
             cur, lg = host.current, host.last_good
             facts = JournalQuarantined(
                 found["path"], cur.slot, cur.sha256, cur.version, lg.slot, lg.sha256, lg.version
@@ -358,7 +379,43 @@ class Session:
         result = await self._frame.write(record, before_wire=prepare)
         host = found["host"]
         slots = [SlotInfo(r.slot, r.path, r.sha256, r.version) for r in (host.current, host.last_good)]
-        return Quarantined(found["path"], result, slots[0], slots[1])
+        return Quarantined(found["path"], result, slots[0], slots[1], found["carried"])
+
+    async def trust_reset(self) -> TrustCleared:
+        """``trust reset`` (docs/trust.md), under the host lock: clear the anti-rollback watermark and the
+        known-bad memory as a journaled ``trust-reset`` episode (its ``TrustReset`` record names what it
+        cleared). The one way to clear them: compaction, retention and ``journal quarantine`` keep them.
+
+        Returns:
+            What was cleared (the watermark, the known-bad digests and who condemned them) and the result.
+
+        Raises:
+            NotInstalledError, LayoutConflictError: as :meth:`upgrade`, before the lock (exit 2).
+            UsageError: an episode is open (``recover`` first); nothing was written (exit 2).
+            LockBusyError, JournalError: as :meth:`upgrade`.
+        """
+        require_installed(self.host)
+        found: dict[str, Any] = {}
+
+        async def clear(ports: Ports, policy: Policy, folder: Folder) -> UpgradeResult:
+            view = folder.view()
+            if view.open_episode is not None:
+                raise UsageError(
+                    f"episode {view.open_episode.episode_id} is open; run `upgrade-agent recover` before "
+                    "`upgrade-agent trust reset`"
+                )
+            bad = tuple(KnownBad(sha, mark.operation) for sha, mark in sorted(view.known_bad.items()))
+            found["watermark"], found["known_bad"] = view.security_watermark, bad
+            cleared = TrustReset(view.security_watermark, tuple(b.sha256 for b in bad))
+            current = self.host.links().current
+            operation = f"trust-reset-{utc_stamp()}-{ports.ids.token_hex(4)}"
+            return await record_trust_reset(
+                ports, policy, operation, cleared, current=current,
+                current_version=view.slot_versions.get(current) if current else None, folder=folder,
+            )
+
+        result = await self._frame.write(clear)
+        return TrustCleared(result, found["watermark"], found["known_bad"])
 
     # -- set-up and removal (agent.session.setup) -------------------------------------------------------
     async def install(
@@ -415,9 +472,9 @@ class Session:
         """``upgrade --preflight``: see :meth:`agent.session.readers.Readers.preflight`."""
         return self._readers.preflight(request)
 
-    def rollback_preflight(self, operation: str) -> Preflight:
+    def rollback_preflight(self, operation: str, *, below_watermark: bool = False) -> Preflight:
         """``rollback --preflight``: see :meth:`agent.session.readers.Readers.rollback_preflight`."""
-        return self._readers.rollback_preflight(operation)
+        return self._readers.rollback_preflight(operation, below_watermark=below_watermark)
 
     def verify_journal(self) -> JournalCheck:
         """``journal verify``: see :meth:`agent.session.readers.Readers.verify_journal`."""

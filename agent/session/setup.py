@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 from typing import Any
 
 import anyio
@@ -114,7 +113,7 @@ class Setup:
         if self.host.is_installed():
             return await self._frame.write(
                 lambda p, pol, f: self._install_again(p, request), source_override=source_override,
-                signature=request.signature,
+                signature=request.signature, fetches=source_override is None,
             )
         provision.check_bare()  # before the lock file too: a refusal leaves the host untouched
         return await self._frame.write(
@@ -122,6 +121,7 @@ class Setup:
             source_override=source_override,
             operation=request.operation,
             signature=request.signature,
+            fetches=source_override is None,
         )
 
     async def _install_bare(
@@ -331,13 +331,10 @@ class Setup:
                     out.errors.append(f"{record.path}: cannot update the install record: {e.strerror}")
             out.extend(remove_state_files(cfg.host.state_dir, keep_record=bool(record.entries)))
         try:
-            st = os.lstat(cfg.host.lock_path)
-            if stat.S_ISREG(st.st_mode) and durable.remove_if_present(cfg.host.lock_path):
+            if durable.remove_regular(cfg.host.lock_path):
                 out.removed.append(cfg.host.lock_path)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            out.errors.append(f"{cfg.host.lock_path}: cannot remove: {e.strerror}")
+        except (OSError, HostError) as e:
+            out.errors.append(f"{cfg.host.lock_path}: cannot remove: {getattr(e, 'strerror', None) or e}")
         return out
 
     def install_record(self) -> InstallRecord:

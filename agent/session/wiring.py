@@ -17,7 +17,7 @@ import secrets
 import shutil
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -28,10 +28,11 @@ from agent.errors import journal_error
 from agent.host.adapter import AgentHost
 from agent.host.lock import HostLock
 from journal import JournalFullError, JournalPoisonedError, JournalWriter
-from upgrade_core import EVENT_CODEC, Event, Policy, Ports, Recorded
+from upgrade_core import EVENT_CODEC, Event, HistorySnapshot, Policy, Ports, Recorded
 from upgrade_core.ports import ArchiveSource
 
 if TYPE_CHECKING:
+    from agent.https import Transport
     from agent.release.fetch import FetchPolicy
     from agent.release.trust import ReleaseTrust
     from agent.systemd.manager import SystemdServiceManager
@@ -135,8 +136,21 @@ class JournalPort:
         Raises:
             JournalDurabilityError: ENOSPC, or the journal is poisoned by an fsync error.
         """
+        return await self._durably(self._writer.append(episode_id, event), event)
+
+    async def seed(self, snapshot: HistorySnapshot) -> Recorded:
+        """Write ``snapshot`` as the first record of this (empty) journal (``journal quarantine``: what the
+        old journal established); see :meth:`journal.JournalWriter.seed`.
+
+        Raises:
+            JournalDurabilityError: as :meth:`append`.
+            ValueError: the journal is not empty.
+        """
+        return await self._durably(self._writer.seed(snapshot), snapshot)
+
+    async def _durably(self, appended: Awaitable[Recorded], event: Event) -> Recorded:
         try:
-            record = await self._writer.append(episode_id, event)
+            record = await appended
         except (JournalFullError, JournalPoisonedError) as exc:
             raise journal_error(exc, self._writer.directory) from None
         if self._on_event is not None:
@@ -177,6 +191,27 @@ def policy_from(cfg: AgentConfig) -> Policy:
     )
 
 
+def download_transport(cfg: AgentConfig) -> Transport:
+    """The TLS trust, client certificate and proxy of every download (the archive, its signature, the
+    keyring) from ``[download]`` (docs/trust.md, TLS): read and checked now, before anything is locked.
+
+    Raises:
+        ConfigError: ``ca_file``, ``client_cert`` or ``client_key`` missing, unreadable or not PEM, a key
+            that does not match its certificate (exit 2, naming the key).
+        HostRefusedError: one of them owned by another user or writable by others, the key readable by
+            them (exit 4, naming the path).
+    """
+    d = cfg.download
+    if not (d.ca_file or d.client_cert or d.client_key or d.proxy):
+        from agent.https import Transport
+
+        return Transport()  # the system's store: no file to read, and cryptography (~50 ms) stays unloaded
+    from agent.release.tls import download_transport as build
+
+    return build(cfg.source, ca_file=d.ca_file, client_cert=d.client_cert, client_key=d.client_key,
+                 proxy=d.proxy)
+
+
 def release_trust(cfg: AgentConfig, download: FetchPolicy, signature: str | None) -> ReleaseTrust | None:
     """``[trust]`` at work for one request (docs/trust.md), or None when no key is configured."""
     from agent.release.minisign import parse_public_key
@@ -191,6 +226,7 @@ def release_trust(cfg: AgentConfig, download: FetchPolicy, signature: str | None
         state_dir=cfg.host.state_dir,
         download=download,
         signature=signature,
+        allow_legacy=cfg.trust.allow_legacy_signatures,
     )
 
 
@@ -226,6 +262,7 @@ async def wire(
     source_override: ArchiveSource | None = None,
     lock: HostLock | None = None,
     signature: str | None = None,
+    transport: Transport | None = None,
 ) -> Wired:
     """Open the journal (the caller holds the host lock) and build every port.
 
@@ -238,6 +275,8 @@ async def wire(
             (adoption of a plain binary).
         lock: the host lock the caller holds; released by :meth:`JournalPort.relinquish` on a hand-off.
         signature: ``--signature`` (None: ``<archive>.minisig``), used when ``[trust]`` has keys.
+        transport: :func:`download_transport` for a flow that downloads; None for one that never does
+            (its fetcher, never called, gets the operating system's trust and no proxy).
 
     Raises:
         JournalError: the journal cannot be trusted (corrupt: :class:`JournalUnreadableError` with file and
@@ -268,10 +307,14 @@ async def wire(
     except StoreError as exc:
         raise journal_error(exc, journal_dir(cfg)) from None
     journal = JournalPort(writer, on_event, lock)
+    from agent.https import Transport
+
     download = FetchPolicy(
         allow_http=cfg.download.allow_http,
         max_redirects=cfg.download.max_redirects,
         timeout_s=cfg.download.timeout_s,
+        retry_deadline_s=cfg.download.retry_deadline_s,
+        transport=transport or Transport(),
     )
     source = source_override or ArchiveSourceImpl(
         download=download,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Final, final
 import anyio
 
 from agent.fs import durable
+from agent.fs.regular import list_names, read_regular_file, read_text
 from agent.process import BoundedRunTimeout, Finished, run_bounded
 from agent.systemd.units import check_abs, check_unit
 from upgrade_core.errors import ServiceError
@@ -63,7 +64,7 @@ def _own_cgroup_paths() -> list[str]:
     """Our cgroup paths from /proc/self/cgroup: the unified (``0::``) line and the v1 ``name=systemd`` one."""
     paths = []
     with contextlib.suppress(OSError):
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
+        for line in (read_text("/proc/self/cgroup") or "").splitlines():
             _, controllers, path = line.split(":", 2)
             if controllers in ("", "name=systemd"):
                 paths.append(path)
@@ -186,7 +187,7 @@ class SystemdServiceManager:
                 except OSError:
                     found = None
                 try:
-                    return found, Path(f"/proc/{pid}/cmdline").read_bytes()
+                    return found, read_regular_file(f"/proc/{pid}/cmdline")
                 except OSError:
                     return found, b""
 
@@ -444,9 +445,9 @@ class SystemdServiceManager:
             dirs = {self.unit_dir}
             candidates = [self.unit_dir / n for n in wanted]
             with contextlib.suppress(OSError):
-                for sub in self.unit_dir.iterdir():
-                    if sub.is_dir() and sub.name.endswith((".wants", ".requires")):
-                        candidates += [sub / n for n in wanted]
+                for sub in list_names(str(self.unit_dir)):
+                    if sub.endswith((".wants", ".requires")) and (self.unit_dir / sub).is_dir():
+                        candidates += [self.unit_dir / sub / n for n in wanted]
             for path in candidates:
                 try:
                     if durable.remove_if_present(str(path), sync_dir=False):

@@ -6,7 +6,6 @@ failing probe only restarts the stability window. Configuration errors are raise
 
 from __future__ import annotations
 
-import ssl
 from collections.abc import Sequence
 from typing import Final, final
 from urllib.parse import urlsplit
@@ -14,6 +13,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from agent.errors import ConfigError
+from agent.https import Transport, tls_failure
 from agent.process import BoundedRunTimeout, run_bounded
 from agent.redact import redact_url
 from upgrade_core.ports import HealthProbe, ProbeUnreachable
@@ -42,7 +42,8 @@ class HttpProbe:
     """``health.http_probe``: one GET must answer 2xx within ``timeout_s`` seconds.
 
     Redirects are not followed (a 3xx is unhealthy) and proxy settings from the environment are ignored: a
-    probe of 127.0.0.1 must reach the daemon, not a proxy. Reasons name the URL redacted.
+    probe of 127.0.0.1 must reach the daemon, not a proxy. An https probe trusts the operating system's
+    store (:mod:`agent.https`). Reasons name the URL redacted.
 
     Args:
         url: ``http://`` or ``https://`` URL.
@@ -65,11 +66,11 @@ class HttpProbe:
         self._shown = redact_url(url)
         self._secrets = [s for s in (parts.username, parts.password, parts.query, parts.fragment) if s]
         self._timeout_s = timeout_s
-        # One TLS context for the probe's life: building it per check reloads the CA bundle (~15 ms, four
-        # times a second during a health window). Plain http needs none.
-        self._verify: ssl.SSLContext | bool = (
-            httpx.create_ssl_context() if parts.scheme == "https" else False
-        )
+        # One transport for the probe's life (the agent's one client construction, agent.https): the
+        # operating system's trust store, no proxy, nothing from the environment. Not [download]'s
+        # ca_file, client certificate or proxy: the probe talks to the daemon on this host, and a broken
+        # download setting must never stop a recovery's health check.
+        self._transport = Transport()
 
     def _scrub(self, text: str) -> str:
         text = text.replace(self._url, self._shown)
@@ -82,13 +83,11 @@ class HttpProbe:
         connection that could not be made is a :class:`~upgrade_core.ports.ProbeUnreachable` (a candidate
         failing only that way is not made known-bad, docs/trust.md)."""
         try:
-            async with httpx.AsyncClient(
-                timeout=httpx.Timeout(self._timeout_s), follow_redirects=False, trust_env=False,
-                verify=self._verify,
-            ) as client:
+            async with self._transport.client(self._timeout_s) as client:
                 response = await client.get(self._url)
         except (httpx.HTTPError, httpx.InvalidURL, OSError) as exc:
-            detail = self._scrub(str(exc)) or "no detail"
+            tls = tls_failure(exc)  # what OpenSSL said, also where httpx's text is empty
+            detail = tls if tls is not None else self._scrub(str(exc)) or "no detail"
             reason = _one_line(f"http probe {self._shown}: {type(exc).__name__}: {detail}")
             if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
                 # never reached the service (network not up, DNS, refused): not the release's fault alone

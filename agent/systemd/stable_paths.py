@@ -14,7 +14,6 @@ throw-away private systemds on purpose).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
 from typing import Final
 
@@ -54,7 +53,8 @@ def unstable_reason(path: str) -> str | None:
     missing or unreadable file (that is checked when the unit runs).
     """
     temporary = [*_TEMPORARY]
-    tmpdir = os.path.realpath(tempfile.gettempdir())
+    # TMPDIR as tempfile.gettempdir() would pick it, without its probe (it writes a test file).
+    tmpdir = os.path.realpath(os.environ.get("TMPDIR") or "/tmp")
     if tmpdir != "/":
         temporary.append(tmpdir)
     for candidate in dict.fromkeys((os.path.abspath(path), os.path.realpath(path))):

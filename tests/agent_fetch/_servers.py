@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Iterator
@@ -30,7 +31,14 @@ class _RequestHandler(http.server.BaseHTTPRequestHandler):
 
 
 class LoopbackServer(http.server.ThreadingHTTPServer):
-    """Serves ``routes[path](handler)``; records ``(path, lower-cased headers)`` of each request."""
+    """Serves ``routes[path](handler)``; records ``(path, lower-cased headers)`` of each request.
+
+    With ``tls`` set, each connection's handshake runs as it is accepted; a refused handshake (no client
+    certificate where one is required, one of an unknown CA) ends as a web server ends it: the alert is
+    sent, what the client already sent is read and dropped (at most one second), then the socket closes.
+    Closing at once with the client's request unread would answer with a reset, which may overtake the
+    alert, so the client could not say why it was refused.
+    """
 
     daemon_threads = True
 
@@ -39,6 +47,27 @@ class LoopbackServer(http.server.ThreadingHTTPServer):
         self.routes: dict[str, Handler] = {}
         self.requests: list[tuple[str, dict[str, str]]] = []
         self.scheme = "http"
+        self.tls: ssl.SSLContext | None = None
+
+    def get_request(self) -> tuple[socket.socket, object]:
+        raw, address = super().get_request()
+        if self.tls is None:
+            return raw, address
+        conn = self.tls.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+        conn.settimeout(5)
+        try:
+            conn.do_handshake()
+        except (ssl.SSLError, OSError):
+            with socket.socket(fileno=conn.detach()) as plain:
+                plain.settimeout(1)
+                try:
+                    while plain.recv(65536):
+                        pass
+                except OSError:
+                    pass
+            raise
+        conn.settimeout(None)
+        return conn, address
 
     def url(self, path: str) -> str:
         return f"{self.scheme}://127.0.0.1:{self.server_address[1]}{path}"
@@ -49,7 +78,7 @@ def serve(tls: ssl.SSLContext | None = None) -> Iterator[LoopbackServer]:
     """Run a :class:`LoopbackServer` in a thread for the duration of the block."""
     server = LoopbackServer()
     if tls is not None:
-        server.socket = tls.wrap_socket(server.socket, server_side=True)
+        server.tls = tls
         server.scheme = "https"
     thread = threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True)
     thread.start()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.errors import UsageError
+from agent.https import Transport
 from agent.redact import redact_url
 from agent.release.extract import ExtractLimits
 from agent.release.fetch import (
@@ -313,7 +314,7 @@ async def test_c08_https_redirect_downgrade_refused(
     server.routes["/a"] = body(ARCHIVE)
     https_server.routes["/a.tar.gz"] = redirect(target.format(port=server.server_address[1]))
     https_server.routes["/ok.tar.gz"] = body(ARCHIVE)
-    src = _source(ssl_context=tls_pair[1], download=FetchPolicy(allow_http="always"))
+    src = _source(download=FetchPolicy(allow_http="always", transport=Transport(ssl_context=tls_pair[1])))
     await src.stage(https_server.url("/ok.tar.gz"), None, str(tmp_path / "ok"), "blue")  # TLS works
     with pytest.raises(FetchRedirectError, match="refused redirect"):
         await src.stage(https_server.url("/a.tar.gz"), None, str(tmp_path / "s"), "blue")
@@ -333,7 +334,8 @@ async def test_c08_http_to_https_upgrade_allowed(
 ) -> None:
     server.routes["/a"] = redirect(https_server.url("/b"))
     https_server.routes["/b"] = body(b"over tls")
-    assert await _collect(server.url("/a"), ssl_context=tls_pair[1]) == b"over tls"
+    policy = FetchPolicy(transport=Transport(ssl_context=tls_pair[1]))
+    assert await _collect(server.url("/a"), policy) == b"over tls"
 
 
 async def test_c08_credentials_never_reach_another_origin(

@@ -1,14 +1,17 @@
 """The publisher commands of docs/trust.md (signed releases), run as written with Debian's real ``minisign``.
 
-The two ```sh blocks after "Publisher, with Debian's `minisign`" are executed line for line by ``sh`` in an
+The three ```sh blocks after "Publisher, with Debian's `minisign`" are executed line for line by ``sh`` in an
 empty directory holding only a release archive; then the host side (the agent's own ``ReleaseTrust`` and
-``ArchiveSourceImpl``) checks what they produced. Expected outcome: after the first block, the archive
-stages and is attributed to ``sign1`` through keyring serial 1; after the rotation block, it stages with
-``sign2``'s signature through serial 2, and the copy signed by ``sign1`` is refused as revoked.
+``ArchiveSourceImpl``, on the wall clock: the blocks date the keyring from today) checks what they produced.
+Expected outcome: after the first block, the archive stages and is attributed to ``sign1`` through keyring
+serial 1; after the signing-key rotation block, it stages with ``sign2``'s signature through serial 2, and
+the copy signed by ``sign1`` is refused as revoked; after the root rotation block, a host with both roots
+configured and a host that already dropped the old root (its cache signed by it) both take serial 3.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import shutil
 import subprocess
@@ -16,9 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from agent.release.trust import ReleaseTrust
 from upgrade_core.errors import SignatureError
 
-from .test_signatures import key_id, release, stage, trust
+from .test_signatures import cached_keyring, key_id, release, stage
+from .test_signatures import trust as trust_at_a_fixed_time
 
 pytestmark = pytest.mark.anyio
 
@@ -30,8 +35,13 @@ def publisher_blocks() -> list[str]:
     text = TRUST_DOC.read_text()
     section = text.split("Publisher, with Debian's `minisign`", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
-    assert len(blocks) == 2, "docs/trust.md: expected the key-making block and the rotation block"
+    assert len(blocks) == 3, "docs/trust.md: expected the key-making block and the two rotation blocks"
     return blocks
+
+
+def trust(d: Path, roots: list[str], keyring: str) -> ReleaseTrust:
+    """A host trusting ``roots`` and ``keyring``, its cache under ``d/state``, on the wall clock."""
+    return trust_at_a_fixed_time(d, roots, keyring, now=lambda: dt.datetime.now(dt.UTC))
 
 
 def run_block(block: str, cwd: Path) -> None:
@@ -52,7 +62,7 @@ def pub_line(cwd: Path, name: str) -> str:
 
 
 async def test_documented_publisher_commands_make_keys_sign_and_rotate(tmp_path: Path) -> None:
-    make, rotate = publisher_blocks()
+    make, rotate, rotate_root = publisher_blocks()
     work = tmp_path / "publisher"
     work.mkdir()
     archive = release(work)  # demo-agent.tar.gz, the file the publisher blocks sign
@@ -75,3 +85,18 @@ async def test_documented_publisher_commands_make_keys_sign_and_rotate(tmp_path:
     assert staged.release is not None and staged.release.key_id == key_id(pub_line(work, "sign2"))
     with pytest.raises(SignatureError, match="revoked"):
         await stage(fresh(tmp_path, 3), str(old_signed), host)
+
+    # Root rotation: one host follows the documented steps (both roots during the change); another drops
+    # the old root before it took the new root's keyring. Both caches hold serial 2, signed by the old root.
+    both, dropped = tmp_path / "host-both-roots", tmp_path / "host-dropped-old-root"
+    for n, base in enumerate((both, dropped), start=4):
+        base.mkdir()
+        await stage(fresh(tmp_path, n), str(archive), trust(base, [root], str(work / "keyring.json")))
+    run_block(rotate_root, work)
+    root2 = pub_line(work, "root2")
+    ring = str(work / "keyring.json")
+    for n, (base, roots) in enumerate(((both, [root, root2]), (dropped, [root2])), start=6):
+        staged = await stage(fresh(tmp_path, n), str(archive), trust(base, roots, ring))
+        assert staged.release is not None and staged.release.key_id == key_id(pub_line(work, "sign2"))
+    for base in (both, dropped):
+        assert cached_keyring(base) == (work / "keyring.json").read_bytes()

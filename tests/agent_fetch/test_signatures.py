@@ -52,9 +52,10 @@ def release(d: Path, data: bytes = b"\x7fELF binary 1.2.0\n") -> Path:
 def trust(d: Path, roots: list[str], keyring: str = "", **kw: object) -> ReleaseTrust:
     state = d / "state"
     state.mkdir(mode=0o700, exist_ok=True)
+    kw.setdefault("now", lambda: NOW)
     return ReleaseTrust(
         roots=tuple(parse_public_key(k) for k in roots), keyring_source=keyring, require=True,
-        state_dir=str(state), now=lambda: NOW, **kw,  # type: ignore[arg-type]
+        state_dir=str(state), **kw,  # type: ignore[arg-type]
     )
 
 
@@ -67,9 +68,19 @@ def no_staging(d: Path) -> bool:
     return not (d / "stage").exists()
 
 
-def keyring_doc(serial: int, keys: list[tuple[str, str]], revoked: list[str] = ()) -> bytes:  # type: ignore[assignment]
-    return json.dumps({"serial": serial, "keys": [{"public_key": k, "expires": e} for k, e in keys],
-                       "revoked": list(revoked)}).encode()
+RING_EXPIRES = "2026-07-01T00:00:00Z"
+"""The keyrings' own expiry: a month after ``NOW``."""
+
+
+def keyring_doc(
+    serial: int, keys: list[tuple[str, str]], revoked: list[str] = (),  # type: ignore[assignment]
+    expires: str | None = RING_EXPIRES,
+) -> bytes:
+    doc: dict[str, object] = {"serial": serial}
+    if expires is not None:
+        doc["expires"] = expires
+    doc.update({"keys": [{"public_key": k, "expires": e} for k, e in keys], "revoked": list(revoked)})
+    return json.dumps(doc).encode()
 
 
 def key_id(pub: str) -> str:
@@ -82,7 +93,7 @@ async def test_real_minisign_release_is_trusted(tmp_path: Path, legacy: bool) ->
     path = release(tmp_path)
     sig = sign(sec, path, legacy=legacy)
     assert parse_signature(sig.read_bytes()).algorithm == ("Ed" if legacy else "ED")
-    staged = await stage(tmp_path, str(path), trust(tmp_path, [pub]))
+    staged = await stage(tmp_path, str(path), trust(tmp_path, [pub], allow_legacy=legacy))
     assert staged.release is not None
     assert (staged.release.name, staged.release.version, staged.release.security_version) == (
         "demo-agent", "1.2.0", 3)
@@ -225,6 +236,113 @@ async def test_older_keyring_served_after_a_newer_one(tmp_path: Path) -> None:
     with pytest.raises(KeyringError, match="serial 1 is older than the cached serial 2"):
         await stage(tmp_path, str(path), t)
     assert no_staging(tmp_path)
+
+
+async def test_a_legacy_signature_is_refused_unless_allowed(tmp_path: Path) -> None:
+    """minisign does not sign its algorithm bytes: ``Ed`` (``minisign -S -l``) is refused by default, before
+    the keyring or the archive is read; ``allow_legacy_signatures`` accepts it (the other test above)."""
+    sec, pub = keypair(tmp_path, "root")
+    path = release(tmp_path)
+    sign(sec, path, legacy=True)
+    with pytest.raises(SignatureError) as refused:
+        await stage(tmp_path, str(path), trust(tmp_path, [pub]))
+    assert str(refused.value) == (
+        f"{path}.minisig: the legacy Ed algorithm (not pre-hashed) is not accepted for release {path} "
+        "([trust] allow_legacy_signatures = false)"
+    )
+    assert no_staging(tmp_path)
+
+
+async def test_a_legacy_signed_keyring_is_refused_unless_allowed(tmp_path: Path) -> None:
+    root_sec, root_pub = keypair(tmp_path, "root")
+    sec, pub = keypair(tmp_path, "signing")
+    ring = tmp_path / "keyring.json"
+    ring.write_bytes(keyring_doc(1, [(pub, "2027-01-01T00:00:00Z")]))
+    sign(root_sec, ring, comment="keyring", legacy=True)
+    path = release(tmp_path)
+    sign(sec, path)
+    legacy = r"legacy Ed algorithm \(not pre-hashed\) is not accepted for the keyring"
+    with pytest.raises(KeyringError, match=legacy):
+        await stage(tmp_path, str(path), trust(tmp_path, [root_pub], str(ring)))
+    assert no_staging(tmp_path)
+    assert not (tmp_path / "state" / "trust" / "keyring.json").exists()
+    allowed = trust(tmp_path, [root_pub], str(ring), allow_legacy=True)
+    staged = await stage(fresh(tmp_path), str(path), allowed)
+    assert staged.release is not None and staged.release.key_id == key_id(pub)
+
+
+def fresh(d: Path) -> Path:
+    """Another directory for one more staging attempt (``stage`` writes ``<dir>/stage``)."""
+    n = len(list(d.glob("again-*")))
+    again = d / f"again-{n}"
+    again.mkdir()
+    return again
+
+
+def cached_keyring(d: Path) -> bytes:
+    import base64
+
+    doc = json.loads((d / "state" / "trust" / "keyring.json").read_bytes())
+    return base64.b64decode(doc["keyring"])
+
+
+async def test_an_expired_keyring_is_refused_served_or_frozen(tmp_path: Path) -> None:
+    """Freeze: a mirror keeps serving the genuine keyring it once had. Past the keyring's own ``expires`` it
+    is refused, though it is the cached one too and its signing key is not expired itself."""
+    root_sec, root_pub = keypair(tmp_path, "root")
+    sec, pub = keypair(tmp_path, "signing")
+    ring = publish_keyring(tmp_path, root_sec, keyring_doc(1, [(pub, "2030-01-01T00:00:00Z")]))
+    path = release(tmp_path)
+    sign(sec, path)
+    clock = [NOW]
+    t = trust(tmp_path, [root_pub], str(ring), now=lambda: clock[0])
+    assert (await stage(tmp_path, str(path), t)).release is not None
+    cached = cached_keyring(tmp_path)
+    clock[0] = dt.datetime(2026, 7, 1, tzinfo=dt.UTC)
+    again = fresh(tmp_path)
+    with pytest.raises(KeyringError) as refused:
+        await stage(again, str(path), t)
+    assert str(refused.value) == f"{ring}: keyring serial 1 expired at 2026-07-01T00:00:00Z"
+    assert no_staging(again)
+    assert cached_keyring(tmp_path) == cached
+
+
+async def test_a_keyring_without_expires_is_refused(tmp_path: Path) -> None:
+    root_sec, root_pub = keypair(tmp_path, "root")
+    sec, pub = keypair(tmp_path, "signing")
+    ring = publish_keyring(tmp_path, root_sec, keyring_doc(1, [(pub, "2030-01-01T00:00:00Z")], expires=None))
+    path = release(tmp_path)
+    sign(sec, path)
+    with pytest.raises(KeyringError) as refused:
+        await stage(tmp_path, str(path), trust(tmp_path, [root_pub], str(ring)))
+    assert str(refused.value) == (
+        f"{ring}: keyring serial 1 has no expires (a keyring must carry its own signed expiry; "
+        "publish a new serial with expires)"
+    )
+    assert no_staging(tmp_path)
+    assert not (tmp_path / "state" / "trust").exists()
+
+
+async def test_root_rotation_replaces_a_cache_signed_by_a_root_no_longer_configured(tmp_path: Path) -> None:
+    """Root rotation as docs/trust.md describes it: both roots configured during the change (the cache
+    still counts: a lower serial by the new root is refused), then only the new one; the cached keyring
+    signed by the old root then vouches for nothing and the new root's keyring replaces it, whatever its
+    serial."""
+    old_sec, old_pub = keypair(tmp_path, "root-old")
+    new_sec, new_pub = keypair(tmp_path, "root-new")
+    sec, pub = keypair(tmp_path, "signing")
+    path = release(tmp_path)
+    sign(sec, path)
+    ring = publish_keyring(tmp_path, old_sec, keyring_doc(3, [(pub, "2030-01-01T00:00:00Z")]))
+    assert (await stage(fresh(tmp_path), str(path), trust(tmp_path, [old_pub], str(ring)))).release
+    # the change: both roots; the new root's serial 2 would take the host back
+    publish_keyring(tmp_path, new_sec, keyring_doc(2, [(pub, "2030-01-01T00:00:00Z")]))
+    with pytest.raises(KeyringError, match="serial 2 is older than the cached serial 3"):
+        await stage(fresh(tmp_path), str(path), trust(tmp_path, [old_pub, new_pub], str(ring)))
+    # the old root is gone from the configuration: the new root's keyring replaces the cache
+    staged = await stage(fresh(tmp_path), str(path), trust(tmp_path, [new_pub], str(ring)))
+    assert staged.release is not None and staged.release.key_id == key_id(pub)
+    assert cached_keyring(tmp_path) == ring.read_bytes()
 
 
 # -- the parser -------------------------------------------------------------------------------------------

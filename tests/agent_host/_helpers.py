@@ -73,7 +73,9 @@ def syscall_spy(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, ...
         real_rename(src, dst, *a, **k)
 
     def symlink(target: str, path: str, *a: Any, **k: Any) -> None:
-        calls.append(("symlink", os.fspath(path)))
+        fd = k.get("dir_fd")
+        where = os.fspath(path) if fd is None else os.path.join(_fd_path(fd), os.fspath(path))
+        calls.append(("symlink", where))
         real_symlink(target, path, *a, **k)
 
     def write(fd: int, data: Any) -> int:

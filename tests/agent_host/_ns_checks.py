@@ -116,7 +116,7 @@ def check_noexec(d: Path) -> dict[str, Any]:
     """A host root on a ``noexec`` mount is refused before staging."""
     root = d / "R"
     root.mkdir()
-    sh("mount", "-t", "tmpfs", "-o", "size=4m,noexec", "tmpfs", str(root))
+    sh("mount", "-t", "tmpfs", "-o", "size=4m,noexec,mode=0755", "tmpfs", str(root))
     installed_host(root)
     host = AgentHost(str(root), NAME, max_member_bytes=1024)
     return {"prepare_staging": outcome(lambda: anyio.run(host.prepare_staging, "green"))}

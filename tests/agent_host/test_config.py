@@ -143,6 +143,21 @@ path = "/srv/m2"
         (MINIMAL + "[download]\ntimeout_s = 0\n", "download.timeout_s", "positive"),
         (MINIMAL + "[download]\ntimeout_s = nan\n", "download.timeout_s", "positive"),
         (MINIMAL + "[download]\ntimeout_s = \"10\"\n", "download.timeout_s", "must be a number"),
+        (MINIMAL + "[download]\nca_file = \"ca.pem\"\n", "download.ca_file", "absolute"),
+        (MINIMAL + "[download]\nclient_key = \"/etc/k.pem\"\n", "download.client_key",
+         "needs client_cert (mutual TLS takes both)"),
+        (MINIMAL + "[download]\nclient_cert = \"/etc/c.pem\"\n", "download.client_cert",
+         "needs client_key (mutual TLS takes both)"),
+        (MINIMAL + "[download]\nproxy = \"socks5://127.0.0.1:1080\"\n", "download.proxy",
+         "must be \"\" or a proxy URL"),
+        # a proxy has no path; credentials are never echoed
+        (MINIMAL + "[download]\nproxy = \"http://u:SECRET@proxy:3128/x\"\n", "download.proxy",
+         "got 'http://proxy:3128/x'"),
+        (MINIMAL + "[download]\nproxy = \"http://proxy:99999\"\n", "download.proxy", "a proxy URL"),
+        (MINIMAL + "[download]\nretry_deadline_s = -1\n", "download.retry_deadline_s",
+         "must be 0 or a positive number of seconds"),
+        (MINIMAL + "[download]\nretry_deadline_s = \"5m\"\n", "download.retry_deadline_s",
+         "must be a number"),
         (MINIMAL + "[limits]\nmax_archive_bytes = 0\n", "limits.max_archive_bytes", "positive"),
         (MINIMAL + "[limits]\nmax_member_bytes = -5\n", "limits.max_member_bytes", "positive"),
         (MINIMAL + "[limits]\nmax_total_bytes = 1.5\n", "limits.max_total_bytes", "integer"),
@@ -158,6 +173,8 @@ path = "/srv/m2"
         (MINIMAL + "[health]\ncommand_probe = [\"\"]\n", "health.command_probe", "empty"),
         (MINIMAL + "[journal]\nkeep_episodes = 0\n", "journal.keep_episodes", "positive"),
         (MINIMAL + "[[mirrors]]\npath = \"rel/x\"\n", "mirrors[0].path", "absolute"),
+        (MINIMAL + "[[mirrors]]\npath = \"/srv/m/x\"\nroot = \"/srv/other\"\n", "mirrors[0].root",
+         "does not hold path"),
         (MINIMAL + "[[mirrors]]\npath = \"/a\"\n[[mirrors]]\n", "mirrors[1].path", "required"),
         (MINIMAL + "[[mirrors]]\npath = \"/a\"\nmode = 1\n", "mirrors[0].mode", "unknown key"),
         (MINIMAL + "mirrors = 3\n", "agent.mirrors", "unknown key"),
@@ -403,7 +420,8 @@ def test_fast_schema_names_exactly_the_full_loaders_keys() -> None:
 _KEY = base64.b64encode(b"Ed" + bytes(range(40))).decode()
 _values = st.sampled_from(
     [0, 1, -1, 5, 2.5, -2.5, True, "", "x", "/abs", "rel", "exact", "select", "never", "always",
-     "loopback", "http://127.0.0.1:8/h", "ftp://h/", [], ["a"], [""], [1], {"k": 1}, False,
+     "loopback", "http://127.0.0.1:8/h", "ftp://h/", "http://proxy:3128", "https://p:99999/", [], ["a"],
+     [""], [1], {"k": 1}, False,
      # [trust] root_keys: a well-formed Ed25519 key, one with another algorithm, one a byte short
      [_KEY], [base64.b64encode(b"ED" + bytes(40)).decode()], [_KEY[:-4] + "AAA="]]
 )

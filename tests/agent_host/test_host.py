@@ -379,5 +379,76 @@ def test_from_config(tmp_path: Path) -> None:
     )
     host = AgentHost.from_config(cfg)
     assert host.slot_path("green") == str(tmp_path / "R" / "lib" / NAME / f"{NAME}-green")
-    assert host._mirrors == (f"/m/{NAME}",)
+    assert host._mirrors == ((f"/m/{NAME}", ""),)
     assert host._max_member_bytes == 7
+
+
+NOBODY = 65534
+
+
+def _canary(tmp_path: Path) -> tuple[Path, tuple[int, bytes, int]]:
+    """A root-only directory outside every tree, holding a file the attacks aim at."""
+    outside = tmp_path / "outside"
+    outside.mkdir(mode=0o700)
+    canary = outside / NAME
+    canary.write_bytes(b"root's own file")
+    return canary, (canary.stat().st_ino, canary.read_bytes(), len(os.listdir(outside)))
+
+
+def _unchanged(canary: Path, before: tuple[int, bytes, int]) -> bool:
+    return (canary.stat().st_ino, canary.read_bytes(), len(os.listdir(canary.parent))) == before
+
+
+async def test_a_mirror_tree_of_another_uid_is_written_inside_it_only(tmp_path: Path) -> None:
+    # A container's root owned by its user-namespaced uid: the copy lands in it, by rename, owned by root.
+    tree = tmp_path / "machines" / "c1"
+    (tree / "usr" / "bin").mkdir(parents=True)
+    for d in (tree, tree / "usr", tree / "usr" / "bin"):
+        os.chown(d, NOBODY, NOBODY)
+    mirror = tree / "usr" / "bin" / NAME
+    host = installed_host(tmp_path / "R", mirrors=[(str(mirror), str(tree))])
+    sha = hashlib.sha256(BLUE_BYTES).hexdigest()
+    host.check_mirrors()
+    assert await host.sync_mirrors("blue", sha) == (str(mirror),)
+    assert mirror.read_bytes() == BLUE_BYTES and mirror.stat().st_uid == 0
+
+
+@pytest.mark.parametrize("where", ["usr", "usr/bin"])
+async def test_a_symlink_planted_in_a_mirror_tree_is_refused_before_and_at_the_sync(
+    tmp_path: Path, where: str
+) -> None:
+    # The tree's owner swaps a directory of it for a link to a root-only directory: nothing is followed.
+    from upgrade_core.errors import HostRefusedError
+
+    canary, before = _canary(tmp_path)
+    tree = tmp_path / "machines" / "c1"
+    (tree / "usr" / "bin").mkdir(parents=True)
+    for d in (tree, tree / "usr", tree / "usr" / "bin"):
+        os.chown(d, NOBODY, NOBODY)
+    mirror = tree / "usr" / "bin" / NAME
+    host = installed_host(tmp_path / "R", mirrors=[(str(mirror), str(tree))])
+    planted = tree / where
+    os.rename(planted, tree / "moved-away")
+    os.symlink(canary.parent if where == "usr/bin" else tmp_path / "outside-usr", planted)
+    if where == "usr":
+        (tmp_path / "outside-usr").mkdir()
+        os.symlink(canary.parent, tmp_path / "outside-usr" / "bin")
+    os.lchown(planted, NOBODY, NOBODY)
+    with pytest.raises(HostRefusedError, match="symlink"):
+        host.check_mirrors()
+    with pytest.raises(HostRefusedError, match="symlink"):
+        await host.sync_mirrors("blue", hashlib.sha256(BLUE_BYTES).hexdigest())
+    assert _unchanged(canary, before)
+
+
+async def test_a_mirror_root_whose_ancestor_another_user_owns_is_refused(tmp_path: Path) -> None:
+    from upgrade_core.errors import HostRefusedError
+
+    shared = tmp_path / "shared"
+    (shared / "tree").mkdir(parents=True)
+    os.chown(shared, NOBODY, NOBODY)  # above the tree's root: the ancestor rule holds there
+    mirror = shared / "tree" / NAME
+    host = installed_host(tmp_path / "R", mirrors=[(str(mirror), str(shared / "tree"))])
+    with pytest.raises(HostRefusedError, match=f"owned by uid {NOBODY}"):
+        host.check_mirrors()
+    assert not mirror.exists()

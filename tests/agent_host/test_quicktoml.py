@@ -71,3 +71,27 @@ def test_the_configurations_the_docs_show_are_in_the_subset() -> None:
                  'path = "/srv/m2"\n')
     for text in texts:
         assert loads_plain(text) == tomllib.loads(text), text
+
+
+# -- the boot reader's hand-written predicates against the regular expressions they stand in for ----------
+_ALPHABET = "az09AZ._-_:/@?#+= \t\u00e9\u2003"
+_texts = st.text(alphabet=st.sampled_from(list(_ALPHABET)), max_size=20)
+
+
+@settings(max_examples=800, deadline=None)
+@given(body=_texts, prefix=st.sampled_from(["", "a", "http://", "https://", "RW"]),
+       suffix=st.sampled_from(["", ".service", "/", ":8080", ":65536", "a"]))
+def test_the_predicates_agree_with_the_expressions(body: str, prefix: str, suffix: str) -> None:
+    import re
+
+    from agent.config import boot
+    from agent.config.loader import DNS_SUBDOMAIN_RE, NAME_RE
+
+    v = prefix + body + suffix
+    assert boot.plain_name(v) == (NAME_RE.fullmatch(v) is not None)
+    assert boot.dns_subdomain(v) == (DNS_SUBDOMAIN_RE.fullmatch(v) is not None)
+    service = re.fullmatch(r"[a-z0-9_][a-z0-9_.-]{0,240}\.service", v)
+    assert boot._plain_service(v) == (service is not None)
+    assert boot._http_url(v) == (re.fullmatch(r"https?://[^/?#@\s]+(?:[/?#]\S*)?", v) is not None)
+    proxy = re.fullmatch(r"https?://[A-Za-z0-9.-]+(?::(?P<port>[0-9]{1,5}))?/?", v)
+    assert boot._proxy(v) == (v == "" or (proxy is not None and int(proxy.group("port") or 0) <= 65535))

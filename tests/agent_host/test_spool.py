@@ -354,13 +354,82 @@ def test_status_documents_are_deterministic_and_carry_the_spec_fields() -> None:
     assert "journalSeq" not in failed and "bootID" not in failed  # never null in the status subresource
 
 
-def test_the_idle_spool_operator_loads_no_http_client() -> None:
-    """httpx and its stack (about 16 MiB resident) load at the first fetch, not with the operator: an idle
-    spool operator stays within its memory budget (design §9 operator.idle.spool)."""
-    import subprocess
+# -- a control plane is trusted less than root ---------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("archive", "message"),
+    [
+        ({"url": "/etc/shadow", "sha256": SHA},
+         "spec.archive.url: /etc/shadow: not an http(s) URL; a control plane may name a local file only with "
+         "[operations] allow_local_sources = true"),
+        ({"url": "file:///etc/shadow", "sha256": SHA},
+         "spec.archive.url: file:///etc/shadow: not an http(s)"),
+        ({"url": "../../etc/shadow", "sha256": SHA}, "spec.archive.url: ../../etc/shadow: not an http(s)"),
+        ({"url": "FILE://localhost/etc/shadow", "sha256": SHA}, "spec.archive.url: file://localhost/etc/shadow"),
+        ({"url": "https://x/a", "sha256": SHA, "signatureURL": "/root/.ssh/id_ed25519"},
+         "spec.archive.signatureURL: /root/.ssh/id_ed25519: not an http(s) URL"),
+        ({"url": "https://u:pw@x/a\n\x1b[31m", "sha256": SHA},
+         "spec.archive.url: https://x/a\\n\\x1b[31m: contains control or invisible characters"),
+        ({"url": "https://x/\u202egnp.exe", "sha256": SHA},
+         "spec.archive.url: https://x/\\u202egnp.exe: contains control or invisible characters"),
+        ({"url": "https://x/" + "a" * 5000, "sha256": SHA},
+         "spec.archive.url: 5010 characters, more than 4096"),
+    ],
+)
+def test_a_control_plane_names_only_http_sources(archive: dict[str, str], message: str) -> None:
+    doc = {**SPEC, "archive": archive}
+    with pytest.raises(OperationRefused) as info:
+        check_spec(doc, agent="demo-agent", node_name="node-1", node_required=True)
+    assert str(info.value).startswith(message), str(info.value)
+    assert "pw" not in str(info.value)
 
-    code = ("import sys, agent.cli.commands, agent.operations.operator, agent.operations.spool\n"
-            "print(sorted(m for m in ('httpx', 'httpcore', 'h11', 'certifi') if m in sys.modules))\n")
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
-    assert done.stdout == "[]\n", done
+
+def test_local_sources_pass_where_the_host_allows_them() -> None:
+    doc = {**SPEC, "archive": {"url": "/srv/a.tar.gz", "sha256": SHA, "signatureURL": "file:///srv/a.minisig"}}
+    checked = check_spec(doc, agent="demo-agent", node_name="node-1", node_required=True,
+                         allow_local_sources=True)
+    assert (checked.url, checked.signature_url) == ("/srv/a.tar.gz", "file:///srv/a.minisig")
+    with pytest.raises(OperationRefused, match="contains control"):  # still one printable line
+        check_spec({**SPEC, "archive": {"url": "/srv/a\n.tar.gz", "sha256": SHA}}, agent="demo-agent",
+                   node_name="node-1", node_required=True, allow_local_sources=True)
+
+
+async def test_a_status_with_control_characters_and_60_kb_is_escaped_bounded_and_read_back(
+    tmp_path: Path,
+) -> None:
+    """A message quoting what a control plane sent (a newline that would forge a log line, ANSI, a bidi
+    override, 60 KB of characters JSON writes as 12 bytes each): the status file holds it escaped and
+    bounded, within what the spool's reader accepts, so the operator reads its own status back."""
+    d = spool(tmp_path)
+    put(d, "op1.json", json.dumps(SPEC))
+    source = SpoolSource(str(d), 0.05)
+    (op,) = await source.snapshot()
+    message = "refused: x\nupgrade-agent: forged\x1b[31m\u202e" + "\U0001f600" * 60_000
+    loud = OperationStatus("op1", "Failed", "aborted", "1.0.0\n", "9" * 200, message, 7, "b" * 100, 1.0e9,
+                           1.0e9 + 5)
+    assert await source.publish(op, loud) is True
+    data = (d / "op1.status.json").read_bytes()
+    assert len(data) < MAX_OPERATION_BYTES
+    status = json.loads(data)
+    assert status["message"].startswith("refused: x\\nupgrade-agent: forged\\x1b[31m\\u202e\U0001f600")
+    assert status["message"].endswith(" more characters]") and len(status["message"]) <= 2048
+    assert status["conditions"][0]["message"] == status["message"]
+    assert status["from_version"] == "1.0.0\\n" and len(status["to_version"]) <= 128
+    assert len(status["boot_id"]) <= 64
+    (op,) = await source.snapshot()
+    assert op.problem is None and held_terminal(op)
+    assert await source.publish(op, loud) is False  # the same bytes: not written again
+
+
+def test_the_sanitiser_escapes_what_a_terminal_or_journald_would_interpret() -> None:
+    from agent.sanitize import clean_text
+
+    assert clean_text("a\nb\r\tc\x00\x1b[2J\x7f\u0085\u009b\u2028\u202e\u2066\u200b\ufeff\ud800") == (
+        "a\\nb\\r\\tc\\x00\\x1b[2J\\x7f\\x85\\x9b\\u2028\\u202e\\u2066\\u200b\\ufeff\\ud800")
+    kept = "na\u00efve \u65e5\u672c \U0001f600 back\\slash"  # other scripts, emoji and backslashes pass
+    assert clean_text(kept) == kept
+    once = clean_text("x\x1b" * 1000, 100)
+    assert clean_text(once, 100) == once and len(once) <= 100
+    assert once == "x\\x1b" * 14 + "x ...[1971 more characters]"  # never half an escape
+    assert len(clean_text("a" * 60_000, 4096)) == 4096
+    with pytest.raises(ValueError):
+        clean_text("x", 10)

@@ -506,6 +506,26 @@ def test_journal_dump(rig: Rig) -> None:
     assert text.code == 0 and len(text.stdout.splitlines()) == len(written.ends)
 
 
+def test_journal_dump_and_the_reason_line_show_foreign_characters_escaped(installed_rig: Rig) -> None:
+    """A source whose path carries a right-to-left override, a C1 CSI (``\\x9b``: a terminal's escape
+    introducer) and a line separator is journaled as given; ``journal dump``, the result's ``reason:`` line
+    and the log lines show them as escapes, one line per record."""
+    rig = installed_rig
+    source = "http://127.0.0.1:9/a\u202egnp\u009b[2J\u2028x.tar.gz"
+    shown = "http://127.0.0.1:9/a\\u202egnp\\x9b[2J\\u2028x.tar.gz"
+    run = rig.cli("upgrade", "--archive", source, "--sha256", "0" * 64, json_out=False)
+    assert run.code == 1, run
+    assert f"reason: {shown}: connection failed" in run.stdout.splitlines(), run.stdout
+    dump = rig.cli("journal", "dump", json_out=False)
+    records = rig.cli("journal", "dump").payload()["records"]
+    assert records[0]["event"]["source"] == source  # the journal keeps what was asked for
+    lines = dump.stdout.splitlines()
+    assert dump.code == 0 and len(lines) == len(records), dump.stdout
+    assert f"source={shown} " in lines[0], lines[0]
+    for text in (run.stdout, run.stderr, dump.stdout):
+        assert not set("\u202e\u009b\u2028") & set(text)
+
+
 # -- status, history, units, host-root ----------------------------------------------------------------
 def test_status_on_a_bare_host(rig: Rig) -> None:
     before = snapshot(rig.base)

@@ -83,7 +83,7 @@ def test_the_config_holds_the_toml_the_archives_and_the_units(tmp_path: Path) ->
     files = {f["path"]: f for f in config["storage"]["files"]}
     cfg = files["/etc/upgrade-agent/signed.toml"]
     assert base64.b64decode(cfg["contents"]["source"].split(",", 1)[1]).decode() == toml
-    assert cfg["mode"] == 0o644
+    assert cfg["mode"] == 0o600
     runtime = files["/opt/upgrade-agent/bootstrap/runtime.tar.gz"]
     assert runtime["contents"] == {"source": RUNTIME, "verification": {"hash": f"sha256-{RUNTIME_DIGEST}"}}
     release = files["/opt/upgrade-agent/bootstrap/release.archive"]
@@ -112,6 +112,21 @@ def test_the_config_holds_the_toml_the_archives_and_the_units(tmp_path: Path) ->
             f"install --archive /opt/upgrade-agent/bootstrap/release.archive --sha256 {DIGEST} "
             "--signature /opt/upgrade-agent/bootstrap/release.archive.minisig\n") in boot
     assert "ExecStart=/usr/bin/systemctl disable signed-bootstrap.service\n" in boot
+
+
+def test_every_file_is_written_0600_the_configuration_with_its_credentials_included(tmp_path: Path) -> None:
+    """The embedded configuration may carry credentials (a health probe or keyring URL with a password or
+    token in it): Ignition must write it, like every other file it places, readable by root alone."""
+    toml = (CONFIGS["signature trust keys"]
+            + '[health]\nhttp_probe = "http://monitor:S3CRET@127.0.0.1:9000/health"\n')
+    config = _good(tmp_path, toml)
+    modes = {f["path"]: f["mode"] for f in config["storage"]["files"]}
+    assert modes == {"/etc/upgrade-agent/signed.toml": 0o600,
+                     "/opt/upgrade-agent/bootstrap/runtime.tar.gz": 0o600,
+                     "/opt/upgrade-agent/bootstrap/release.archive": 0o600,
+                     "/opt/upgrade-agent/bootstrap/release.archive.minisig": 0o600}, modes
+    embedded = next(f for f in config["storage"]["files"] if f["path"].endswith(".toml"))
+    assert b"S3CRET" in base64.b64decode(embedded["contents"]["source"].split(",", 1)[1])
 
 
 def _refused(run: Run, *needles: str) -> None:

@@ -85,7 +85,7 @@ def test_ignition_writes_the_config_into_a_sysroot_and_nothing_under_usr(tmp_pat
 
     # the files, with their bytes and modes
     expected = {
-        f"/etc/upgrade-agent/{NAME}.toml": (TOML.encode(), 0o644),
+        f"/etc/upgrade-agent/{NAME}.toml": (TOML.encode(), 0o600),  # it may hold credentials
         "/opt/upgrade-agent/bootstrap/runtime.tar.gz": (rig.runtime.read_bytes(), 0o600),
         "/opt/upgrade-agent/bootstrap/release.archive": (rig.release.read_bytes(), 0o600),
     }

@@ -141,7 +141,7 @@ def test_a_release_the_trust_rules_refuse_is_failed_and_the_host_untouched(insta
     spool = rig.base / "spool"
     spool.mkdir(mode=0o700)
     rig.write_config(f'[trust]\nroot_keys = ["{root_key}"]\n\n[operations]\nsource = "spool"\n'
-                     f'spool_dir = "{spool}"\nnode_name = "n1"\n')
+                     f'spool_dir = "{spool}"\nnode_name = "n1"\nallow_local_sources = true\n')
     before = rig.host_facts()
     put(spool, "unsigned", {"agent": rig.name, "archive": {
         "url": str(archive), "sha256": hashlib.sha256(archive.read_bytes()).hexdigest()}})
@@ -251,3 +251,228 @@ async def test_a_stop_while_in_progress_is_published_aborts_the_operation_before
     assert rig.host_facts() == before
     assert rig.staging_leftovers() == []
     assert rig.cli("recover").payload()["result"] == "noop"
+
+
+# -- a control plane is trusted less than root (docs/managed.md, "A control plane is not root") -----------
+def _statuses(spool: Path) -> dict[str, dict[str, object]]:
+    return {p.name[: -len(".status.json")]: json.loads(p.read_text()) for p in spool.glob("*.status.json")}
+
+
+def test_a_local_source_from_the_spool_is_refused_naming_the_field_and_never_read(installed_rig: Rig) -> None:
+    """A spool writer names a root-only file as the archive (a path, a file:// URL) or as the signature: each
+    is refused before the lock with a status naming the field, nothing is journaled, and the file's sha256
+    appears nowhere (the old operator read it, and a digest mismatch published the digest)."""
+    import hashlib
+
+    rig = installed_rig
+    spool = with_spool(rig)
+    secret = rig.base / "root-only"
+    secret.write_bytes(b"root's eyes only\n")
+    secret.chmod(0o600)
+    digest = hashlib.sha256(secret.read_bytes()).hexdigest()
+    before, state = rig.host_facts(), rig.state_bytes()
+    remote = "https://127.0.0.1:9/a.tar.gz"
+    cases = {
+        "by-path": ({"url": str(secret), "sha256": SHA}, "spec.archive.url", str(secret)),
+        "by-file-url": ({"url": f"file://{secret}", "sha256": SHA}, "spec.archive.url", f"file://{secret}"),
+        "signature": ({"url": remote, "sha256": SHA, "signatureURL": str(secret)},
+                      "spec.archive.signatureURL", str(secret)),
+    }
+    for op, (archive, _key, _shown) in cases.items():
+        put(spool, op, {"agent": rig.name, "nodeName": "n1", "archive": archive})
+    out = rig.cli("operator", "--once")
+    assert out.code == 0, out.stderr
+    statuses = _statuses(spool)
+    for op, (_archive, key, shown) in cases.items():
+        status = statuses[op]
+        assert (status["phase"], status["result"], status["journal_seq"]) == ("Failed", None, None), status
+        assert status["message"] == (
+            f"{key}: {shown}: not an http(s) URL; a control plane may name a local file only with "
+            "[operations] allow_local_sources = true"), status
+    assert digest not in out.stderr and digest not in json.dumps(statuses)
+    assert rig.host_facts() == before and rig.state_bytes() == state  # not even a journal record
+
+
+def test_an_allowed_local_source_never_puts_its_digest_in_a_status_log_or_journal(installed_rig: Rig) -> None:
+    """With ``allow_local_sources = true`` a local file is read, and a wrong digest is refused without
+    naming the digest the file has: in the status, the operator's log and ``journal dump``."""
+    import hashlib
+
+    rig = installed_rig
+    spool = rig.base / "spool"
+    spool.mkdir(mode=0o700)
+    rig.write_config(f'[operations]\nsource = "spool"\nspool_dir = "{spool}"\nnode_name = "n1"\n'
+                     "allow_local_sources = true\n", agent_extra='member_policy = "none"\n')
+    secret = rig.base / "root-only"
+    secret.write_bytes(b"root's eyes only\n")
+    secret.chmod(0o600)
+    digest = hashlib.sha256(secret.read_bytes()).hexdigest()
+    before = rig.host_facts()
+    put(spool, "op-local", {"agent": rig.name, "archive": {"url": str(secret), "sha256": SHA}})
+    out = rig.cli("operator", "--once")
+    assert out.code == 0, out.stderr
+    status = _statuses(spool)["op-local"]
+    assert (status["phase"], status["result"]) == ("Failed", "aborted"), status
+    assert status["message"] == f"{secret}: the archive's sha256 is not the expected {SHA}", status
+    dump = rig.cli("journal", "dump", json_out=False)
+    assert dump.code == 0 and "op-local" in rig.cli("journal", "dump").stdout, dump
+    for text in (out.stderr, json.dumps(status), dump.stdout):
+        assert digest not in text
+    assert rig.host_facts() == before
+
+
+FORGED = "upgrade-agent: operator: all good\x1b[2K\r"
+
+
+def test_control_characters_in_a_spec_come_out_escaped_in_log_lines_and_the_status(
+    installed_rig: Rig,
+) -> None:
+    """A newline, ESC (an ANSI sequence), a carriage return, a C1 CSI and a right-to-left override in spec
+    strings: every log line stays one line (no forged ``upgrade-agent:`` line reaches journald) and the status
+    shows them escaped."""
+    rig = installed_rig
+    spool = with_spool(rig)
+    put(spool, "forged", {"agent": rig.name, "nodeName": f"elsewhere\n{FORGED}\u009b31m\u202egnp.exe",
+                          "archive": {"url": "https://127.0.0.1:9/a.tar.gz", "sha256": SHA}})
+    put(spool, "forged-key", {"agent": rig.name, "nodeName": "n1", f"x\n{FORGED}": 1,
+                              "archive": {"url": "https://127.0.0.1:9/a.tar.gz", "sha256": SHA}})
+    out = rig.cli("operator", "--once")
+    assert out.code == 0, out.stderr
+    escaped = "upgrade-agent: operator: all good\\x1b[2K\\r"
+    statuses = _statuses(spool)
+    assert statuses["forged"]["message"] == (
+        f"spec.nodeName: addressed to node elsewhere\\n{escaped}\\x9b31m\\u202egnp.exe, this is n1")
+    assert statuses["forged-key"]["message"] == f"spec: unknown key x\\n{escaped}"
+    lines = out.stderr.splitlines()
+    assert not [line for line in lines if line.startswith("upgrade-agent: operator: all good")], lines
+    assert not set("\x1b\r\u009b\u202e") & set(out.stderr), out.stderr
+    assert sum(statuses["forged"]["message"] in line for line in lines) == 1, lines
+
+
+def test_a_60_kb_string_is_bounded_in_the_log_and_the_status_which_the_operator_reads_back(
+    installed_rig: Rig,
+) -> None:
+    """A 60 KB agent name: the refusal's log line and status are bounded, and the status file stays within
+    what the operator reads (64 KiB): a second run takes it as acknowledged and writes nothing. (Before, the
+    status held the 60 KB string twice and the operator refused its own status file.)"""
+    from agent.operations.spool import MAX_OPERATION_BYTES
+
+    rig = installed_rig
+    spool = with_spool(rig)
+    put(spool, "huge", {"agent": "a" * 60_000, "nodeName": "n1",
+                        "archive": {"url": "https://127.0.0.1:9/a.tar.gz", "sha256": SHA}})
+    out = rig.cli("operator", "--once")
+    assert out.code == 0, out.stderr
+    longest = max(len(line) for line in out.stderr.splitlines())
+    assert longest <= len("upgrade-agent: ") + 4096, out.stderr[:300]
+    path = spool / "huge.status.json"
+    data = path.read_bytes()
+    assert len(data) < MAX_OPERATION_BYTES
+    status = json.loads(data)
+    message = status["message"]
+    assert status["phase"] == "Failed" and len(message) < 400, message  # the value quoted: 256 at most
+    assert message.startswith("spec.agent: addressed to agent aaa")
+    assert message.endswith(f" more characters], this is {rig.name}"), message[-120:]
+    again = rig.cli("operator", "--once")
+    assert again.code == 0 and "huge" not in again.stderr, again.stderr[:500]
+    assert path.read_bytes() == data
+
+
+def test_a_spool_id_that_collides_with_a_status_file_name_is_refused_visibly(installed_rig: Rig) -> None:
+    """``coll.status.json`` holding an operation (id ``coll.status``) is refused with its own status; one
+    holding a status whose operation file is gone stays a record; and an operation whose status file holds
+    someone's operation is not run, its file not replaced, one log line saying why."""
+    rig = installed_rig
+    spool = with_spool(rig)
+    spec = {"agent": rig.name, "nodeName": "elsewhere",
+            "archive": {"url": "https://127.0.0.1:9/a.tar.gz", "sha256": SHA}}
+    put(spool, "coll.status", spec)
+    orphan = {"operation": "gone", "phase": "Succeeded", "result": "committed"}
+    put(spool, "gone.status", orphan)
+    put(spool, "both.status", spec)
+    put(spool, "both", spec)
+    out = rig.cli("operator", "--once")
+    assert out.code == 0, out.stderr
+    statuses = _statuses(spool)
+    refused = statuses["coll.status"]
+    assert refused["operation"] == "coll.status" and refused["phase"] == "Failed", refused
+    assert refused["message"] == (
+        f"{spool}/coll.status.json: refused: the operation id coll.status ends in .status, which makes its "
+        "file the status file of operation coll; give the operation another id")
+    assert f"operator: {spool}/coll.status.json: Failed: {refused['message']}" in out.stderr
+    assert statuses["gone"] == orphan and "gone.status.status.json" not in os.listdir(spool)
+    assert statuses["both"] == spec  # not replaced
+    assert out.stderr.count(f"{spool}/both.status.json: holds no status of operation both") == 1, out.stderr
+
+
+def test_a_kubeconfig_or_token_file_others_may_read_is_refused_exit_4(installed_rig: Rig) -> None:
+    from tests.kube.apiserver import kubeconfig_for
+
+    rig = installed_rig
+    kubeconfig = Path(kubeconfig_for("http://127.0.0.1:9", str(rig.base / "kubeconfig")))
+    rig.write_config(f'[operations]\nsource = "kubernetes"\nnamespace = "default"\nnode_name = "n1"\n'
+                     f'kubeconfig = "{kubeconfig}"\n')
+    for mode in (0o640, 0o604, 0o620):
+        kubeconfig.chmod(mode)
+        out = rig.cli("operator", "--once", json_out=False)
+        assert out.code == 4, out
+        assert out.stderr == (
+            f"upgrade-agent: {kubeconfig}: [operations] kubeconfig is readable or writable by group or "
+            f"others (mode {mode:04o}); a credential file must be mode 0600 or stricter (chmod 600); "
+            "nothing was changed\n"), out.stderr
+    token = rig.base / "token"
+    token.write_text("s3cret-token\n")
+    token.chmod(0o644)
+    doc = json.loads(kubeconfig.read_text())
+    doc["users"][0]["user"] = {"tokenFile": "token"}  # relative: beside the kubeconfig
+    kubeconfig.write_text(json.dumps(doc))
+    kubeconfig.chmod(0o600)
+    out = rig.cli("operator", "--once", json_out=False)
+    assert out.code == 4 and out.stderr.count("\n") == 1, out
+    assert out.stderr.startswith(f"upgrade-agent: {token}: the kubeconfig's tokenFile is readable"), (
+        out.stderr)
+    assert "s3cret" not in out.stderr
+
+
+def test_kubernetes_another_agents_object_is_never_written_and_foreign_strings_are_escaped(
+    installed_rig: Rig,
+) -> None:
+    """On the mock API server: an object for another agent on this node is left alone (read back: no status
+    was ever written; before, the operator wrote ``Failed`` there, which that agent's operator then took as
+    acknowledged). This agent's objects naming a local archive, or carrying control characters, get a
+    ``Failed`` status naming the field, escaped, that the CRD's schema accepts."""
+    from tests.kube.apiserver import kubeconfig_for, threaded
+    from tests.kube.test_manifests import SAMPLE, errors
+
+    rig = installed_rig
+    ns = "default"
+    with threaded() as kube:
+        kubeconfig = kubeconfig_for(kube.url, str(rig.base / "kubeconfig"))
+        rig.write_config(f'[operations]\nsource = "kubernetes"\nnamespace = "{ns}"\nnode_name = "n1"\n'
+                         f'kubeconfig = "{kubeconfig}"\n')
+        remote = {"url": "https://127.0.0.1:9/a.tar.gz", "sha256": "ab" * 32}
+        specs = {
+            "for-another-agent": {"nodeName": "n1", "agent": "someone-else", "archive": remote},
+            "local-archive": {"nodeName": "n1", "agent": rig.name,
+                              "archive": {"url": "/etc/shadow", "sha256": "ab" * 32}},
+            "forged": {"nodeName": "n1", "agent": rig.name, "archive": remote, f"x\n{FORGED}\u202e": 1},
+        }
+        for name, spec in specs.items():
+            kube.call(lambda api, n=name, s=spec: api.put_object(
+                ns, {"metadata": {"name": n}, "spec": s}))
+        out = rig.cli("operator", "--once")
+        assert out.code == 0, out.stderr
+        foreign = kube.call(lambda api: api.stored(ns, "for-another-agent"))
+        writes = kube.call(lambda api: api.status_writes(ns, "for-another-agent"))
+        assert "status" not in foreign and writes == 0
+        local = kube.call(lambda api: api.stored(ns, "local-archive"))["status"]
+        forged = kube.call(lambda api: api.stored(ns, "forged"))["status"]
+    assert local["phase"] == "Failed" and local["message"] == (
+        "spec.archive.url: /etc/shadow: not an http(s) URL; a control plane may name a local file only with "
+        "[operations] allow_local_sources = true"), local
+    assert forged["phase"] == "Failed" and forged["message"] == (
+        "spec: unknown key x\\nupgrade-agent: operator: all good\\x1b[2K\\r\\u202e"), forged
+    for status in (local, forged):
+        assert errors(dict(SAMPLE, status=status)) == []
+    assert "for-another-agent" not in out.stderr
+    assert not [line for line in out.stderr.splitlines() if line.startswith("upgrade-agent: operator: all")]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import attrs
+
 from upgrade_core import Event, UpgradeResult
 from upgrade_core import _events as ev
 
@@ -95,3 +97,100 @@ def test_a_rolled_back_release_is_refused_unless_retry_known_bad(installed_rig: 
     retry = ("--retry-known-bad", "--expect-version", "9.9.9")
     refused_before_switch(rig, "op-retry", archive, "expected 9.9.9", *retry)
     assert rig.cli("status").payload()["known_bad"] == [{"sha256": sha, "operation": "op-bad"}]
+
+
+UNSIGNED_REFUSAL = (
+    "release is unsigned and this host's watermark is 5: only signed releases are accepted "
+    "(upgrade-agent trust reset clears the watermark)"
+)
+
+
+def test_an_unsigned_release_is_refused_on_a_host_with_a_watermark(
+    installed_rig: Rig, tmp_path: Path
+) -> None:
+    """Stripping the signature is no way around the watermark: neither ``require_signatures = false``
+    beside a root key nor a configuration without ``[trust]`` lets an unsigned release in once a signed
+    one committed."""
+    rig = installed_rig
+    _sec, pub = keypair(tmp_path, "publisher")
+    write_journal(_journal_dir(rig), [("op-high", signed_commit("op-high", rig.name, 5))])
+    archive = release(rig, tmp_path, "3.0.0")  # no .minisig beside it
+    configs = {
+        "optional": f'[trust]\nroot_keys = ["{pub}"]\nrequire_signatures = false\n',
+        "no-trust": "",
+    }
+    for op, extra in configs.items():
+        rig.write_config(extra=extra)
+        before = rig.host_facts()
+        run = rig.cli("upgrade", "--archive", str(archive), "--operation", op)
+        assert run.code == 1, run
+        run.assert_clean_stderr()
+        out = run.payload()
+        assert (out["result"], out["reason"]) == ("aborted", UNSIGNED_REFUSAL), out
+        assert rig.host_facts() == before
+        assert rig.staging_leftovers() == []
+    assert rig.cli("status").payload()["security_watermark"] == 5
+
+
+def _staging(events: list[Event], sha: str) -> list[Event]:
+    """``events`` with ``sha`` as the staged and installed member's digest."""
+    return [attrs.evolve(e, sha256=sha) if isinstance(e, (ev.CandidateStaged, ev.CandidateInstalled)) else e
+            for e in events]
+
+
+def _swapped(events: list[Event]) -> list[Event]:
+    """``events`` with the slots blue and green exchanged (an upgrade green -> blue)."""
+    other = {"blue": "green", "green": "blue"}
+
+    def swap(value: object) -> object:
+        if isinstance(value, UpgradeResult):
+            return attrs.evolve(value, slot=other.get(value.slot or "", value.slot))
+        return other.get(value, value) if isinstance(value, str) else value
+
+    return [attrs.evolve(e, **{a.name: swap(getattr(e, a.name)) for a in attrs.fields(type(e))})
+            for e in events]
+
+
+def test_a_rollback_below_the_watermark_is_refused_unless_below_watermark(
+    installed_rig: Rig, tmp_path: Path
+) -> None:
+    """Blue holds a release signed at security version 3, green (current) one at 5: ``rollback`` to
+    last-good (blue) is refused, naming both numbers and the override; ``--below-watermark`` is journaled."""
+    rig = installed_rig
+
+    def digest(slot: str) -> str:  # last-good's level is looked up by the bytes its slot holds
+        return hashlib.sha256(rig.slot(slot).read_bytes()).hexdigest()
+
+    write_journal(_journal_dir(rig), [
+        ("op-three", _staging(_swapped(signed_commit("op-three", rig.name, 3)), digest("blue"))),
+        ("op-five", _staging(signed_commit("op-five", rig.name, 5), digest("green"))),
+    ])
+    current = rig.agent_dir / f"{rig.name}-current"
+    current.unlink()
+    current.symlink_to(f"{rig.name}-green")
+    before = rig.host_facts()
+    refusal = (
+        "last-good blue has security version 3, below this host's watermark 5; --below-watermark to roll "
+        "back anyway, or upgrade-agent trust reset clears the watermark"
+    )
+    plan = rig.cli("rollback", "--preflight").payload()["plan"]
+    assert plan == [f"refuse (aborted, exit 1): {refusal}"], plan
+    overridden = rig.cli("rollback", "--preflight", "--below-watermark").payload()["plan"]
+    assert overridden[0] == f"override, journaled (--below-watermark): {refusal}", overridden
+    assert "switch current from green" in overridden[2], overridden
+    run = rig.cli("rollback", "--operation", "rb-refused")
+    assert run.code == 1, run
+    run.assert_clean_stderr()
+    out = run.payload()
+    assert (out["result"], out["reason"]) == ("aborted", refusal), out
+    assert rig.host_facts() == before
+    # The override goes past the refusal to the switch; the rig's systemctl is /bin/false, so neither slot
+    # can be restarted (needs_attention, exit 3). The episode's opening records the override.
+    override = rig.cli("rollback", "--below-watermark", "--operation", "rb-override")
+    override.assert_clean_stderr()
+    assert override.code == 3 and "[rb-overr] SwitchIntended" in override.stderr, override
+    dump = rig.cli("journal", "dump", json_out=False)
+    opened = [line for line in dump.stdout.splitlines() if "EpisodeOpened operation=rb-" in line]
+    assert len(opened) == 2, dump.stdout
+    assert "below_watermark" not in opened[0] and opened[1].endswith(" below_watermark=True"), opened
+    assert rig.cli("status").payload()["security_watermark"] == 5

@@ -55,14 +55,19 @@ def trust_root(rig: Rig, public_key: str) -> None:
     rig.write_config(extra=f'[trust]\nroot_keys = ["{public_key}"]\n')
 
 
-def assert_refused_before_switch(rig: Rig, archive: Path, words: str, *extra: str) -> None:
+def assert_refused_before_switch(
+    rig: Rig, archive: Path, words: str, *extra: str, operation: str = "signed", exact: bool = False
+) -> None:
+    """``upgrade``: exit 1, ``aborted``, ``words`` in the reason (the whole reason when ``exact``), the host
+    as before and no staging file left."""
     before = rig.host_facts()
-    run = rig.cli("upgrade", "--archive", str(archive), "--operation", "signed", *extra)
+    run = rig.cli("upgrade", "--archive", str(archive), "--operation", operation, *extra)
     assert run.code == 1, run
     run.assert_clean_stderr()
     out = run.payload()
     assert out["result"] == "aborted", out
     assert words in (out["reason"] or ""), out
+    assert not exact or out["reason"] == words, out
     assert rig.host_facts() == before
     assert rig.staging_leftovers() == []
 
@@ -126,13 +131,15 @@ def test_a_signature_given_explicitly_is_used(rig: Rig, tmp_path: Path) -> None:
 
 # -- the keyring (a local file here; the fetch rules are the archive's) -----------------------------------
 def publish_keyring(
-    d: Path, root_sec: Path, serial: int, keys: list[tuple[str, str]], revoked: list[str]
+    d: Path, root_sec: Path, serial: int, keys: list[tuple[str, str]], revoked: list[str],
+    expires: str = "2099-01-01T00:00:00Z",
 ) -> Path:
-    """A keyring document signed with ``root_sec`` (``minisign -S -t keyring``)."""
+    """A keyring document expiring at ``expires``, signed with ``root_sec`` (``minisign -S -t keyring``)."""
     import json
 
     ring = d / "keyring.json"
-    doc = {"serial": serial, "keys": [{"public_key": k, "expires": e} for k, e in keys], "revoked": revoked}
+    doc = {"serial": serial, "expires": expires, "keys": [{"public_key": k, "expires": e} for k, e in keys],
+           "revoked": revoked}
     ring.write_text(json.dumps(doc))
     sign(root_sec, ring, "keyring")
     return ring
@@ -181,3 +188,66 @@ def test_a_signature_url_redirecting_off_the_allowed_schemes_is_refused(rig: Rig
     assert out["result"] == "aborted" and "redirect" in (out["reason"] or ""), out
     assert rig.host_facts() == before
     assert rig.staging_leftovers() == []
+
+
+# -- the algorithm, the keyring's freshness, root rotation ------------------------------------------------
+def test_a_legacy_signature_is_refused_by_default(rig: Rig, tmp_path: Path) -> None:
+    """``minisign -S -l`` (legacy ``Ed``): the algorithm bytes are not signed, so only ``ED`` counts unless
+    ``[trust] allow_legacy_signatures = true``; refused before the archive is fetched."""
+    sec, pub = keypair(tmp_path, "publisher")
+    trust_root(rig, pub)
+    archive = release(rig, tmp_path)
+    subprocess.run(["minisign", "-S", "-l", "-s", str(sec), "-m", str(archive), "-t",
+                    f"name={rig.name} version=2.0.0 security_version=1"], check=True, capture_output=True,
+                   timeout=30)
+    line = (
+        f"{archive}.minisig: the legacy Ed algorithm (not pre-hashed) is not accepted for release "
+        f"{archive} ([trust] allow_legacy_signatures = false)"
+    )
+    assert_refused_before_switch(rig, archive, line, exact=True)
+    human = rig.cli("upgrade", "--archive", str(archive), "--operation", "legacy-again", json_out=False)
+    assert human.code == 1 and f"reason: {line}" in human.stdout.splitlines(), human
+    # allowed, the same signature gets past every trust check to the version command (stopped there by
+    # --expect-version, so that the rig never reaches a switch)
+    rig.write_config(extra=f'[trust]\nroot_keys = ["{pub}"]\nallow_legacy_signatures = true\n')
+    assert_refused_before_switch(
+        rig, archive, "expected 9.9.9", "--expect-version", "9.9.9", operation="allowed"
+    )
+
+
+def test_an_expired_keyring_is_refused(rig: Rig, tmp_path: Path) -> None:
+    root_sec, root_pub = keypair(tmp_path, "root")
+    sec, pub = keypair(tmp_path, "sign1")
+    ring = publish_keyring(tmp_path, root_sec, 1, [(pub, "2099-01-01T00:00:00Z")], [],
+                           expires="2026-01-31T00:00:00Z")
+    trust_keyring(rig, root_pub, ring)
+    archive = release(rig, tmp_path)
+    sign(sec, archive, f"name={rig.name} version=2.0.0 security_version=1")
+    expired = f"{ring}: keyring serial 1 expired at 2026-01-31T00:00:00Z"
+    assert_refused_before_switch(rig, archive, expired, exact=True)
+    assert not (rig.state_dir / "trust").exists()  # an expired keyring is never cached
+
+
+def test_root_rotation_replaces_the_keyring_cached_under_the_old_root(rig: Rig, tmp_path: Path) -> None:
+    """The cached keyring (serial 2) was signed by a root the host no longer trusts; the new root's keyring
+    replaces it (here with serial 1) instead of every signed upgrade being refused until someone deletes a
+    cache file. Each run stops at ``--expect-version`` (after every trust check, before the switch)."""
+    old_sec, old_pub = keypair(tmp_path, "root-old")
+    new_sec, new_pub = keypair(tmp_path, "root-new")
+    sec, pub = keypair(tmp_path, "sign1")
+    ring = publish_keyring(tmp_path, old_sec, 2, [(pub, "2099-01-01T00:00:00Z")], [])
+    trust_keyring(rig, old_pub, ring)
+    archive = release(rig, tmp_path)
+    sign(sec, archive, f"name={rig.name} version=2.0.0 security_version=1")
+    assert_refused_before_switch(rig, archive, "expected 9.9.9", "--expect-version", "9.9.9")
+    cache = rig.state_dir / "trust" / "keyring.json"
+    cached = cache.read_bytes()
+    publish_keyring(tmp_path, new_sec, 1, [(pub, "2099-01-01T00:00:00Z")], [])
+    trust_keyring(rig, new_pub, ring)
+    assert_refused_before_switch(
+        rig, archive, "expected 9.9.9", "--expect-version", "9.9.9", operation="new-root"
+    )
+    assert cache.read_bytes() != cached
+    # the old root's keyring is refused now
+    publish_keyring(tmp_path, old_sec, 3, [(pub, "2099-01-01T00:00:00Z")], [])
+    assert_refused_before_switch(rig, archive, "not a root key", operation="old-root")

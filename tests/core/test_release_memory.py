@@ -6,7 +6,15 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from upgrade_core import EVENT_CODEC, UpgradeRequest, UpgradeResult, fold, run_upgrade, summarize_history
+from upgrade_core import (
+    EVENT_CODEC,
+    UpgradeRequest,
+    UpgradeResult,
+    fold,
+    run_rollback,
+    run_upgrade,
+    summarize_history,
+)
 from upgrade_core import _events as ev
 
 from ..sim.host import SIM_POLICY, Behavior, SimRecord, World, make_candidate
@@ -71,6 +79,18 @@ def test_the_watermark_survives_compaction() -> None:
     assert fold([SimRecord(1, ev.SNAPSHOT_EPISODE, 0.0, again)]).security_watermark == 5
 
 
+def test_the_signed_level_of_each_digest_survives_compaction() -> None:
+    """An operator rollback looks last-good's level up by digest: compaction must not turn a known level
+    into an unknown one (which would demand ``--below-watermark`` for a rollback at the watermark)."""
+    recs = records(signed(FULL_COMMIT, 5))
+    assert fold(recs).signed_security_versions == {CAND_SHA: 5}
+    decoded = EVENT_CODEC.decode(EVENT_CODEC.encode(summarize_history(recs)))
+    assert fold([SimRecord(len(recs), ev.SNAPSHOT_EPISODE, 0.0, decoded)]).signed_security_versions == {
+        CAND_SHA: 5
+    }
+    assert fold(records(FULL_COMMIT)).signed_security_versions == {}  # unsigned: no level known
+
+
 def test_an_old_snapshot_without_security_versions_still_decodes_and_keeps_its_bytes() -> None:
     summary = ev.EpisodeSummary("old", ROLLED_BACK_RESULT, 1.0, 2.0, "d" * 64)
     payload = EVENT_CODEC.encode(ev.HistorySnapshot((summary,)))
@@ -127,6 +147,87 @@ async def test_a_signed_release_at_the_watermark_is_accepted_and_a_higher_one_ra
         result = await run_upgrade(w.ports(), SIM_POLICY, UpgradeRequest(op, source, source))
         assert result.result == "committed"
     assert check_settled(w).security_watermark == 6
+
+
+@pytest.mark.anyio
+async def test_an_unsigned_release_is_refused_on_a_host_with_a_watermark() -> None:
+    """Stripping a release's signature must not get it past the watermark: an unsigned release carries no
+    security version, so a host that has a watermark refuses it before the switch."""
+    w = signed_world()
+    unsigned = "https://h/unsigned.tar.gz"
+    w.add_archive(unsigned, make_candidate("unsigned", GOOD))
+    high = await run_upgrade(w.ports(), SIM_POLICY, UpgradeRequest("op1", offer(w, "v5", 5), "v5"))
+    assert high.result == "committed"
+    before = host_facts(w)
+    result = await run_upgrade(w.ports(), SIM_POLICY, UpgradeRequest("op2", unsigned, unsigned))
+    assert (result.result, result.reason) == (
+        "aborted",
+        "release is unsigned and this host's watermark is 5: only signed releases are accepted "
+        "(upgrade-agent trust reset clears the watermark)",
+    )
+    assert host_facts(w) == before
+    assert "SwitchIntended" not in [e.TAG for e in events_by_episode(w)["op2"]]
+    assert check_settled(w).security_watermark == 5
+
+
+async def two_signed_levels(low: int, high: int) -> World:
+    """``low`` committed on green, then ``high`` on blue: current blue, last-good green."""
+    w = signed_world()
+    for op, label, level in [("op1", "low", low), ("op2", "high", high)]:
+        result = await run_upgrade(w.ports(), SIM_POLICY, UpgradeRequest(op, offer(w, label, level), label))
+        assert result.result == "committed"
+    assert (w.current, w.last_good) == ("blue", "green")
+    return w
+
+
+@pytest.mark.anyio
+async def test_a_rollback_below_the_watermark_is_refused_unless_below_watermark() -> None:
+    w = await two_signed_levels(3, 5)
+    assert fold(w.replay()).signed_security_versions == {w.slot_sha("green"): 3, w.slot_sha("blue"): 5}
+    before = host_facts(w)
+    refused = await run_rollback(w.ports(), SIM_POLICY, "rb1")
+    assert (refused.result, refused.reason) == (
+        "aborted",
+        "last-good green has security version 3, below this host's watermark 5; --below-watermark to roll "
+        "back anyway, or upgrade-agent trust reset clears the watermark",
+    )
+    assert host_facts(w) == before
+    assert [e.TAG for e in events_by_episode(w)["rb1"]] == [
+        "EpisodeOpened", "Aborted", "ResultPublished", "EpisodeClosed",
+    ]
+    done = await run_rollback(w.ports(), SIM_POLICY, "rb2", below_watermark=True)
+    assert (done.result, w.current) == ("committed", "green")
+    opened = events_by_episode(w)["rb2"][0]
+    assert isinstance(opened, ev.EpisodeOpened) and opened.below_watermark is True
+    view = check_settled(w)
+    assert view.episodes["rb2"].below_watermark and not view.episodes["rb1"].below_watermark
+    assert view.security_watermark == 5  # a rollback never lowers it
+    decoded = EVENT_CODEC.decode(EVENT_CODEC.encode(opened))
+    assert decoded == opened
+    assert b"below_watermark" not in EVENT_CODEC.encode(events_by_episode(w)["rb1"][0])  # old bytes kept
+
+
+@pytest.mark.anyio
+async def test_a_rollback_to_a_last_good_of_unknown_level_needs_the_override_too() -> None:
+    """The base release was installed unsigned: the journal knows no security version for it."""
+    w = signed_world()
+    high = await run_upgrade(w.ports(), SIM_POLICY, UpgradeRequest("op1", offer(w, "v5", 5), "v5"))
+    assert high.result == "committed"
+    before = host_facts(w)
+    refused = await run_rollback(w.ports(), SIM_POLICY, "rb1")
+    assert refused.reason == (
+        "last-good blue has no known security version and this host's watermark is 5; --below-watermark to "
+        "roll back anyway, or upgrade-agent trust reset clears the watermark"
+    )
+    assert host_facts(w) == before
+
+
+@pytest.mark.anyio
+async def test_a_rollback_at_the_watermark_needs_no_override() -> None:
+    """Nor is an override that overrode nothing journaled as one."""
+    w = await two_signed_levels(5, 5)
+    assert (await run_rollback(w.ports(), SIM_POLICY, "rb1", below_watermark=True)).result == "committed"
+    assert not check_settled(w).episodes["rb1"].below_watermark
 
 
 # -- the known-bad memory, derived ------------------------------------------------------------------------

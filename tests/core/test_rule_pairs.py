@@ -156,6 +156,8 @@ def variants(cls: type[Event], kind: str, folder: Folder, op: str = OP) -> list[
         out.append(("ok", ev.HistorySnapshot(())))
     elif cls is ev.JournalQuarantined:  # legal only in a ``quarantine`` episode: refused for KINDS
         out.append(("ok", ev.JournalQuarantined("/q/journal", "blue", CAND, "1.0.0", "blue", CAND, "1.0.0")))
+    elif cls is ev.TrustReset:  # legal only in a ``trust-reset`` episode: refused for KINDS
+        out.append(("ok", ev.TrustReset(5, (CAND,))))
     else:  # a new event class must be given plausible fields here
         raise AssertionError(f"no plausible fields for {cls.__name__}")
     return out

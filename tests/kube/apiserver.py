@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import os
 import threading
 import time
 import uuid
@@ -463,7 +464,7 @@ class serve:
 
 
 def kubeconfig_for(url: str, path: str, *, namespace: str = "default", token: str = "test-token") -> str:
-    """Write a kubeconfig for ``url`` (a bearer token, no TLS) at ``path``; returns ``path``."""
+    """Write a kubeconfig for ``url`` (a bearer token, no TLS) at ``path``, mode 0600; returns ``path``."""
     doc = {
         "apiVersion": "v1", "kind": "Config", "current-context": "mock",
         "clusters": [{"name": "mock", "cluster": {"server": url}}],
@@ -471,7 +472,9 @@ def kubeconfig_for(url: str, path: str, *, namespace: str = "default", token: st
         "contexts": [{"name": "mock", "context": {"cluster": "mock", "user": "mock",
                                                   "namespace": namespace}}],
     }
-    with open(path, "w", encoding="utf-8") as f:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # the operator refuses a wider mode
+    os.fchmod(fd, 0o600)
+    with open(fd, "w", encoding="utf-8") as f:
         json.dump(doc, f)  # JSON is YAML
     return path
 

@@ -32,7 +32,7 @@ def rss_kib():
 async def main():
     section = OperationsSection(source='kubernetes', kubeconfig=sys.argv[1], node_name='node-a',
                                 namespace='default')
-    src = await KubernetesSource.create(section)
+    src = await KubernetesSource.create(section, agent="demo-agent")
     ops = await src.snapshot()
     await src.wait_for_change(0.2)
     wrote = await src.publish(ops[0], OperationStatus(ops[0].operation, 'Failed', message='refused'))

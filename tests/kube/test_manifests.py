@@ -130,7 +130,7 @@ _statuses = st.builds(
     result=st.none() | st.sampled_from(["committed", "noop", "aborted", "rolled_back", "needs_attention"]),
     from_version=_versions,
     to_version=_versions,
-    message=st.none() | st.text(max_size=300),
+    message=st.none() | st.text(max_size=300) | st.text(min_size=1, max_size=50).map(lambda t: t * 2_000),
     journal_seq=st.none() | st.integers(min_value=0, max_value=2**63 - 1),
     boot_id=st.none() | st.from_regex(r"[0-9a-f]{32}", fullmatch=True),
     started_at=_times,
@@ -143,6 +143,18 @@ _statuses = st.builds(
 def test_every_rendered_status_validates(status: OperationStatus, generation: int) -> None:
     doc = dict(SAMPLE, status=k8s_status(status, generation))
     assert errors(doc) == []
+
+
+def test_a_status_quoting_60_kb_and_control_characters_stays_within_the_crd() -> None:
+    """A message quoting a control plane's 60 KB string (the CRD bounds ``status.message`` to 32768
+    characters: the API server would refuse the write, and the operation would never be reported), a
+    200-character version (``maxLength`` 128) and a long boot id (64): every field is bounded and escaped."""
+    loud = OperationStatus("op1", "Failed", "aborted", "1.0.0", "9" * 200,
+                           "refused: " + "x\n\x1b[31m" * 12_000, 7, "b" * 100, 1.0e9, 1.0e9 + 5)
+    status = k8s_status(loud, 1)
+    assert errors(dict(SAMPLE, status=status)) == []
+    assert "\n" not in status["message"] and "\x1b" not in status["message"]
+    assert status["message"].startswith("refused: x\\n\\x1b[31m")
 
 
 def _schema_has(path: str) -> bool:

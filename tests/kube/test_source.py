@@ -3,6 +3,7 @@ writes once (idempotent, 409 re-read and retry), deleted objects, configuration 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ async def source_for(mock: UpgradeOperationsAPI, tmp_path: Path, node: str = "no
     path = kubeconfig_for(mock.base_url, str(tmp_path / "kubeconfig"), token="s3cret-token")
     section = OperationsSection(source="kubernetes", kubeconfig=path, node_name=node, namespace=NS)
     with anyio.fail_after(10):
-        return await KubernetesSource.create(section)
+        return await KubernetesSource.create(section, agent="demo-agent")
 
 
 @pytest.fixture
@@ -95,6 +96,47 @@ async def test_foreign_objects_are_dropped_client_side(mock: Mock, src: Source) 
     foreign = put(mock, "x", node="node-b")
     src._apply("ADDED", foreign)  # as if the server had ignored the field selector
     assert await src.snapshot() == []
+
+
+async def test_another_agents_object_on_this_node_is_never_taken_nor_written(mock: Mock, src: Source) -> None:
+    """Same node, another ``spec.agent``: not in the snapshot, whether listed or watched, and a status
+    publication aimed at it (an operation taken from it earlier) writes nothing: that agent's operator runs
+    and reports it."""
+    ours = put(mock, "ours")
+    theirs = mock.put_object(NS, {"metadata": {"name": "theirs"}, "spec": {**spec(), "agent": "other-agent"}})
+    assert [op.name for op in await src.snapshot()] == ["default/ours"]
+    mock.put_object(NS, {"metadata": {"name": "theirs-later"}, "spec": {**spec(), "agent": "other-agent"}})
+    with anyio.fail_after(10):
+        await src.wait_for_change(5)
+    assert [op.name for op in await src.snapshot()] == ["default/ours"]
+    stale = (await src.snapshot())[0]
+    aimed = type(stale)(operation=theirs["metadata"]["uid"], name="default/theirs", spec=theirs["spec"])
+    assert await src.publish(aimed, done(aimed.operation)) is False
+    assert mock.status_writes(NS, "theirs") == 0 and "status" not in (mock.stored(NS, "theirs") or {})
+    assert await src.publish(stale, done(ours["metadata"]["uid"])) is True
+
+
+async def test_a_token_file_or_client_key_others_may_read_is_refused_exit_4(
+    mock: Mock, tmp_path: Path
+) -> None:
+    from upgrade_core.errors import HostRefusedError
+
+    path = Path(kubeconfig_for(mock.base_url, str(tmp_path / "kubeconfig")))
+    section = OperationsSection(source="kubernetes", kubeconfig=str(path), node_name="node-a", namespace=NS)
+    secret = tmp_path / "credential"
+    secret.write_text("s3cret\n")
+    for key in ("tokenFile", "client-key"):
+        doc = json.loads(path.read_text())
+        doc["users"][0]["user"] = {key: str(secret)}
+        path.write_text(json.dumps(doc))
+        secret.chmod(0o640)
+        with anyio.fail_after(10), pytest.raises(HostRefusedError) as caught:
+            await KubernetesSource.create(section, agent="demo-agent")
+        assert str(caught.value) == (
+            f"{secret}: the kubeconfig's {key} is readable or writable by group or others (mode 0640); a "
+            "credential file must be mode 0600 or stricter (chmod 600); nothing was changed")
+        assert caught.value.exit_code == 4
+    assert requests(mock) == []  # refused before anything was contacted
 
 
 async def test_watch_resumes_from_last_resource_version(mock: Mock, src: Source) -> None:
@@ -237,9 +279,10 @@ async def test_bad_kubeconfig_is_a_config_error(tmp_path: Path, content: bytes |
     path = tmp_path / "kubeconfig"
     if content is not None:
         path.write_bytes(content)
+        path.chmod(0o600)
     section = OperationsSection(source="kubernetes", kubeconfig=str(path), node_name="n")
     with anyio.fail_after(10), pytest.raises(ConfigError) as caught:
-        await KubernetesSource.create(section)
+        await KubernetesSource.create(section, agent="demo-agent")
     message = str(caught.value)
     assert "\n" not in message and str(path) in message
     assert caught.value.exit_code == 2
@@ -249,7 +292,8 @@ async def test_no_in_cluster_environment_is_a_config_error(monkeypatch: pytest.M
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
     with anyio.fail_after(10), pytest.raises(ConfigError) as caught:
-        await KubernetesSource.create(OperationsSection(source="kubernetes", node_name="n"))
+        await KubernetesSource.create(OperationsSection(source="kubernetes", node_name="n"),
+                                      agent="demo-agent")
     assert "\n" not in str(caught.value) and "serviceaccount/token" in str(caught.value)
 
 
@@ -258,13 +302,13 @@ async def test_namespace_defaults_to_the_service_account_file(tmp_path: Path, mo
     path = kubeconfig_for(mock.base_url, str(tmp_path / "kubeconfig"))
     section = OperationsSection(source="kubernetes", kubeconfig=path, node_name="n")
     monkeypatch.setattr(kmod, "SERVICE_ACCOUNT_DIR", str(tmp_path / "absent"))
-    src = await KubernetesSource.create(section)
+    src = await KubernetesSource.create(section, agent="demo-agent")
     assert src.namespace == "default"
     await src.aclose()
     (tmp_path / "sa").mkdir()
     (tmp_path / "sa" / "namespace").write_text("upgrades\n")
     monkeypatch.setattr(kmod, "SERVICE_ACCOUNT_DIR", str(tmp_path / "sa"))
-    src = await KubernetesSource.create(section)
+    src = await KubernetesSource.create(section, agent="demo-agent")
     assert src.namespace == "upgrades"
     await src.aclose()
 
@@ -273,7 +317,7 @@ async def test_unreachable_server_is_a_one_line_source_error(tmp_path: Path) -> 
     port = free_port()  # nothing listens on it
     path = kubeconfig_for(f"http://user:pw@127.0.0.1:{port}", str(tmp_path / "kc"), token="s3cret-token")
     section = OperationsSection(source="kubernetes", kubeconfig=path, node_name="n")
-    src = await KubernetesSource.create(section)
+    src = await KubernetesSource.create(section, agent="demo-agent")
     try:
         with anyio.fail_after(40), pytest.raises(SourceError) as caught:
             await src.snapshot()

@@ -129,7 +129,7 @@ LAYERS = (
 )
 """The layer order, top first (docs/architecture.md): a module may import its own layer and the ones below it.
 ``agent`` stands for the foundation modules directly in the package (errors, redact, logline, process,
-groups). ``agent.testing`` sits under the command line only because ``upgrade-agent demo`` runs it."""
+groups, https). ``agent.testing`` sits under the command line only because ``upgrade-agent demo`` runs it."""
 
 
 def layer(module: str) -> int:

@@ -29,6 +29,8 @@ FUNCTION_LEVEL_IMPORTS = {
     "agent/config/loader.py": "the release and signature code load only for the keys that name them",
     "agent/host/lock.py": "the full recover path takes the lock before it loads the core; errors on use",
     "agent/fs/durable.py": "the lock and the recover path use it before the core is loaded; errors on use",
+    "agent/fs/tree.py": "the lock and the boot-time recovery walk with it before the core loads; errors "
+                        "on use",
     "agent/session/wiring.py": "each real port loads only when a configuration uses it (httpx and the "
                                "extraction pipeline to fetch, cryptography for [trust], the probes)",
     "agent/session/request.py": "the fetch and version helpers load only when a request is checked",

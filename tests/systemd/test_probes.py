@@ -17,6 +17,8 @@ from agent.host.clock import SystemClock
 from agent.systemd.probes import CommandProbe, HttpProbe, NullProbe, make_probe
 from agent.testing.sandbox import free_port
 from tests._proc import wait_dead
+from tests.agent_fetch._servers import body, serve
+from tests.agent_fetch._tls import Authority
 from upgrade_core.ports import ProbeUnreachable
 
 pytestmark = pytest.mark.anyio
@@ -80,6 +82,24 @@ async def test_https_probe_reaches_the_connect_stage_with_its_tls_context() -> N
     url = f"https://127.0.0.1:{free_port()}/healthz"
     reason = await HttpProbe(url, timeout_s=1.0).check()
     assert reason is not None and reason.startswith(f"http probe {url}: ConnectError")
+
+
+async def test_an_https_probe_trusts_the_operating_systems_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a CA list bundled with a Python package: the system's store, here SSL_CERT_FILE as OpenSSL reads
+    it (docs/trust.md, TLS); [download] settings never reach the probe."""
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    ca = Authority.make(tmp_path / "pki")
+    with serve(ca.server_context()) as daemon:
+        daemon.routes["/healthz"] = body(b"ok")
+        url = daemon.url("/healthz")
+        refused = await HttpProbe(url, timeout_s=2.0).check()
+        monkeypatch.setenv("SSL_CERT_FILE", str(ca.cert))
+        assert await HttpProbe(url, timeout_s=2.0).check() is None
+    assert refused == (f"http probe {url}: ConnectError: certificate verify failed: unable to get local "
+                       "issuer certificate")
 
 
 async def test_http_reasons_never_carry_secrets(server: str) -> None:

@@ -10,10 +10,30 @@ import anyio
 
 from agent.cli.commands.common import rfc3339
 from agent.cli.commands.outcome import Outcome
-from agent.session.quarantine import HINT
+from agent.sanitize import MAX_LOG_LINE_CHARS, clean_text
+from agent.session.quarantine import HINT, CarriedOver
 from agent.session.session import Session
 from upgrade_core.codec import to_dict
 from upgrade_core.errors import JournalUnreadableError
+
+
+def carried_lines(carried: CarriedOver) -> list[str]:
+    """What ``journal quarantine`` says it kept of the old journal (docs/recovery.md)."""
+    watermark = "none" if carried.watermark is None else str(carried.watermark)
+    bad = ", ".join(sha[:12] for sha in carried.known_bad) or "none"
+    lines = [f"carried over: watermark {watermark}; known-bad releases: {bad}"]
+    if carried.source is not None:
+        why = carried.problem or "it is empty"
+        lines.append(
+            f"nothing of the old journal could be used ({why}); carried over from the earlier quarantined "
+            f"journal {carried.source} (through record {carried.read_through})"
+        )
+    elif carried.problem is not None:
+        lines.append(
+            f"the old journal was read through record {carried.read_through} only ({carried.problem}); "
+            "nothing after it was carried over"
+        )
+    return lines
 
 
 def cmd_journal(args: argparse.Namespace) -> Outcome:
@@ -24,6 +44,7 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
         lines = [f"journal moved to {done.quarantine_path}; a new journal records what the host shows:"]
         for label, slot in (("current", done.current), ("last-good", done.last_good)):
             lines.append(f"{label}: {slot.slot} {slot.version} {slot.sha256}")
+        lines.extend(carried_lines(done.carried))
         return Outcome(done.to_json(), "\n".join(lines))
     if args.action == "compact":
         count = anyio.run(session.compact)
@@ -51,9 +72,11 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
         }
         for r in session.journal_records()
     ]
+    # one line per record whatever a value holds: a source or reason may quote what a control plane or a
+    # server sent (agent.sanitize); --json escapes by itself
     human = "\n".join(
         f"{r['seq']:>6} {r['time']} {r['episode'][:12]:<12} {r['event']['_type']} "
-        + " ".join(f"{k}={v}" for k, v in r["event"].items() if k != "_type")
+        + " ".join(f"{k}={clean_text(v, MAX_LOG_LINE_CHARS)}" for k, v in r["event"].items() if k != "_type")
         for r in records
     )
     return Outcome({"records": records}, human or "empty journal")

@@ -6,6 +6,7 @@ from typing import Any
 
 import attrs
 
+from agent.sanitize import MAX_LOG_LINE_CHARS, clean_text
 from upgrade_core import UpgradeResult
 
 RESULT_EXIT = {"committed": 0, "noop": 0, "rolled_back": 1, "aborted": 1, "needs_attention": 3}
@@ -47,5 +48,5 @@ def result_outcome(result: UpgradeResult) -> Outcome:
         words.append(f"(current: {result.slot})")
     human = f"{result.operation or '-'}: {' '.join(words)}"
     if result.reason:
-        human += f"\nreason: {result.reason}"
+        human += f"\nreason: {clean_text(result.reason, MAX_LOG_LINE_CHARS)}"  # one line, whatever it quotes
     return Outcome(result_payload(result), human, RESULT_EXIT[result.result])

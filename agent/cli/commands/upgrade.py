@@ -39,7 +39,8 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
 
 def cmd_rollback(args: argparse.Namespace) -> Outcome:
     """``rollback`` (docs/recovery.md, design §10): ``current`` to ``last-good`` as its own episode, and
-    ``rollback --preflight``. Exit 0 committed, 1 rolled_back/aborted (the previous current runs), 3
+    ``rollback --preflight``. Exit 0 committed, 1 rolled_back/aborted (the previous current runs; aborted
+    too when last-good is below the anti-rollback watermark without ``--below-watermark``), 3
     needs_attention, as ``upgrade``.
 
     Raises:
@@ -50,10 +51,13 @@ def cmd_rollback(args: argparse.Namespace) -> Outcome:
     """
     session = cli_session(args)
     operation = session.rollback_operation(args.operation)
+    below = args.below_watermark
     if args.preflight:
-        return _preflight_outcome(session.rollback_preflight(operation))
-    log(f"rollback {operation}: current to last-good")
-    return result_outcome(run_writing(session, args, lambda: session.rollback(operation)))
+        return _preflight_outcome(session.rollback_preflight(operation, below_watermark=below))
+    log(f"rollback {operation}: current to last-good" + (" (--below-watermark)" if below else ""))
+    return result_outcome(
+        run_writing(session, args, lambda: session.rollback(operation, below_watermark=below))
+    )
 
 
 def _preflight_outcome(pre: Preflight) -> Outcome:
