@@ -42,7 +42,7 @@ mutation: $(STAMP)
 
 # docs/install.md: the wheel built from this checkout, in a venv at PREFIX (scripts/install_prefix.sh)
 install: $(STAMP)
-	@./scripts/install_prefix.sh "$(PREFIX)"
+	@EXTRAS="$(EXTRAS)" ./scripts/install_prefix.sh "$(PREFIX)"
 
 # the self-contained runtime (PyInstaller one-folder, tar.gz) into dist/; cached in .cache/bundle
 bundle: $(STAMP)

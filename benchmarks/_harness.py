@@ -34,27 +34,10 @@ def best_of(fn: Callable[[], object], repeat: int = 5) -> float:
 
 
 def fs_type(path: str | os.PathLike[str]) -> str:
-    """The file-system type of the mount holding ``path``, from ``/proc/self/mountinfo`` (proc(5)).
+    """The file-system type of the mount holding ``path`` (:func:`agent.fs.watch.fs_type`)."""
+    from agent.fs.watch import fs_type as mount_fs_type
 
-    The mount with the longest mount point that is a prefix of the resolved path wins; "unknown" if none.
-    """
-    target = os.path.realpath(path)
-    best, kind = -1, "unknown"
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8") as f:
-            lines = f.readlines()
-    except OSError:
-        return kind
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        if len(fields) < 5 or not right:
-            continue
-        mount_point = fields[4].replace("\\040", " ")
-        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
-        if inside and len(mount_point) > best:
-            best, kind = len(mount_point), right.split()[0]
-    return kind
+    return mount_fs_type(os.fspath(path))
 
 
 def disk_dir(name: str) -> Path:

@@ -56,7 +56,7 @@ fi
 if [ "$demo" = 1 ]; then
     what="the project alone, for the demo (about a minute the first time)" target=. stamps=.venv/.stamp-demo
 else
-    what="the project and its test tools (about 2 minutes the first time)" target='.[test]'
+    what="the project and its test tools (about 2 minutes the first time)" target='.[test,kubernetes]'
     stamps=".venv/.stamp .venv/.stamp-demo"  # the test extra includes everything the demo needs
 fi
 if [ -x .venv/bin/python ]; then

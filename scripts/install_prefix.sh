@@ -13,7 +13,7 @@
 # venv made from a per-user Python such as pyenv's is refused by `install`), and install the wheel with
 # its dependencies from the package index. Re-running upgrades the prefix in place.
 #
-# Usage: scripts/install_prefix.sh PREFIX   (environment: PYTHON, BUILD_PYTHON, PIP_ARGS)
+# Usage: scripts/install_prefix.sh PREFIX   (environment: PYTHON, BUILD_PYTHON, PIP_ARGS, EXTRAS)
 # Exit: 0 installed; 2 bad usage (no PREFIX, a relative PREFIX, PREFIX under /usr); 1 a step failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,7 +48,22 @@ find "$scratch/src" -name __pycache__ -prune -exec rm -rf {} +
 
 "$PYTHON" -m venv "$PREFIX"
 # shellcheck disable=SC2086  # PIP_ARGS is a list of words on purpose
-"$PREFIX/bin/python" -m pip install -q --disable-pip-version-check ${PIP_ARGS:-} "$scratch"/wheel/*.whl >&2
+wheel=$(echo "$scratch"/wheel/*.whl)
+# EXTRAS=kubernetes adds the operator's Kubernetes source (an optional extra: most hosts do not use it)
+"$PREFIX/bin/python" -m pip install -q --disable-pip-version-check ${PIP_ARGS:-} "$wheel${EXTRAS:+[$EXTRAS]}" >&2
+# pip's entry scripts import re to strip a Windows ".exe" from argv[0]: about 4 ms at every start, where the
+# boot-time no-op recovery may cost about 6 ms more than `python -c pass` (design §9 recover.noop). Each is
+# rewritten with pip's own interpreter line and the same call, without re (and again at every re-run).
+for entry in upgrade-agent:main agent-upgrade:main_upgrade recover-agent-upgrade:main_recover; do
+    script="$PREFIX/bin/${entry%%:*}"
+    func=${entry#*:}
+    { head -n 1 "$script"
+      printf 'import sys\nfrom agent.cli.main import %s\n\nif __name__ == "__main__":\n    sys.exit(%s())\n' \
+          "$func" "$func"
+    } > "$script.lean"
+    chmod 0755 "$script.lean"
+    mv -f "$script.lean" "$script"
+done
 # the man page and the shell completions, generated from the parser by the checkout venv's tools
 "$BUILD_PYTHON" scripts/cli_docs.py "$PREFIX" >/dev/null
 echo "installed: $PREFIX/bin/upgrade-agent, $PREFIX/bin/recover-agent-upgrade, $PREFIX/bin/agent-upgrade"

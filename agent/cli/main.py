@@ -14,7 +14,6 @@ it knows there is work, and not even argparse (the grammar is :mod:`agent.cli.pa
 
 from __future__ import annotations
 
-import json
 import sys
 
 from agent.logline import ERR, log
@@ -32,6 +31,8 @@ EXIT_USAGE, EXIT_INTERRUPTED = 2, 130
 
 def _emit(args: argparse.Namespace, payload: dict[str, Any], human: str | None) -> None:
     if getattr(args, "json", False):
+        import json  # not at the top: json loads re, a third of the no-op recovery's budget
+
         sys.stdout.write(json.dumps(payload, sort_keys=False) + "\n")
     elif human:
         sys.stdout.write(human.rstrip("\n") + "\n")
@@ -50,6 +51,8 @@ def _fail(
         payload: dict[str, Any] = {"error": message, "exit_code": code}
         if cleanup_errors:
             payload["cleanup_errors"] = list(cleanup_errors)
+        import json
+
         sys.stdout.write(json.dumps(payload) + "\n")
         sys.stdout.flush()
     return code

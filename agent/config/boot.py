@@ -1,28 +1,32 @@
 """Configuration discovery and the lean path reader of the no-op recovery (design §3, design §9
 ``recover.noop``).
 
-This module imports only the standard library (``os``, ``re``, ``tomllib``): ``recover-agent-upgrade`` at
-boot with nothing to do must finish within 3x ``python -c pass``, so it reads just the three values it needs
-here and imports ``attrs``/``cattrs`` (through :mod:`agent.config.loader`) only when there is work or an
-error to report. The defaults below are the single source for both readers.
+This module imports only ``os``, ``stat`` and ``binascii`` of the standard library, not even ``re``,
+``typing`` or ``tomllib`` (together about 11 ms in the installed venv, where the whole boot-time no-op may
+cost about 6 ms more than ``python -c pass``, design §9 ``recover.noop``): it reads just the three values it
+needs with :mod:`agent.config.quicktoml` and checks the file with predicates written out by hand, and
+imports ``attrs``/``cattrs`` (through :mod:`agent.config.loader`) only when there is work or an error to
+report. The defaults below are the single source for both readers; the full loader holds the regular
+expressions (``NAME_RE``, ``DNS_SUBDOMAIN_RE``) whose hand-written twins are here.
 """
 
 from __future__ import annotations
 
 import os
-import re
-import tomllib
-from collections.abc import Mapping
-from typing import Any
 
+from agent.config.quicktoml import loads_plain
 from agent.fs.regular import list_names, read_regular_file
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the boot path does not load typing (mypy reads True)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 __all__ = [
     "CONFIG_DIR",
     "CONFIG_ENV",
     "DEFAULT_LOCK_PATH",
     "DEFAULT_STATE_DIR",
-    "NAME_RE",
     "decode_config",
     "discover_config_path",
     "machine_arch",
@@ -36,12 +40,24 @@ DEFAULT_STATE_DIR = "/var/lib/upgrade-agent/{name}"
 DEFAULT_LOCK_PATH = "/run/upgrade-agent/{name}.lock"
 DEFAULT_ROOT = "/opt/upgrade-agent"
 DEFAULT_UNIT_DIR = "/etc/systemd/system"
-NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 MIN_POLL_S = 0.1
 """The shortest ``[operations] poll_s`` (seconds): a shorter poll keeps a core busy for nothing."""
-DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
-"""``[operations] node_name`` / ``namespace``: a DNS subdomain (RFC 1123, at most 253 characters), as a
-Kubernetes node name."""
+_LOWER_DIGITS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789")
+_DIGITS = frozenset("0123456789")
+
+
+def plain_name(v: object) -> bool:
+    """``agent.name``: ``[a-z0-9][a-z0-9._-]{0,62}`` (the full loader's ``NAME_RE``, without ``re``)."""
+    return (isinstance(v, str) and 0 < len(v) <= 63 and v[0] in _LOWER_DIGITS
+            and _LOWER_DIGITS.union("._-").issuperset(v))
+
+
+def dns_subdomain(v: object) -> bool:
+    """``[operations] node_name`` / ``namespace``: a DNS subdomain (RFC 1123, at most 253 characters), as a
+    Kubernetes node name: ``[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?`` (the full loader's
+    ``DNS_SUBDOMAIN_RE``)."""
+    return (isinstance(v, str) and 0 < len(v) <= 253 and v[0] in _LOWER_DIGITS and v[-1] in _LOWER_DIGITS
+            and _LOWER_DIGITS.union("-.").issuperset(v))
 
 # platform.machine() spellings -> the release-archive spelling of design §3 ``{arch}``.
 _ARCHES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
@@ -173,8 +189,8 @@ def decode_config(path: str, data: bytes) -> str:
 
 
 def quick_paths(path: str) -> tuple[str, str, str] | None:
-    """Read ``(agent.name, host.state_dir, host.lock_path)`` with ``tomllib`` only, substituted; None when
-    unsure.
+    """Read ``(agent.name, host.state_dir, host.lock_path)`` with :func:`agent.config.quicktoml.loads_plain`
+    only, substituted; None when unsure.
 
     The whole file must pass the stdlib pre-check :func:`plausibly_valid`, and the three keys must be usable;
     anything unexpected (unreadable file, bad TOML, an unknown key, a bad value, an unsupported ``{arch}``)
@@ -192,7 +208,9 @@ def quick_paths(path: str) -> tuple[str, str, str] | None:
         data = read_regular_file(path, trusted=True)
         if data.startswith(b"\xef\xbb\xbf") or b"\0" in data:
             return None  # the full loader words the error (decode_config)
-        doc = tomllib.loads(data.decode("utf-8"))  # UnicodeDecodeError is a ValueError: same answer
+        doc = loads_plain(data.decode("utf-8"))  # UnicodeDecodeError is a ValueError: same answer
+        if doc is None:  # outside the plain subset: the full loader reads it
+            return None
         return _fast_values(doc, os.path.dirname(os.path.abspath(path)))
     except (OSError, ValueError, TypeError, KeyError):
         return None
@@ -225,36 +243,82 @@ def _pos_num(v: object) -> bool:
     return type(v) in (int, float) and 0 < v < float("inf")  # type: ignore[operator]
 
 
-# a plain lowercase service name; any other (still valid) unit name is the full loader's to judge
-_PLAIN_SERVICE = re.compile(r"[a-z0-9_][a-z0-9_.-]{0,240}\.service")
-_HTTP_URL = re.compile(r"https?://[^/?#@\s]+(?:[/?#]\S*)?")
-# a proxy without credentials: a host name or IPv4 literal, an optional port; anything else: the full loader
-_PROXY_URL = re.compile(r"https?://[A-Za-z0-9.-]+(?::(?P<port>[0-9]{1,5}))?/?")
+_SERVICE_CHARS = _LOWER_DIGITS.union("_.-")
+_BASE64_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")
+
+
+def _plain_service(v: object) -> bool:
+    """A plain lowercase service name, ``[a-z0-9_][a-z0-9_.-]{0,240}\\.service``; any other (still valid)
+    unit name is the full loader's to judge."""
+    if not isinstance(v, str) or not v.endswith(".service"):
+        return False
+    stem = v[: -len(".service")]
+    return (0 < len(stem) <= 241 and (stem[0] in _LOWER_DIGITS or stem[0] == "_")
+            and _SERVICE_CHARS.issuperset(stem))
+
+
+def _http_url(v: object) -> bool:
+    """``https?://`` then a non-empty authority without ``@`` or blanks, then optionally a path, query or
+    fragment without blanks (``str.isspace``, the ``\\s`` of :mod:`re`)."""
+    if not isinstance(v, str):
+        return False
+    for scheme in ("http://", "https://"):
+        if v.startswith(scheme):
+            rest = v[len(scheme):]
+            break
+    else:
+        return False
+    end = len(rest)
+    for mark in "/?#":
+        at = rest.find(mark)
+        if 0 <= at < end:
+            end = at
+    authority = rest[:end]
+    return bool(authority) and "@" not in authority and not any(c.isspace() for c in rest)
+
+
+_HOST_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-")
 
 
 def _proxy(v: object) -> bool:
-    found = _PROXY_URL.fullmatch(v) if isinstance(v, str) else None
-    return v == "" or (found is not None and int(found.group("port") or 0) <= 65535)
-# a minisign public key as one bare line: base64 of 42 bytes (56 characters, no padding) whose first two bytes
-# are "Ed" (so its text starts "RW"); anything else, such as a key after its untrusted comment, is the full
-# loader's (agent.release.minisign.parse_public_key) to accept or name
-_MINISIGN_KEY = re.compile(r"RW[A-Za-z0-9+/]{54}")
+    """``[download] proxy``: empty, or a proxy without credentials: ``https?://`` then a host name or IPv4
+    literal (``[A-Za-z0-9.-]+``), an optional ``:port`` (1 to 5 digits, at most 65535) and an optional
+    ``/``; anything else is the full loader's to judge."""
+    if v == "":
+        return True
+    if not isinstance(v, str):
+        return False
+    for scheme in ("http://", "https://"):
+        if v.startswith(scheme):
+            rest = v[len(scheme):]
+            break
+    else:
+        return False
+    rest = rest[:-1] if rest.endswith("/") else rest
+    host, colon, port = rest.partition(":")
+    if not host or not _HOST_CHARS.issuperset(host):
+        return False
+    return not colon or (0 < len(port) <= 5 and _DIGITS.issuperset(port) and int(port) <= 65535)
 
 
 def _root_keys(v: object) -> bool:
+    """``[trust] root_keys``: each a minisign public key as one bare line, base64 of 42 bytes (56 characters,
+    no padding) whose first two bytes are "Ed" (so its text starts "RW"); anything else, such as a key after
+    its untrusted comment, is the full loader's (agent.release.minisign.parse_public_key) to accept or
+    name."""
     if not isinstance(v, list):
         return False
-    import base64
+    import binascii
 
-    return all(isinstance(k, str) and _MINISIGN_KEY.fullmatch(k) is not None
-               and base64.b64decode(k)[:2] == b"Ed" for k in v)
-_Check = Any
-FAST_SCHEMA: dict[str, dict[str, _Check]] = {
+    return all(isinstance(k, str) and len(k) == 56 and k.startswith("RW") and _BASE64_CHARS.issuperset(k)
+               and binascii.a2b_base64(k)[:2] == b"Ed" for k in v)
+
+
+FAST_SCHEMA: dict[str, dict[str, Callable[[Any], bool]]] = {
     "agent": {
-        "name": lambda v: isinstance(v, str) and NAME_RE.fullmatch(v) is not None,
+        "name": plain_name,
         # a plain .service that is not one of the agent's own; anything else: the full loader decides
-        "unit": lambda v: (isinstance(v, str) and _PLAIN_SERVICE.fullmatch(v) is not None
-                           and "-recover" not in v),
+        "unit": lambda v: _plain_service(v) and "-recover" not in v,
         "exec_args": _argv,
         "version_args": _argv,
         "member": lambda v: _text(v) and v != "",
@@ -288,7 +352,7 @@ FAST_SCHEMA: dict[str, dict[str, _Check]] = {
         "stability_s": _pos_num,
         "timeout_s": _pos_num,
         "max_attempts": _pos_int,
-        "http_probe": lambda v: v == "" or (isinstance(v, str) and _HTTP_URL.fullmatch(v) is not None),
+        "http_probe": lambda v: v == "" or _http_url(v),
         "command_probe": lambda v: _argv(v) and (not v or v[0] != ""),
     },
     "journal": {"keep_episodes": _pos_int},
@@ -303,8 +367,8 @@ FAST_SCHEMA: dict[str, dict[str, _Check]] = {
     "operations": {
         "source": lambda v: v in ("", "spool", "kubernetes"),
         "spool_dir": lambda v: v == "" or (_abs(v) and "{" not in v),
-        "node_name": lambda v: v == "" or (isinstance(v, str) and DNS_SUBDOMAIN_RE.fullmatch(v) is not None),
-        "namespace": lambda v: v == "" or (isinstance(v, str) and DNS_SUBDOMAIN_RE.fullmatch(v) is not None),
+        "node_name": lambda v: v == "" or dns_subdomain(v),
+        "namespace": lambda v: v == "" or dns_subdomain(v),
         "kubeconfig": lambda v: v == "" or (_abs(v) and "{" not in v),
         "poll_s": lambda v: _pos_num(v) and v >= MIN_POLL_S,
         "allow_local_sources": lambda v: type(v) is bool,
@@ -351,7 +415,7 @@ def _fast_values(doc: dict[str, Any], config_dir: str) -> tuple[str, str, str]:
     if not isinstance(agent, dict) or not isinstance(host, dict):
         raise TypeError("not a table")
     name = agent["name"]
-    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+    if not plain_name(name):
         raise ValueError("bad name")
     arch = machine_arch()
     out = []

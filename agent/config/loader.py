@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 import urllib.parse
 from collections.abc import Callable, Mapping
@@ -35,9 +36,7 @@ from agent.config.boot import (
     DEFAULT_LOCK_PATH,
     DEFAULT_STATE_DIR,
     DEFAULT_UNIT_DIR,
-    DNS_SUBDOMAIN_RE,
     MIN_POLL_S,
-    NAME_RE,
     discover_config_path,
     machine_arch,
     quick_paths,
@@ -46,6 +45,12 @@ from agent.config.boot import (
 from agent.config.pathrules import path_problem, spool_problem
 from agent.errors import ConfigError
 from agent.systemd.units import check_agent_unit
+
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
+"""``agent.name`` (the boot reader's :func:`agent.config.boot.plain_name` is its twin without ``re``)."""
+DNS_SUBDOMAIN_RE = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+"""``[operations] node_name`` / ``namespace``: a DNS subdomain (RFC 1123, at most 253 characters), as a
+Kubernetes node name (twin: :func:`agent.config.boot.dns_subdomain`)."""
 
 __all__ = [
     "AgentConfig",

@@ -21,6 +21,7 @@ removed: the operator never deletes an operation or a status file.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -34,6 +35,7 @@ import anyio.to_thread
 
 from agent.fs.statefile import open_state_dir, write_checked_file
 from agent.fs.tree import Dir
+from agent.fs.watch import DirectoryWatch
 from agent.logline import log
 from agent.operations.model import Operation, SourceError, spool_status
 from journal import JournalRefusedError, safefs
@@ -48,13 +50,47 @@ _STATUS_SUFFIX = ".status.json"
 
 RESCAN_S = 60.0
 """Seconds after which an unchanged-looking spool is read again anyway (a file edited in place, which the
-directory's mtime does not show)."""
+directory's mtime does not show, and which inotify may have reported before the watch existed)."""
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
     """``(st_dev, st_ino, st_mtime_ns, st_ctime_ns)`` of the spool directory: another directory, or a rename,
     chmod or chown in or of it, gives another value."""
     return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+class _Waker:
+    """A stop flag a thread blocked in ``poll`` can see: set from any thread, closed by the waiting thread
+    when it is done (so a late :meth:`set` never writes into a reused descriptor)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read, self._write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._event = threading.Event()
+        self._closed = False
+
+    def fileno(self) -> int:
+        return self._read
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout_s: float) -> bool:
+        return self._event.wait(max(0.0, timeout_s))
+
+    def set(self) -> None:
+        with self._lock:
+            self._event.set()
+            if not self._closed:
+                with contextlib.suppress(BlockingIOError):
+                    os.write(self._write, b"x")
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                os.close(self._read)
+                os.close(self._write)
 
 
 def _decoded(data: bytes | None) -> Any:
@@ -202,30 +238,46 @@ class SpoolSource:
         """
         return await anyio.to_thread.run_sync(self._scan)
 
-    def _watch(self, timeout_s: float, stop: threading.Event) -> None:
+    def _watch(self, timeout_s: float, waker: _Waker) -> None:
         deadline = time.monotonic() + timeout_s
-        while not stop.wait(min(self.poll_s, max(0.0, deadline - time.monotonic()))):
-            now = time.monotonic()
-            if now >= deadline or not self._unchanged(now):
-                return
+        watch = DirectoryWatch.open(self.spool_dir)
+        try:
+            while True:
+                now = time.monotonic()
+                # checked after the watch exists: a rename since the last read is seen here, a later one
+                # by the watch
+                if now >= deadline or waker.is_set() or not self._unchanged(now):
+                    return
+                if watch is None:  # polling: inotify would not see every writer here
+                    if waker.wait(min(self.poll_s, deadline - now)):
+                        return
+                elif watch.wait(min(deadline, self._scanned_at + RESCAN_S) - now, waker.fileno()):
+                    if not waker.is_set():
+                        self._seen = None  # an event (an edit in place too): the next snapshot reads it all
+                    return
+        finally:
+            if watch is not None:
+                watch.close()
+            waker.close()
 
     async def wait_for_change(self, timeout_s: float) -> None:
-        """Return once the directory at ``spool_dir`` is no longer the one last read with the same mtime and
-        ctime, once RESCAN_S seconds have passed since that read, or after ``timeout_s`` seconds.
+        """Return once the spool may hold something new: an entry created, renamed, removed or written, the
+        directory changed or replaced; or once RESCAN_S seconds have passed since it was last read (an edit
+        the events could have missed), or after ``timeout_s`` seconds.
 
-        The spool is polled every ``poll_s`` seconds (polling works on every file system), from one worker
-        thread that returns to the event loop only when there is something to read: an idle poll is one
-        ``lstat`` woken from a timed wait. Waking the event loop, a task and a thread hop for every poll cost
-        0.4 to 0.8 ms of CPU each on a cold cache, and the idle budget of 2 CPU seconds an hour (design §9) is
-        1.1 ms per 2 s poll; side by side this wait costs 39 to 53% of that loop (docs/benchmarks-history.md).
+        On a local file system (:data:`agent.fs.watch.WATCHABLE_FS`) one worker thread sleeps in inotify(7)
+        until then: no wake-up at all while nothing changes, where the former 2 s poll cost the budget of 2
+        CPU seconds an hour by itself on the benchmark VM (docs/benchmarks-history.md). Where inotify cannot
+        see every writer (NFS, FUSE...) or is unavailable, the thread polls every ``poll_s`` seconds with one
+        ``lstat`` of the directory, as before.
 
-        Cancellation: returns at once; the thread sees its stop flag and ends within microseconds.
+        Cancellation: returns at once; the thread is woken through a pipe and ends within microseconds.
         """
-        stop = threading.Event()
+        waker = _Waker()
         try:
-            await anyio.to_thread.run_sync(self._watch, timeout_s, stop, abandon_on_cancel=True)
+            await anyio.to_thread.run_sync(self._watch, timeout_s, waker, abandon_on_cancel=True)
         finally:
-            stop.set()
+            waker.set()
 
     # -- writing ------------------------------------------------------------------------------------------
     def _write(self, op: Operation, data: bytes) -> bool:

@@ -3,11 +3,12 @@
 
 The session's cheapest question, asked before any session exists: the configuration's ``state_dir`` from
 the boot reader (:func:`agent.config.boot.quick_paths`), then the newest episode record of the journal's
-live segment (:func:`journal.live_tail`) and its event tag (:func:`upgrade_core.wire.event_tag`). The answer
-is True only when it is *certain* that no episode is open: no journal directory or no segment; an intact,
-empty live segment (sealing only ever happens once every episode is closed); or a live segment whose newest
-record other than a compaction snapshot is ``EpisodeClosed``. Anything else is False, and the full path
-(lock, repair, replay, fold, decide) takes over and words every error. It never writes or creates a file.
+live segment (:func:`journal.live_tail`), read without a JSON parser
+(:func:`upgrade_core.wire.surely_closes`). The answer is True only when it is *certain* that no episode is
+open: no journal directory or no segment; an intact, empty live segment (sealing only ever happens once
+every episode is closed); or a live segment whose newest record other than a compaction snapshot is
+``EpisodeClosed`` in the codec's own form. Anything else is False, and the full path (lock, repair, replay,
+fold, decide) takes over and words every error. It never writes or creates a file.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import stat
 
 import journal
 from agent.config.boot import discover_config_path, quick_paths
-from upgrade_core.wire import event_tag
+from upgrade_core.wire import surely_closes
 
 __all__ = ["nothing_open"]
 
@@ -50,4 +51,4 @@ def nothing_open(config_path: str | None) -> bool:
         return True
     if not isinstance(tail, bytes):  # journal.UNSURE
         return False
-    return event_tag(tail) == "EpisodeClosed"
+    return surely_closes(tail)

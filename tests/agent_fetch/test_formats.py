@@ -299,3 +299,36 @@ async def test_xz_decoder_memory_is_bounded(staging: Path, release: Path) -> Non
     data = _sh("xz --lzma2=dict=192MiB -c release.tar", release)
     err = await _refused(data, staging, ArchiveLimitError)
     assert "decoder memory" in str(err)
+
+
+GZIP_NAMES = [n for n in ENCODING_NAMES if n.startswith(("gzip", "pigz"))]
+
+
+@pytest.mark.parametrize("inflater", ["isal", "zlib"])
+@pytest.mark.parametrize("name", GZIP_NAMES)
+async def test_gzip_reads_the_same_through_isal_and_the_zlib_fallback(
+    staging: Path, encodings: dict[str, tuple[str, bytes]], monkeypatch: pytest.MonkeyPatch, name: str,
+    inflater: str,
+) -> None:
+    """gzip is inflated by ISA-L (python-isal) where it is installed, else by zlib: both stage the same
+    bytes and refuse a cut, a flipped byte and trailing data with the same errors."""
+    import zlib
+
+    from agent.release import extract
+
+    assert extract._inflate.__name__ == "isal.isal_zlib"  # a dependency: the default here
+    if inflater == "zlib":
+        monkeypatch.setattr(extract, "_inflate", zlib)
+        monkeypatch.setattr(extract, "_INFLATE_ERRORS", (zlib.error,))
+    _compression, data = encodings[name]
+    await run_extract(data, staging)
+    assert staging.read_bytes() == PAYLOAD
+    staging.unlink()
+    err = await _refused(data[: len(data) // 2], staging, ArchiveTruncatedError)
+    assert "archive truncated/corrupt" in str(err)
+    at = len(data) // 3
+    flipped = data[:at] + bytes([data[at] ^ 0x55]) + data[at + 1:]
+    assert "archive truncated/corrupt" in str(await _refused(flipped, staging, ArchiveTruncatedError))
+    assert "trailing data" in str(await _refused(data + b"GARBAGE!", staging, ArchiveRejectedError))
+    second = await _refused(data + b"\x1f\x8b\x00garbage", staging, ArchiveRejectedError)  # a bad 2nd header
+    assert "trailing data" in str(second)

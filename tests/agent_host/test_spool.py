@@ -238,6 +238,72 @@ async def test_the_idle_wait_ends_at_its_timeout_and_at_once_when_cancelled(tmp_
             await anyio.sleep(0.01)
 
 
+async def _idle_checks(source: SpoolSource, monkeypatch: pytest.MonkeyPatch, seconds: float) -> int:
+    """How many times the idle wait looked at the directory during ``seconds`` with nothing changing."""
+    calls = [0]
+    real = source._unchanged
+
+    def counting(now: float) -> bool:
+        calls[0] += 1
+        return real(now)
+
+    monkeypatch.setattr(source, "_unchanged", counting)
+    with anyio.fail_after(5):
+        await source.wait_for_change(seconds)
+    return calls[0]
+
+
+async def test_the_idle_wait_on_a_local_disk_never_wakes_until_something_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """inotify: one look when the wait starts and one at its end, however short poll_s is (the former
+    poll looked 50 times in 0.5 s at poll_s = 0.01)."""
+    d = spool(tmp_path)
+    source = SpoolSource(str(d), 0.01)
+    await source.snapshot()
+    assert await _idle_checks(source, monkeypatch, 0.5) <= 2
+
+
+async def test_where_inotify_cannot_see_every_writer_the_idle_wait_polls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a network file system another machine's rename sends no event: the wait polls every poll_s."""
+    import agent.fs.watch as watch_module
+
+    monkeypatch.setattr(watch_module, "fs_type", lambda path: "nfs4")
+    d = spool(tmp_path)
+    source = SpoolSource(str(d), 0.01)
+    await source.snapshot()
+    assert await _idle_checks(source, monkeypatch, 0.5) >= 10
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(source.wait_for_change, 60.0)
+            await anyio.sleep(0.1)
+            put(d, "op1.json", json.dumps(SPEC))
+    assert [o.operation for o in await source.snapshot()] == ["op1"]
+
+
+async def test_an_operation_edited_in_place_wakes_the_idle_wait(tmp_path: Path) -> None:
+    """Rewriting a file in place leaves the directory's mtime alone; inotify reports it at once, where the
+    poll saw it only at the 60 s rescan."""
+    d = spool(tmp_path)
+    path = put(d, "op1.json", json.dumps(SPEC))
+    source = SpoolSource(str(d), 30.0)
+    await source.snapshot()
+
+    async def edit_later() -> None:
+        await anyio.sleep(0.3)
+        with open(path, "r+b") as f:
+            f.write(b"!")  # no longer JSON
+
+    with anyio.fail_after(5):  # not the 30 s poll nor the 60 s rescan
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(edit_later)
+            await source.wait_for_change(60.0)
+    [op] = await source.snapshot()
+    assert op.problem is not None and "not a JSON document" in op.problem
+
+
 @pytest.mark.parametrize(
     ("change", "fragment"),
     [

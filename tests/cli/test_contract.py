@@ -362,6 +362,40 @@ def test_recover_with_only_closed_episodes_takes_the_fast_path(rig: Rig) -> None
     assert snapshot(rig.base) == before
 
 
+def test_the_fast_paths_noop_is_byte_for_byte_the_full_paths(rig: Rig) -> None:
+    """The lean path writes its JSON result out by hand (json loads re): the same bytes as the full path,
+    which a configuration outside the boot reader's plain TOML (an escaped character in the name) forces."""
+    rig.install_by_hand()
+    _closed_journal(rig)
+    fast = rig.cli("recover", "--trigger", "boot")
+    escaped = f"\\u{ord(rig.name[0]):04x}{rig.name[1:]}"
+    rig.config.write_text(rig.config_text().replace(f'name = "{rig.name}"', f'name = "{escaped}"'))
+    full = rig.cli("recover", "--trigger", "boot")
+    assert rig.lock_path.exists()  # the full path took the lock: it answered, not the lean one
+    assert (fast.code, fast.stdout) == (full.code, full.stdout) == (0, full.stdout)
+    assert fast.payload() == NOOP
+
+
+def test_the_fast_path_loads_neither_re_nor_json_typing_or_tomllib(rig: Rig) -> None:
+    """Each of them costs a large share of the boot-time budget in the installed venv (design §9
+    ``recover.noop``). Run without ``site`` (``-S``): the development venv's editable-install hook loads
+    ``re`` in every process, an installed venv does not."""
+    import subprocess
+
+    rig.install_by_hand()
+    _closed_journal(rig)
+    code = (
+        f"import sys; sys.path.insert(0, {str(Path(cli.__file__).parents[2])!r})\n"
+        "from agent.cli.main import main\n"
+        f"code = main(['recover', '--config', {str(rig.config)!r}, '--trigger', 'boot'])\n"
+        "heavy = ('re', 'json', 'typing', 'tomllib', 'enum', 'datetime', 'attrs', 'anyio')\n"
+        "print(code, sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines() == ["nothing to recover: no open episode", "0 []"], done
+    assert not rig.lock_path.exists()
+
+
 def test_recover_with_an_open_episode_is_not_answered_by_the_fast_path(rig: Rig) -> None:
     """Control for the test above: with an episode open before its switch, recover takes the lock and
     aborts the episode (nothing was switched), so the fast path's silence above means something."""

@@ -60,6 +60,9 @@ def test_the_prefix_holds_the_three_commands_and_runs_off_the_checkout(prefix: P
     assert json.loads(done.stdout) == {"version": version}
     where = _run([str(prefix / "bin" / "python"), "-c", "import agent; print(agent.__file__)"], cwd=tmp_path)
     assert where.stdout.strip().startswith(str(prefix) + "/"), where.stdout
+    # the Kubernetes client is an optional extra (EXTRAS=kubernetes): a plain install does not carry it
+    probe = "import importlib.util; print(importlib.util.find_spec('kubernetes_asyncio'))"
+    assert _run([str(prefix / "bin" / "python"), "-c", probe], cwd=tmp_path).stdout == "None\n"
     # the venv's interpreter is the one PYTHON named (default /usr/bin/python3), not the checkout's
     assert not os.path.realpath(prefix / "bin" / "python").startswith(str(REPO))
 
@@ -73,6 +76,14 @@ def test_units_name_the_prefix_and_install_refuses_a_temporary_prefix(prefix: Pa
     assert f"ExecStart={exe} --config {rig.config} --trigger on-failure" in recover
     noop = _run([exe, "--config", str(rig.config), "--json", "--trigger", "boot"], check=False)
     assert noop.returncode == 0 and json.loads(noop.stdout)["result"] == "noop", noop.stderr
+    # the boot-time no-op loads neither re (pip's entry scripts did, to strip ".exe") nor json, typing,
+    # tomllib: the installed layout's own budget (design §9 recover.noop)
+    python = str(prefix / "bin" / "python")
+    traced = _run([python, "-X", "importtime", exe, "--config", str(rig.config), "--trigger", "boot"])
+    loaded = {line.rsplit("|", 1)[-1].strip() for line in traced.stderr.splitlines() if "|" in line}
+    assert traced.stdout == "nothing to recover: no open episode\n"
+    assert not loaded & {"re", "json", "typing", "tomllib", "enum"}, sorted(loaded)
+    assert Path(exe).read_text().splitlines()[0] == f"#!{python}"
     binary = tmp_path / "agent-binary"
     binary.write_text("#!/bin/sh\necho 1.0.0\n")
     binary.chmod(0o755)
