@@ -111,3 +111,21 @@ def test_a_delta_that_does_not_apply_without_an_archive_aborts_and_changes_nothi
     assert env.assert_running("blue", v1) == pid
     assert sorted(p.name for p in Path(env.lib).iterdir()) == before
     assert env.link("current") == f"{env.name}-blue"
+
+
+def test_a_spool_operation_with_a_delta_commits_by_the_delta(make_env: MakeEnv) -> None:
+    """The spool spec's ``delta`` {url, sha256, memberSHA256} (docs/managed.md): the operator rebuilds the
+    candidate from the current slot; the journal's episode fetched the delta, not the archive."""
+    from .test_operator_spool import operator_once, put, spec, spool_env, status
+
+    env, _v1 = spool_env(make_env)
+    v2 = env.release("1.1.0")
+    url, sha = _publish_delta(env, agent_script("1.0.0"), agent_script("1.1.0"), "spool")
+    put(env, "op-delta", spec(env, v2, delta={"url": url, "sha256": sha, "memberSHA256": v2.member_sha256}))
+    out = operator_once(env)
+    assert out.code == 0, out.stderr
+    env.assert_running("green", v2)
+    st = status(env, "op-delta")
+    assert st is not None and (st["phase"], st["result"]) == ("Succeeded", "committed")
+    fetched = _fetched(env, "op-delta")
+    assert fetched["sha256"] == sha and "delta_refused" not in fetched
