@@ -129,3 +129,38 @@ def test_a_spool_operation_with_a_delta_commits_by_the_delta(make_env: MakeEnv) 
     assert st is not None and (st["phase"], st["result"]) == ("Succeeded", "committed")
     fetched = _fetched(env, "op-delta")
     assert fetched["sha256"] == sha and "delta_refused" not in fetched
+
+
+def test_with_trust_a_signed_delta_commits_and_an_unsigned_one_falls_back_to_the_signed_archive(
+    make_env: MakeEnv, tmp_path: Path
+) -> None:
+    """[trust] (docs/trust.md): the delta's signature is ``<delta>.minisig`` over the delta as published,
+    with the release's trusted comment; ``ReleaseTrusted`` is journaled as for an archive. A delta without a
+    signature is refused where signatures are required, and the signed archive is the fall-back."""
+    from tests.cli.test_signed_releases import keypair, sign
+
+    sec, pub = keypair(tmp_path, "root")
+    env = make_env(extra_config=f'[trust]\nroot_keys = ["{pub}"]\n')
+    v1, v2 = env.release("1.0.0"), env.release("1.1.0")
+    for rel, level in ((v1, 1), (v2, 2)):
+        sign(sec, rel.path, f"name={env.name} version={rel.version} security_version={level}")
+    env.install(v1)
+
+    unsigned, unsigned_sha = _publish_delta(env, agent_script("1.0.0"), agent_script("1.1.0"), "unsigned")
+    up = _upgrade(env, unsigned, unsigned_sha, v2, "unsigned", "--archive", v2.url, "--sha256", v2.sha256)
+    assert up.code == 0 and up.json is not None and up.json["result"] == "committed", up.stderr
+    fetched = _fetched(env, "unsigned")
+    assert fetched["sha256"] == v2.sha256 and "no signature" in str(fetched["delta_refused"])
+    env.assert_running("green", v2)
+
+    v3 = env.release("1.2.0")
+    url, sha = _publish_delta(env, agent_script("1.1.0"), agent_script("1.2.0"), "signed")
+    served = env.server.directory / f"{env.name}-deltas" / "signed.zst"
+    sign(sec, served, f"name={env.name} version=1.2.0 security_version=3")
+    up = _upgrade(env, url, sha, v3, "signed")
+    assert up.code == 0 and up.json is not None and up.json["result"] == "committed", up.stderr
+    env.assert_running("blue", v3)
+    trusted = [r["event"] for r in env.journal()
+               if r["episode"] == "signed" and r["event"]["_type"] == "ReleaseTrusted"]
+    assert len(trusted) == 1 and trusted[0]["security_version"] == 3 and trusted[0]["version"] == "1.2.0"
+    assert "delta_refused" not in _fetched(env, "signed")
