@@ -234,9 +234,14 @@ class AgentHost:
         d = self.agent_dir()
         if d is None:
             return None
+        name = self.layout.slot_target(slot)
         with d:
             try:
-                return d.read(self.layout.slot_target(slot), limit=limit)
+                st = d.lstat(name)
+                if st is None:
+                    return None
+                # never a buffer of ``limit`` bytes for a smaller slot: os.read allocates what it is asked for
+                return d.read(name, limit=min(limit, st.st_size + 1))
             except FileNotFoundError:
                 return None
             except OSError as e:
