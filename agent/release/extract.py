@@ -949,7 +949,7 @@ def extract_sync(
                     durable.remove_if_present(staging_path, sync_dir=False)
 
 
-def _check_digest(raw: _RawInput, expected_sha256: str | None, shown: str) -> str:
+def _check_digest(raw: _RawInput, expected_sha256: str | None, shown: str, what: str = "archive") -> str:
     """The sha256 of the file as published; DigestMismatchError when it is not ``expected_sha256``.
 
     The refusal names the expected digest only, never the one the bytes have: the source may be a local
@@ -959,7 +959,7 @@ def _check_digest(raw: _RawInput, expected_sha256: str | None, shown: str) -> st
     """
     archive_sha256 = raw.hexdigest()
     if expected_sha256 is not None and not hmac.compare_digest(archive_sha256, expected_sha256):
-        raise DigestMismatchError(f"{shown}: the archive's sha256 is not the expected {expected_sha256}")
+        raise DigestMismatchError(f"{shown}: the {what}'s sha256 is not the expected {expected_sha256}")
     return archive_sha256
 
 
@@ -1087,19 +1087,20 @@ def _stage_delta(
         # limits.max_archive_bytes), never decoded.
         while raw.read_chunk():
             pass
-        _check_digest(raw, expected_sha256, shown)
+        _check_digest(raw, expected_sha256, shown, "delta")
         if expected_sha256 is None:
             raise
         raise DeltaBaseError(
             f"{shown}: the delta does not apply to {base.label} (sha256 {base.sha256}): it was made "
             f"against another base ({_first_line(exc)})"
         ) from None
-    delta_sha256 = _check_digest(raw, expected_sha256, shown)
+    delta_sha256 = _check_digest(raw, expected_sha256, shown, "delta")
     rebuilt = member.hexdigest()
     if not hmac.compare_digest(rebuilt, base.member_sha256):
+        # the rebuilt digest is not named, as for the archive (_check_digest)
         raise DigestMismatchError(
-            f"{shown}: the member rebuilt from {base.label} (sha256 {base.sha256}) has sha256 {rebuilt}, "
-            f"expected {base.member_sha256}: the delta was made against another base"
+            f"{shown}: the member rebuilt from {base.label} (sha256 {base.sha256}) is not the expected "
+            f"{base.member_sha256}: the delta was made against another base"
         )
     _fsync(fd, staging_path)
     return ExtractResult(

@@ -138,7 +138,7 @@ async def test_a_corrupt_delta_is_refused_by_its_digest(
     old, new, delta = pair
     bad = bytearray(delta)
     bad[len(bad) // 2] ^= 0xFF
-    with pytest.raises(DigestMismatchError, match=f"expected {_sha(delta)}"):
+    with pytest.raises(DigestMismatchError, match=f"the delta's sha256 is not the expected {_sha(delta)}"):
         await _stage(server, tmp_path, bytes(bad), _base(old, _sha(new)), sha=_sha(delta))
     assert not (tmp_path / "stage").exists()
 

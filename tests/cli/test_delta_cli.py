@@ -91,7 +91,8 @@ def test_a_corrupt_delta_is_refused_by_its_digest(rig: Rig, tmp_path: Path) -> N
     bad = tmp_path / "bad.zst"
     bad.write_bytes(bytes(data))
     published = _sha(good.read_bytes())
-    _refused(rig, bad, _sha(target), f"expected {published}", delta_sha256=published)
+    _refused(rig, bad, _sha(target), f"the delta's sha256 is not the expected {published}",
+             delta_sha256=published)
 
 
 def test_a_truncated_delta_is_refused(rig: Rig, tmp_path: Path) -> None:
