@@ -119,11 +119,18 @@ class EpisodeOpened(Event):
 
 @attrs.frozen
 class ArchiveFetched(Event):
-    """The whole archive was read: its compressed size (bytes) and sha256."""
+    """The whole archive was read: its compressed size (bytes) and sha256.
+
+    For a delta upgrade (docs/delta.md) these are the delta's. ``delta_refused`` is set when the delta
+    (``EpisodeOpened.source``) was refused and the full archive given beside it was fetched instead, in
+    the same episode: the one-line reason the delta was refused; ``size`` and ``sha256`` are then the
+    archive's. None (the default, omitted on disk) otherwise.
+    """
 
     TAG: ClassVar[str] = "ArchiveFetched"
     size: int
     sha256: str
+    delta_refused: str | None = None
 
 
 @attrs.frozen

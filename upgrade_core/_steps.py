@@ -144,7 +144,8 @@ class FlowRun(StepExecutor):
         staging_path = await host.prepare_staging(slot)
         staged = await self.bracket(
             op, lambda: self.p.source.stage(req.source, req.expected_sha256, staging_path, slot),
-            lambda s: ev.ArchiveFetched(s.archive_size, s.archive_sha256), kind=ev.ArchiveFetched,
+            lambda s: ev.ArchiveFetched(s.archive_size, s.archive_sha256, s.delta_refused),
+            kind=ev.ArchiveFetched,
         )
         await self.emit(op, ev.CandidateStaged(staged.slot, staged.sha256, staged.size, staged.staging_path))
         if current is not None and staged.sha256 == await host.slot_sha256(current):

@@ -27,7 +27,16 @@ import cattrs
 import orjson
 from cattrs.gen import make_dict_unstructure_fn, override
 
-from ._events import ALL_EVENTS, Aborted, EpisodeOpened, EpisodeSummary, Event, HealthFailed, HistorySnapshot
+from ._events import (
+    ALL_EVENTS,
+    Aborted,
+    ArchiveFetched,
+    EpisodeOpened,
+    EpisodeSummary,
+    Event,
+    HealthFailed,
+    HistorySnapshot,
+)
 from .wire import TAG_KEY as _TAG
 from .wire import VERSION_KEY as _VER
 from .wire import event_tag
@@ -57,6 +66,9 @@ def _make_converter() -> cattrs.Converter:
     )
     conv.register_unstructure_hook(HealthFailed, make_dict_unstructure_fn(HealthFailed, conv, cause=omit))
     conv.register_unstructure_hook(Aborted, make_dict_unstructure_fn(Aborted, conv, cause=omit))
+    conv.register_unstructure_hook(
+        ArchiveFetched, make_dict_unstructure_fn(ArchiveFetched, conv, delta_refused=omit)
+    )
     conv.register_unstructure_hook(
         EpisodeOpened, make_dict_unstructure_fn(EpisodeOpened, conv, boot_id=omit, below_watermark=omit)
     )

@@ -51,6 +51,11 @@ class DigestMismatchError(CandidateError):
     """The compressed bytes do not match ``--sha256`` (compared in constant time)."""
 
 
+class DeltaBaseError(CandidateError):
+    """A delta (docs/delta.md) is the file its digest names but does not decode against the current slot:
+    it was made against another base, or the slot's bytes are not the ones it was made from."""
+
+
 class VerifyError(CandidateError):
     """The candidate's version command failed: non-zero exit, no output, no version token (case C10).
 

@@ -50,6 +50,8 @@ class StagedCandidate:
             and the trusted comment's name, version and security_version; None for an unsigned source. The
             orchestrator refuses a name other than the agent's, or a version other than the candidate's,
             before the switch.
+        delta_refused: for a delta upgrade that fell back to the full archive (docs/delta.md), the one-line
+            reason the delta was refused (journaled in ``ArchiveFetched``); None otherwise.
     """
 
     slot: Slot
@@ -59,6 +61,7 @@ class StagedCandidate:
     archive_sha256: str
     archive_size: int
     release: ReleaseTrusted | None = None
+    delta_refused: str | None = None
 
 
 @attrs.frozen

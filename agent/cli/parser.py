@@ -130,8 +130,13 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
         "(also UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS=1)",
     )
     p = cmd("upgrade", "upgrade the agent (the supervised flow)")
-    p.add_argument("--archive", metavar="SRC", required=True, help=_ARCHIVE_HELP)
+    p.add_argument("--archive", metavar="SRC", help=_ARCHIVE_HELP + " (with --delta: the fall-back)")
     p.add_argument("--sha256", metavar="HEX", help=_SHA_HELP)
+    p.add_argument("--delta", metavar="SRC", help="a zstd patch-from delta against the current binary")
+    p.add_argument("--delta-sha256", metavar="HEX", help="the delta's sha256 (required with --delta)")
+    p.add_argument(
+        "--member-sha256", metavar="HEX", help="the rebuilt binary's sha256 (required with --delta)"
+    )
     p.add_argument("--expect-version", metavar="V", help=_EXPECT_HELP)
     p.add_argument("--signature", metavar="SRC", help=_SIG_HELP)
     p.add_argument("--retry-known-bad", action="store_true", help=_RETRY_HELP)
@@ -171,5 +176,10 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--sha256", metavar="HEX", required=True, help="the release archive's sha256")
     p.add_argument("--runtime", metavar="URL", help="the runtime tar.gz (http(s) URL); required")
     p.add_argument("--runtime-sha256", metavar="HEX", help="the runtime tar.gz's sha256")
+    p = cmd("delta", "make a delta: a zstd frame of NEW against OLD as a raw-content dictionary")
+    p.add_argument("action", choices=["make"])
+    p.add_argument("--from", dest="old", metavar="OLD", required=True, help="the binary hosts run now")
+    p.add_argument("--to", dest="new", metavar="NEW", required=True, help="the target binary")
+    p.add_argument("-o", dest="out", metavar="OUT", required=True, help="the delta file to write")
     cmd("demo", "boot a private systemd and walk through install, upgrade, rollback and recovery")
     return parser

@@ -229,6 +229,39 @@ class AgentHost:
         """
         return await anyio.to_thread.run_sync(self.slot_sha256_sync, slot)
 
+    def _read_slot_sync(self, slot: Slot, limit: int) -> bytes | None:
+        path = self.layout.slot_path(slot)
+        d = self.agent_dir()
+        if d is None:
+            return None
+        name = self.layout.slot_target(slot)
+        with d:
+            try:
+                st = d.lstat(name)
+                if st is None:
+                    return None
+                # never a buffer of ``limit`` bytes for a smaller slot: os.read allocates what it is asked for
+                return d.read(name, limit=min(limit, st.st_size + 1))
+            except FileNotFoundError:
+                return None
+            except OSError as e:
+                raise host_error("read the slot", path, e) from None
+
+    async def read_slot(self, slot: Slot, limit: int) -> bytes | None:
+        """The bytes of the slot file, at most ``limit`` of them (a delta's base, docs/delta.md).
+
+        Returns:
+            None when the slot is missing. A result of ``limit`` bytes may be cut: ask for one byte more
+            than the largest size accepted.
+
+        Raises:
+            HostRefusedError: something other than a regular file stands at the slot (never opened).
+            HostError: the slot cannot be read.
+
+        Cancellation: no effect (read only; the worker thread is waited for).
+        """
+        return await anyio.to_thread.run_sync(self._read_slot_sync, slot, limit)
+
     def is_installed(self) -> bool:
         """True when ``R/lib/NAME/NAME-current`` exists as a symlink (whatever it names)."""
         try:

@@ -5,11 +5,16 @@ An operation's *spec* has the same keys in both sources (design §10, the ``Upgr
     {"nodeName": "web-1", "agent": "demo-agent",
      "archive": {"url": "https://releases.example/demo-agent-1.1.0.tar.gz", "sha256": "<64 hex>",
                  "signatureURL": "https://releases.example/demo-agent-1.1.0.tar.gz.minisig"},
-     "expectVersion": "1.1.0"}
+     "expectVersion": "1.1.0",
+     "delta": {"url": "https://releases.example/demo-agent-1.0.0-1.1.0.zst", "sha256": "<64 hex>",
+               "memberSHA256": "<64 hex>"}}
 
 ``archive.url``, ``archive.sha256`` and ``agent`` are required (a control plane always knows the digest it
 asks for); ``nodeName`` is required by Kubernetes (the CRD) and optional in a spool file; ``signatureURL``
-and ``expectVersion`` are optional. A spec that fails these checks, names another node or agent, or that
+and ``expectVersion`` are optional. ``delta`` is optional (docs/delta.md): the candidate is then rebuilt from
+the current slot and the delta, and ``archive`` is its fall-back; its ``url``, ``sha256`` and
+``memberSHA256`` (the rebuilt binary's digest, ``upgrade --member-sha256``) are all required.
+A spec that fails these checks, names another node or agent, or that
 :func:`agent.session.request.make_request` refuses, is refused before any lock or episode: terminal
 ``Failed``, host untouched.
 
@@ -59,8 +64,9 @@ __all__ = [
     "spool_status",
 ]
 
-SPEC_KEYS = frozenset({"nodeName", "agent", "archive", "expectVersion"})
+SPEC_KEYS = frozenset({"nodeName", "agent", "archive", "expectVersion", "delta"})
 ARCHIVE_KEYS = frozenset({"url", "sha256", "signatureURL"})
+DELTA_KEYS = frozenset({"url", "sha256", "memberSHA256"})
 
 MAX_SOURCE_CHARS = 4096
 """Longest ``archive.url`` or ``archive.signatureURL`` (characters): the CRD's ``maxLength``, applied to
@@ -174,7 +180,8 @@ class OperationRefused(Exception):
 
 @attrs.frozen
 class OperationSpec:
-    """A checked spec (see the module docstring); ``signature_url``/``expect_version`` may be None."""
+    """A checked spec (see the module docstring); ``signature_url``/``expect_version`` may be None, and so
+    are the ``delta_*`` fields when the spec names no delta."""
 
     agent: str
     url: str
@@ -182,6 +189,9 @@ class OperationSpec:
     node_name: str | None = None
     signature_url: str | None = None
     expect_version: str | None = None
+    delta_url: str | None = None
+    delta_sha256: str | None = None
+    delta_member_sha256: str | None = None
 
 
 def _text(doc: Mapping[str, Any], key: str, where: str, *, required: bool) -> str | None:
@@ -227,7 +237,8 @@ def check_spec(
 
     Raises:
         OperationRefused: one line naming the key: not an object, an unknown key, a missing or non-string
-            value, another node, another agent, a source that is not an http(s) URL (unless allowed),
+            value, another node, another agent, a ``delta`` that is not an object or lacks one of its three
+            keys, a source that is not an http(s) URL (unless allowed),
             longer than :data:`MAX_SOURCE_CHARS` or holding control characters. Quoted values are cleaned
             (:func:`agent.sanitize.clean_text`).
     """
@@ -254,6 +265,16 @@ def check_spec(
     signature_url = _text(archive, "signatureURL", "spec.archive.", required=False)
     _source(url, "spec.archive.url", allow_local_sources)
     _source(signature_url, "spec.archive.signatureURL", allow_local_sources)
+    delta: dict[str, str | None] = {"url": None, "sha256": None, "memberSHA256": None}
+    if "delta" in spec:
+        given = spec["delta"]
+        if not isinstance(given, Mapping):
+            raise OperationRefused("spec.delta: must be an object with url, sha256 and memberSHA256")
+        unknown = sorted(set(given) - DELTA_KEYS)
+        if unknown:
+            raise OperationRefused(f"spec.delta: unknown key {clean_text(unknown[0])}")
+        delta = {key: _text(given, key, "spec.delta.", required=True) for key in sorted(DELTA_KEYS)}
+        _source(delta["url"], "spec.delta.url", allow_local_sources)
     return OperationSpec(
         agent=name,
         url=url,
@@ -261,6 +282,9 @@ def check_spec(
         node_name=node,
         signature_url=signature_url,
         expect_version=_text(spec, "expectVersion", "spec.", required=False),
+        delta_url=delta["url"],
+        delta_sha256=delta["sha256"],
+        delta_member_sha256=delta["memberSHA256"],
     )
 
 

@@ -50,6 +50,7 @@ from agent.operations.model import (
     check_spec,
     held_terminal,
 )
+from agent.session.request import DeltaPlan, make_delta_request
 from agent.session.session import Session
 from upgrade_core import JournalView, OperationStatus, UpgradeRequest, operation_status, refused_status
 from upgrade_core.errors import (
@@ -278,8 +279,9 @@ class Operator:
             crash_point(f"operator-{'terminal' if status.terminal else status.phase}")
         return True
 
-    def _check(self, op: Operation) -> UpgradeRequest | str:
-        """The checked request of ``op``, or why it cannot run (before any lock, file or episode)."""
+    def _check(self, op: Operation) -> tuple[UpgradeRequest, DeltaPlan | None] | str:
+        """The checked request of ``op`` (with its delta, docs/delta.md), or why it cannot run (before any
+        lock, file or episode)."""
         if op.problem is not None:
             return op.problem
         cfg = self.session.config
@@ -289,10 +291,16 @@ class Operator:
                 node_required=cfg.operations.source == "kubernetes",
                 allow_local_sources=cfg.operations.allow_local_sources,
             )
+            if spec.delta_url is not None:
+                return make_delta_request(
+                    spec.delta_url, allow_http=cfg.download.allow_http, delta_sha256=spec.delta_sha256,
+                    member_sha256=spec.delta_member_sha256, archive=spec.url, sha256=spec.sha256,
+                    operation=op.operation, expect_version=spec.expect_version, signature=spec.signature_url,
+                )
             return self.session.request(
                 spec.url, sha256=spec.sha256, operation=op.operation, expect_version=spec.expect_version,
                 signature=spec.signature_url,
-            )
+            ), None
         except (OperationRefused, UsageError) as exc:
             return str(exc)
 
@@ -300,10 +308,11 @@ class Operator:
         """Refuse or run ``op`` and publish its status: ``done`` (something was decided and reported),
         ``skipped`` (its status could not be written: nothing was run; try the next one), ``wait`` (the host
         lock is busy: back off before trying anything)."""
-        request = self._check(op)
-        if isinstance(request, str):
-            reported = await self._publish(op, refused_status(op.operation, request, self._wall()))
+        checked = self._check(op)
+        if isinstance(checked, str):
+            reported = await self._publish(op, refused_status(op.operation, checked, self._wall()))
             return "done" if reported else "skipped"
+        request, delta = checked
         started = OperationStatus(op.operation, "InProgress", started_at=self._wall())
         if not await self._publish(op, started):
             return "skipped"  # never run what could not be reported as started
@@ -311,7 +320,7 @@ class Operator:
         try:
             with self._scope() as scope:  # a stop during the InProgress publication aborts it at once
                 self._op_scope = scope
-                await self.session.upgrade(request)
+                await self.session.upgrade(request, delta)
         except LockBusyError as exc:
             self._errors += 1
             log(f"operator: {op.name}: {exc}; trying again later")

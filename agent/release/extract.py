@@ -87,6 +87,7 @@ from upgrade_core.errors import (
     ArchiveLimitError,
     ArchiveRejectedError,
     ArchiveTruncatedError,
+    DeltaBaseError,
     DigestMismatchError,
     HostError,
     NoSpaceError,
@@ -106,7 +107,16 @@ except ImportError:  # pragma: no cover - isal is a dependency; this is the plat
     _inflate = zlib
 _INFLATE_ERRORS: tuple[type[Exception], ...] = (_inflate.error, zlib.error)
 
-__all__ = ["ExtractLimits", "ExtractResult", "MemberPolicy", "extract", "extract_sync", "member_parts"]
+__all__ = [
+    "DeltaBase",
+    "ExtractLimits",
+    "ExtractResult",
+    "MemberPolicy",
+    "delta_window_limit",
+    "extract",
+    "extract_sync",
+    "member_parts",
+]
 
 MemberPolicy = Literal["exact", "select", "none"]
 
@@ -332,6 +342,11 @@ class _GzipDecoder:
                 return out
 
 
+class _ZstdDataError(ArchiveTruncatedError):
+    """libzstd refused the data itself (not a cut the frame walker saw): for a delta, also what decoding
+    against other bytes than its base looks like."""
+
+
 class _ZstdDecoder:
     """zstd (RFC 8878) frames, decoded one block at a time.
 
@@ -346,11 +361,20 @@ class _ZstdDecoder:
 
     name = "zstd"
 
-    def __init__(self, raw: _RawInput, shown: str, max_window: int) -> None:
+    def __init__(
+        self,
+        raw: _RawInput,
+        shown: str,
+        max_window: int,
+        *,
+        dictionary: zstandard.ZstdCompressionDict | None = None,
+        window_rule: str = "limits.max_zstd_window_bytes",
+    ) -> None:
         self._raw = raw
         self._shown = shown
-        self._dctx = zstandard.ZstdDecompressor(max_window_size=max_window)
+        self._dctx = zstandard.ZstdDecompressor(dict_data=dictionary, max_window_size=max_window)
         self._max_window = max_window
+        self._window_rule = window_rule
         self._in = bytearray()
         self._pos = 0
         self._out = memoryview(b"")
@@ -389,9 +413,9 @@ class _ZstdDecoder:
             if "memory" in str(exc) or "window" in str(exc).lower():
                 raise ArchiveLimitError(
                     f"{self._shown}: zstd frame {self.frames} needs a window above "
-                    f"limits.max_zstd_window_bytes = {self._max_window}"
+                    f"{self._window_rule} = {self._max_window}"
                 ) from None
-            raise ArchiveTruncatedError(
+            raise _ZstdDataError(
                 f"{self._shown}: {_TRUNC}: corrupt zstd data in frame {self.frames} ({exc})"
             ) from None
 
@@ -842,6 +866,7 @@ def extract_sync(
     expected_sha256: str | None,
     source_name: str,
     observe: Callable[[bytes], None] | None = None,
+    delta_base: DeltaBase | None = None,
 ) -> ExtractResult:
     """Blocking core of :func:`extract`: read the archive from ``pull`` and stage its member.
 
@@ -859,6 +884,8 @@ def extract_sync(
         source_name: the redacted source, used in messages.
         observe: called with every chunk of the file as published (the bytes the sha256 is over), in
             order, in the worker thread (a release signature's pre-hash, docs/trust.md).
+        delta_base: the file is a delta (docs/delta.md): one zstd frame made with ``delta_base.content``
+            as a raw-content dictionary; the member is what it decodes to (``member``/``policy`` unused).
 
     Returns:
         The :class:`ExtractResult`; the staging file holds the member and is fsynced.
@@ -867,7 +894,10 @@ def extract_sync(
         ArchiveRejectedError: a member rule, not an archive, or trailing data (C01-C04).
         ArchiveTruncatedError: any stream (content coding, compression, tar) cut or corrupt (C07, C28).
         ArchiveLimitError: a ``limits.*`` bound (C04).
-        DigestMismatchError: the file does not match ``expected_sha256``.
+        DigestMismatchError: the file does not match ``expected_sha256``, or a rebuilt member does not
+            match ``delta_base.member_sha256``.
+        DeltaBaseError: a delta that does not decode against ``delta_base`` although it is the file
+            ``expected_sha256`` names (made against another base).
         NoSpaceError: ENOSPC/EDQUOT writing the staging file (C05).
         HostError: the staging file cannot be created or written for another reason.
         ConfigError: ``member`` is not a relative path.
@@ -895,6 +925,12 @@ def extract_sync(
 
         file_pull = _undo_codings(pull_bytes, codings, shown, limits) if codings else pull_bytes
         raw = _RawInput(file_pull, limits.max_archive_bytes, shown, observe=observe)
+        if delta_base is not None:
+            return_value = _stage_delta(
+                raw, fd, limits, delta_base, shown, staging_path, expected_sha256, codings
+            )
+            done = True
+            return return_value
         if policy == "none":
             return_value = _stage_file(raw, fd, limits, shown, staging_path, expected_sha256, codings)
             done = True
@@ -934,7 +970,7 @@ def extract_sync(
                     durable.remove_if_present(staging_path, sync_dir=False)
 
 
-def _check_digest(raw: _RawInput, expected_sha256: str | None, shown: str) -> str:
+def _check_digest(raw: _RawInput, expected_sha256: str | None, shown: str, what: str = "archive") -> str:
     """The sha256 of the file as published; DigestMismatchError when it is not ``expected_sha256``.
 
     The refusal names the expected digest only, never the one the bytes have: the source may be a local
@@ -944,7 +980,7 @@ def _check_digest(raw: _RawInput, expected_sha256: str | None, shown: str) -> st
     """
     archive_sha256 = raw.hexdigest()
     if expected_sha256 is not None and not hmac.compare_digest(archive_sha256, expected_sha256):
-        raise DigestMismatchError(f"{shown}: the archive's sha256 is not the expected {expected_sha256}")
+        raise DigestMismatchError(f"{shown}: the {what}'s sha256 is not the expected {expected_sha256}")
     return archive_sha256
 
 
@@ -987,6 +1023,122 @@ def _stage_file(
         entries=1,
         content_codings=codings,
     )
+
+
+@attrs.frozen
+class DeltaBase:
+    """What a delta is decoded against (docs/delta.md): the current slot's bytes, loaded whole.
+
+    Attributes:
+        content: the current slot's bytes (at most ``limits.max_member_bytes``): zstd's raw-content
+            dictionary, which libzstd needs as one contiguous buffer (a match may reach any offset of it).
+        sha256: 64 lowercase hex of ``content``, named when the delta does not apply to it.
+        label: what to call it in messages, e.g. ``slot a (/usr/local/lib/demo/demo-a)``.
+        member_sha256: 64 lowercase hex the rebuilt member must have (``--member-sha256``).
+    """
+
+    content: bytes
+    sha256: str
+    label: str
+    member_sha256: str
+
+
+def delta_window_limit(limits: ExtractLimits) -> int:
+    """The largest window a delta's frame may ask for, bytes: ``2 * limits.max_member_bytes``.
+
+    ``zstd --patch-from`` sizes the window to cover the larger of base and target (the next power of two
+    above it, so less than twice it): a delta between binaries within ``max_member_bytes`` never needs more.
+    The decoder's own buffer is the smaller of the window and the frame's content size.
+    """
+    return 2 * limits.max_member_bytes
+
+
+def _stage_delta(
+    raw: _RawInput,
+    fd: int,
+    limits: ExtractLimits,
+    base: DeltaBase,
+    shown: str,
+    staging_path: str,
+    expected_sha256: str | None,
+    codings: tuple[str, ...],
+) -> ExtractResult:
+    """A delta: decode its zstd frame(s) against ``base`` one block at a time into the staging file."""
+    window = delta_window_limit(limits)
+    head = raw.peek(18)
+    if head[:4] != _ZSTD_MAGIC:
+        if _ZSTD_MAGIC.startswith(head):
+            raise ArchiveTruncatedError(f"{shown}: {_TRUNC}: the delta ends inside its zstd magic number")
+        raise ArchiveRejectedError(f"{shown}: not a delta: no zstd frame at offset 0")
+    with contextlib.suppress(zstandard.ZstdError):  # a header cut short: the decoder names the cut
+        params = zstandard.get_frame_parameters(head)
+        if params.window_size > window:
+            raise ArchiveLimitError(
+                f"{shown}: the delta's zstd frame asks for a {params.window_size}-byte window, above "
+                f"2 * limits.max_member_bytes = {window}"
+            )
+        if params.dict_id:
+            raise ArchiveRejectedError(
+                f"{shown}: not a patch-from delta: its frame names zstd dictionary {params.dict_id}"
+            )
+        rebuilds = params.content_size
+        if rebuilds != zstandard.CONTENTSIZE_UNKNOWN and rebuilds > limits.max_member_bytes:
+            raise ArchiveLimitError(
+                f"{shown}: the delta's frame says it rebuilds {rebuilds} bytes, above "
+                f"limits.max_member_bytes = {limits.max_member_bytes}"
+            )
+    dictionary = zstandard.ZstdCompressionDict(base.content, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
+    decoder = _ZstdDecoder(
+        raw, shown, window, dictionary=dictionary, window_rule="2 * limits.max_member_bytes"
+    )
+    member = hashlib.sha256()
+    size = 0
+    try:
+        while piece := decoder.read(_READ_BYTES):
+            size += len(piece)
+            if size > limits.max_member_bytes:
+                raise ArchiveLimitError(
+                    f"{shown}: the delta rebuilds more than limits.max_member_bytes = "
+                    f"{limits.max_member_bytes} bytes"
+                )
+            member.update(piece)
+            _write_all(fd, piece, staging_path)
+    except _ZstdDataError as exc:
+        # Corrupt, or made against other bytes? The delta's own digest tells: read the rest (bounded by
+        # limits.max_archive_bytes), never decoded.
+        while raw.read_chunk():
+            pass
+        _check_digest(raw, expected_sha256, shown, "delta")
+        if expected_sha256 is None:
+            raise
+        raise DeltaBaseError(
+            f"{shown}: the delta does not apply to {base.label} (sha256 {base.sha256}): it was made "
+            f"against another base ({_first_line(exc)})"
+        ) from None
+    delta_sha256 = _check_digest(raw, expected_sha256, shown, "delta")
+    rebuilt = member.hexdigest()
+    if not hmac.compare_digest(rebuilt, base.member_sha256):
+        # the rebuilt digest is not named, as for the archive (_check_digest)
+        raise DigestMismatchError(
+            f"{shown}: the member rebuilt from {base.label} (sha256 {base.sha256}) is not the expected "
+            f"{base.member_sha256}: the delta was made against another base"
+        )
+    _fsync(fd, staging_path)
+    return ExtractResult(
+        member_sha256=rebuilt,
+        member_size=size,
+        archive_sha256=delta_sha256,
+        archive_size=raw.size,
+        decompressed_size=size,
+        compression="zstd-delta",
+        entries=1,
+        content_codings=codings,
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 def _read_tar(
@@ -1155,6 +1307,7 @@ async def extract(
     expected_sha256: str | None = None,
     source_name: str,
     observe: Callable[[bytes], None] | None = None,
+    delta_base: DeltaBase | None = None,
 ) -> ExtractResult:
     """Run ``feed`` (the fetch) and the extraction together; stage the member at ``staging_path``.
 
@@ -1172,6 +1325,7 @@ async def extract(
         ``agent.release.fetch.parse_sha256``).
         source_name: the redacted source for messages.
         observe: see :func:`extract_sync`.
+        delta_base: see :func:`extract_sync`.
 
     Returns:
         The :class:`ExtractResult`.
@@ -1228,6 +1382,7 @@ async def extract(
             expected_sha256=expected_sha256,
             source_name=source_name,
             observe=observe,
+            delta_base=delta_base,
         )
 
     results: list[ExtractResult] = []

@@ -17,7 +17,7 @@ import attrs
 
 from agent.fs import durable
 from agent.redact import redact_url
-from agent.release.extract import ExtractLimits, MemberPolicy, extract, member_parts
+from agent.release.extract import DeltaBase, ExtractLimits, MemberPolicy, extract, member_parts
 from agent.release.fetch import ChunkSink, CodingSink, FetchPolicy, ProgressCallback, fetch, parse_sha256
 from upgrade_core.ports import StagedCandidate
 
@@ -88,6 +88,24 @@ class ArchiveSourceImpl:
 
         Cancellation: the staging file is removed; no other effect.
         """
+        return await self.stage_from(source, expected_sha256, staging_path, slot)
+
+    async def stage_from(
+        self,
+        source: str,
+        expected_sha256: str | None,
+        staging_path: str,
+        slot: Slot,
+        delta_base: DeltaBase | None = None,
+    ) -> StagedCandidate:
+        """:meth:`stage`, or with ``delta_base`` a delta's (docs/delta.md): ``source`` is one zstd frame made
+        against ``delta_base.content``, decoded in the same streaming pass into ``staging_path`` and checked
+        against ``delta_base.member_sha256``; its signature (``[trust]``) is over the delta as published.
+
+        Raises:
+            Everything :meth:`stage` raises; with a delta also DeltaBaseError (the delta is the file its
+            digest names but was made against other bytes) and DigestMismatchError for the rebuilt member.
+        """
         digest = parse_sha256(expected_sha256)
         signed = await self.trust.release_signature(source) if self.trust is not None else None
         hasher = signed[0].message_hasher() if signed is not None else None
@@ -112,6 +130,7 @@ class ArchiveSourceImpl:
             expected_sha256=digest,
             source_name=redact_url(source),
             observe=hasher.update if hasher is not None else None,
+            delta_base=delta_base,
         )
         release = None
         if signed is not None and hasher is not None:

@@ -21,6 +21,7 @@ from agent.host.lock import HostLock
 from agent.host.ownership import check_host_root, check_result, check_state
 from agent.logline import WARNING, log
 from agent.session.quarantine import HINT
+from agent.session.request import DeltaPlan
 from agent.session.wiring import Wired, download_transport, wire
 from journal import JournalStoreError as StoreError
 from upgrade_core import Folder, Policy, Ports, Recorded, ResultPublished, UpgradeResult, summarize_history
@@ -113,6 +114,7 @@ class EpisodeFrame:
         before_wire: Callable[[], Awaitable[None]] | None = None,
         signature: str | None = None,
         fetches: bool = False,
+        delta: DeltaPlan | None = None,
     ) -> Any:
         """Check the state paths, lock, open the journal, fold once, run ``flow``, compact, close, unlock
         (see the module doc).
@@ -153,6 +155,7 @@ class EpisodeFrame:
                         lock=lock,
                         signature=signature,
                         transport=transport,
+                        delta=delta,
                     )
                 except JournalError as exc:
                     raise untrusted(exc) from None

@@ -15,6 +15,8 @@ import stat
 import uuid
 from typing import TYPE_CHECKING
 
+import attrs
+
 from agent.errors import UsageError
 from agent.redact import redact_url
 from upgrade_core import OPERATION_ID_RE, UpgradeRequest
@@ -23,7 +25,7 @@ from upgrade_core.errors import FetchError
 if TYPE_CHECKING:
     from agent.release.fetch import AllowHttp
 
-__all__ = ["check_source", "make_request"]
+__all__ = ["DeltaPlan", "check_source", "make_delta_request", "make_request"]
 
 _MAX_VERSION_CHARS = 128
 
@@ -85,6 +87,7 @@ def make_request(
     expect_version: str | None = None,
     signature: str | None = None,
     retry_known_bad: bool = False,
+    option: str = "--archive",
 ) -> UpgradeRequest:
     """Build a checked :class:`~upgrade_core.UpgradeRequest` from what an operator or a caller typed.
 
@@ -100,6 +103,7 @@ def make_request(
         signature: ``--signature``, a source as ``archive`` is (checked the same way); None for
             ``<archive>.minisig`` when ``[trust]`` has keys.
         retry_known_bad: ``--retry-known-bad``: offer a release the journal knows as bad anyway.
+        option: the option ``archive`` came from, named in refusals (``--archive``, ``--delta``).
 
     Returns:
         The request; its ``source_redacted`` is the only form of ``archive`` that is journaled.
@@ -107,7 +111,7 @@ def make_request(
     Raises:
         UsageError: any of the above is malformed (exit 2). Nothing was locked, created or journaled.
     """
-    source_redacted = check_source(archive, allow_http)
+    source_redacted = check_source(archive, allow_http, option)
     if signature is not None:
         check_source(signature, allow_http, "--signature")
     from agent.release.fetch import parse_sha256
@@ -121,3 +125,66 @@ def make_request(
         shown = expect_version[:_MAX_VERSION_CHARS].encode("unicode_escape").decode("ascii")
         raise UsageError(f"--expect-version \"{shown}\": not a version such as 1.2.3 or v1.2.3-rc.1+build.7")
     return UpgradeRequest(op, archive, source_redacted, digest, expect_version, signature, retry_known_bad)
+
+
+@attrs.frozen
+class DeltaPlan:
+    """What ``upgrade --delta`` adds to its :class:`~upgrade_core.UpgradeRequest` (docs/delta.md); the
+    request's own source and digest are the delta's.
+
+    Attributes:
+        member_sha256: ``--member-sha256``, 64 lowercase hex of the rebuilt binary.
+        archive: ``--archive`` as given (may carry secrets), the fall-back; or None.
+        archive_sha256: ``--sha256``, the fall-back archive's, or None.
+    """
+
+    member_sha256: str
+    archive: str | None = None
+    archive_sha256: str | None = None
+
+
+def make_delta_request(
+    delta: str,
+    *,
+    allow_http: AllowHttp,
+    delta_sha256: str | None,
+    member_sha256: str | None,
+    archive: str | None = None,
+    sha256: str | None = None,
+    operation: str | None = None,
+    expect_version: str | None = None,
+    signature: str | None = None,
+    retry_known_bad: bool = False,
+) -> tuple[UpgradeRequest, DeltaPlan]:
+    """``upgrade --delta SRC --delta-sha256 HEX --member-sha256 HEX [--archive SRC [--sha256 HEX]]``, checked
+    like :func:`make_request`; the request's source is the delta, its fall-back the archive.
+
+    Both digests are required: a delta carries no name of its base, so only the rebuilt member's sha256
+    tells a wrong base from the right one (and a signed release names no member digest, docs/trust.md).
+
+    Raises:
+        UsageError: a bad ``--delta`` (as ``--archive``), a missing or malformed ``--delta-sha256`` or
+            ``--member-sha256``, a ``--sha256`` without ``--archive``, or anything :func:`make_request`
+            refuses (exit 2). Nothing was locked, created or journaled.
+    """
+    from agent.release.fetch import parse_sha256
+
+    digests = []
+    for option, value in (("--delta-sha256", delta_sha256), ("--member-sha256", member_sha256)):
+        if not value:
+            raise UsageError(f"upgrade --delta needs {option} HEX")
+        try:
+            digests.append(parse_sha256(value))
+        except UsageError:
+            raise UsageError(f"{option}: expected 64 hex digits (optionally 'sha256:' first)") from None
+    if sha256 and archive is None:
+        raise UsageError("--sha256 is the fall-back archive's: it needs --archive")
+    fallback_sha256 = None
+    if archive is not None:
+        check_source(archive, allow_http)
+        fallback_sha256 = parse_sha256(sha256)
+    request = make_request(
+        delta, allow_http=allow_http, sha256=digests[0], operation=operation, expect_version=expect_version,
+        signature=signature, retry_known_bad=retry_known_bad, option="--delta",
+    )
+    return request, DeltaPlan(str(digests[1]), archive, fallback_sha256)

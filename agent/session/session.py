@@ -61,7 +61,7 @@ from agent.session.reports import (
     Status,
     TrustCleared,
 )
-from agent.session.request import make_request, operation_id
+from agent.session.request import DeltaPlan, make_request, operation_id
 from agent.session.setup import Setup
 from agent.session.wiring import JournalPort, journal_dir
 from upgrade_core import (
@@ -197,9 +197,11 @@ class Session:
 
     # -- writers -------------------------------------------------------------------------------------------
 
-    async def upgrade(self, request: UpgradeRequest) -> UpgradeResult:
+    async def upgrade(self, request: UpgradeRequest, delta: DeltaPlan | None = None) -> UpgradeResult:
         """The supervised flow (design §4.3): fetch, verify, switch, restart, health-check, commit or roll
-        back.
+        back. With ``delta`` (from :func:`agent.session.request.make_delta_request`), the candidate is
+        rebuilt from the current slot and the delta the request names, the archive being the fall-back
+        (docs/delta.md).
 
         Returns:
             The terminal result (``committed``, ``noop``, ``aborted``, ``rolled_back``, ``needs_attention``);
@@ -218,7 +220,7 @@ class Session:
 
         return await self._frame.write(
             lambda p, pol, f: run_upgrade(p, pol, request, folder=f), operation=request.operation,
-            signature=request.signature, fetches=True,
+            signature=request.signature, fetches=True, delta=delta,
         )
 
     def rollback_operation(self, operation: str | None = None) -> str:

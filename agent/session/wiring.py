@@ -34,9 +34,13 @@ from upgrade_core.ports import ArchiveSource
 
 if TYPE_CHECKING:
     from agent.https import Transport
+    from agent.release.delta import DeltaSource
     from agent.release.fetch import FetchPolicy
+    from agent.release.source import ArchiveSourceImpl
     from agent.release.trust import ReleaseTrust
+    from agent.session.request import DeltaPlan
     from agent.systemd.manager import SystemdServiceManager
+    from upgrade_core import Slot
 
 
 def journal_dir(cfg: AgentConfig) -> str:
@@ -236,6 +240,58 @@ def service_manager(
     )
 
 
+def delta_source(
+    cfg: AgentConfig,
+    host: AgentHost,
+    archive: ArchiveSourceImpl,
+    delta: DeltaPlan,
+    trust: ReleaseTrust | None,
+) -> DeltaSource:
+    """The :class:`~agent.release.delta.DeltaSource` of ``upgrade --delta`` (docs/delta.md).
+
+    Its base is the slot ``current`` names, read whole and at most ``limits.max_member_bytes`` long (zstd
+    needs a dictionary as one buffer); the delta's signature is ``<delta>.minisig``; ``archive`` (with
+    ``--signature``) is the fall-back when ``delta.archive`` is set.
+    """
+    import hashlib
+
+    from agent.logline import log
+    from agent.redact import redact_url
+    from agent.release.delta import DeltaSource
+    from agent.release.extract import DeltaBase
+    from upgrade_core.errors import DeltaBaseError
+
+    limit = cfg.limits.max_member_bytes
+
+    async def read_base(slot: Slot) -> DeltaBase:
+        current = host.links().current
+        if current is None or current == slot:
+            raise DeltaBaseError("no current slot to rebuild the candidate from: a delta needs one")
+        label = f"slot {current} ({host.slot_path(current)})"
+        content = await host.read_slot(current, limit + 1)
+        if not content:
+            raise DeltaBaseError(f"{label} is missing or empty: a delta needs the current binary")
+        if len(content) > limit:
+            raise DeltaBaseError(
+                f"{label} is larger than limits.max_member_bytes = {limit} bytes: too large for a "
+                "delta's base"
+            )
+        return DeltaBase(content, hashlib.sha256(content).hexdigest(), label, delta.member_sha256)
+
+    def on_fallback(reason: str) -> None:
+        shown = redact_url(delta.archive or "")
+        log(f"delta refused: {reason}; fetching the full archive {shown}")
+
+    return DeltaSource(
+        deltas=attrs.evolve(archive, trust=trust, member_policy="none"),
+        read_base=read_base,
+        fallback=archive if delta.archive is not None else None,
+        fallback_source=delta.archive,
+        fallback_sha256=delta.archive_sha256,
+        on_fallback=on_fallback,
+    )
+
+
 @attrs.define
 class Wired:
     """The ports of one process plus the objects the CLI needs beyond them."""
@@ -256,6 +312,7 @@ async def wire(
     lock: HostLock | None = None,
     signature: str | None = None,
     transport: Transport | None = None,
+    delta: DeltaPlan | None = None,
 ) -> Wired:
     """Open the journal (the caller holds the host lock) and build every port.
 
@@ -270,6 +327,8 @@ async def wire(
         signature: ``--signature`` (None: ``<archive>.minisig``), used when ``[trust]`` has keys.
         transport: :func:`download_transport` for a flow that downloads; None for one that never does
             (its fetcher, never called, gets the operating system's trust and no proxy).
+        delta: ``upgrade --delta`` (docs/delta.md): the source is a :class:`~agent.release.delta.DeltaSource`
+            that rebuilds the candidate from the current slot, with the archive source as its fall-back.
 
     Raises:
         JournalError: the journal cannot be trusted (corrupt: :class:`JournalUnreadableError` with file and
@@ -309,7 +368,7 @@ async def wire(
         retry_deadline_s=cfg.download.retry_deadline_s,
         transport=transport or Transport(),
     )
-    source = source_override or ArchiveSourceImpl(
+    archive = ArchiveSourceImpl(
         download=download,
         limits=ExtractLimits(
             max_archive_bytes=cfg.limits.max_archive_bytes,
@@ -323,6 +382,11 @@ async def wire(
         progress=progress,
         trust=release_trust(cfg, download, signature),
     )
+    source: ArchiveSource = archive
+    if source_override is not None:
+        source = source_override
+    elif delta is not None:
+        source = delta_source(cfg, host, archive, delta, release_trust(cfg, download, None))
     ports = Ports(
         journal=journal,
         clock=SystemClock(),

@@ -86,3 +86,16 @@ def test_round_trip(event: ev.Event) -> None:
 def test_bad_payloads_raise_one_clear_error(payload: bytes, message: str) -> None:
     with pytest.raises(EventDecodeError, match=message):
         EVENT_CODEC.decode(payload)
+
+
+def test_archive_fetched_keeps_its_bytes_and_carries_a_delta_fall_back_only_when_set() -> None:
+    """``ArchiveFetched.delta_refused`` (docs/delta.md) is omitted on disk while None, so a full-archive
+    upgrade writes the bytes it always did and older journals decode; a fall-back's reason round-trips."""
+    plain = ev.ArchiveFetched(1234, "a" * 64)
+    golden = b'{"size":1234,"sha256":"' + b"a" * 64 + b'","_type":"ArchiveFetched"}'
+    assert EVENT_CODEC.encode(plain) == golden
+    assert EVENT_CODEC.decode(EVENT_CODEC.encode(plain)) == plain
+    fell_back = ev.ArchiveFetched(1234, "a" * 64, "https://r.example/d.zst: the delta does not apply")
+    assert EVENT_CODEC.decode(EVENT_CODEC.encode(fell_back)) == fell_back
+    reason = b'"delta_refused":"https://r.example/d.zst: the delta does not apply"'
+    assert reason in EVENT_CODEC.encode(fell_back)

@@ -82,6 +82,8 @@ def test_crd_schema_is_structural_and_valid_json_schema() -> None:
     jsonschema.Draft4Validator.check_schema(SCHEMA)
     assert SCHEMA["properties"]["spec"]["required"] == ["nodeName", "agent", "archive"]
     assert SCHEMA["properties"]["spec"]["properties"]["archive"]["required"] == ["url", "sha256"]
+    delta = SCHEMA["properties"]["spec"]["properties"]["delta"]
+    assert delta["required"] == ["url", "sha256", "memberSHA256"]
     status = SCHEMA["properties"]["status"]["properties"]
     assert status["phase"]["enum"] == ["Pending", "InProgress", "Succeeded", "Failed", "RolledBack",
                                        "NeedsAttention"]
@@ -94,6 +96,16 @@ def test_sample_validates_and_the_operator_accepts_its_spec() -> None:
     assert (SAMPLE["apiVersion"], SAMPLE["kind"]) == (f"{GROUP}/{VERSION}", "UpgradeOperation")
     checked = check_spec(SAMPLE["spec"], agent="demo-agent", node_name="web-1", node_required=True)
     assert checked.sha256 == SAMPLE["spec"]["archive"]["sha256"]
+
+
+def test_a_spec_with_a_delta_validates_and_the_operator_accepts_it() -> None:
+    doc = copy.deepcopy(SAMPLE)
+    doc["spec"]["delta"] = {
+        "url": "https://releases.example/d.zst", "sha256": "ab" * 32, "memberSHA256": "cd" * 32,
+    }
+    assert errors(doc) == []
+    checked = check_spec(doc["spec"], agent="demo-agent", node_name="web-1", node_required=True)
+    assert (checked.delta_sha256, checked.delta_member_sha256) == ("ab" * 32, "cd" * 32)
 
 
 def _broken(change: Any) -> dict[str, Any]:
@@ -109,6 +121,8 @@ def _broken(change: Any) -> dict[str, Any]:
     pytest.param(_broken(lambda d: d["spec"]["archive"].pop("url")), id="missing-url"),
     pytest.param(_broken(lambda d: d["spec"].pop("nodeName")), id="missing-node"),
     pytest.param(_broken(lambda d: d["spec"].pop("agent")), id="missing-agent"),
+    pytest.param(_broken(lambda d: d["spec"].update(delta={"url": "https://x/d", "sha256": "ab" * 32})),
+                 id="delta-without-member-digest"),
     pytest.param(_broken(lambda d: d["spec"].update(agent="Demo Agent")), id="bad-agent-name"),
     pytest.param(_broken(lambda d: d.pop("spec")), id="missing-spec"),
     pytest.param(_broken(lambda d: d.update(status={"phase": "Done"})), id="bad-phase"),

@@ -9,7 +9,10 @@
    the upgrade with ``UPGRADE_AGENT_TEST_KILL_AFTER=TAG#N`` (documented in agent/crashhook.py: SIGKILL
    right after that record's append returned, i.e. after its fdatasync), then ``recover --trigger manual``;
    the design §4.6 invariants are checked on the real layout, journal, result file and unit.
-3. A crash inside the recovery itself: the recover process is killed by the same hook after one of its
+3. The same over delta upgrades (docs/delta.md): 1.0.0 to 1.1.0 rebuilt from the current slot and a
+   ``zstd --patch-from`` delta (path ``delta``), and a delta made against another base that falls back to
+   the archive in the same episode (path ``delta-fallback``, its ``ArchiveFetched`` carrying the reason).
+4. A crash inside the recovery itself: the recover process is killed by the same hook after one of its
    own events, and a second recover must reach the same end.
 
 Kill points run five at a time (the work is mostly waiting on systemd and stability windows); each
@@ -22,6 +25,7 @@ import concurrent.futures
 import hashlib
 import json
 import secrets
+import subprocess
 import tarfile
 import time
 from collections.abc import Iterator, Sequence
@@ -60,10 +64,20 @@ class Releases:
     files: dict[str, Path]
     archive_sha: dict[str, str]
     member_sha: dict[str, str]
+    deltas: dict[str, Path] = attrs.Factory(dict)
 
     def args(self, version: str) -> list[str]:
         """``--archive URL --sha256 HEX`` for one version."""
         return ["--archive", self.server.url(self.files[version]), "--sha256", self.archive_sha[version]]
+
+    def upgrade_args(self, path: str) -> list[str]:
+        """The ``upgrade`` options of a recorded path: the archive of its candidate, or for the delta paths
+        ``--delta URL --delta-sha256 HEX --member-sha256 HEX`` with the candidate's archive as fall-back."""
+        if path not in self.deltas:
+            return self.args(GOOD if path == "success" else BAD)
+        delta = self.deltas[path]
+        return ["--delta", self.server.url(delta), "--delta-sha256", sha256_file(delta),
+                "--member-sha256", self.member_sha[GOOD], *self.args(GOOD)]
 
     def version_of(self, sha: str | None) -> str | None:
         """The version whose member has this sha256 (None if none does)."""
@@ -82,14 +96,25 @@ def releases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Releases]:
         for v, behaviour in ((OLD, "good"), (GOOD, "good"), (BAD, "exit-after:0.1"))
     }
     member_sha: dict[str, str] = {}
+    members: dict[str, bytes] = {}
     for v, f in files.items():
         with tarfile.open(f) as tar:
             member = tar.extractfile(MEMBER)
             assert member is not None, f"{f} has no member {MEMBER}"
-            member_sha[v] = hashlib.sha256(member.read()).hexdigest()
+            members[v] = member.read()
+            member_sha[v] = hashlib.sha256(members[v]).hexdigest()
+    # the delta paths: 1.0.0 -> 1.1.0 against the installed 1.0.0, and against a base the host never ran
+    other = members[GOOD].replace(b"import", b"IMPORT")
+    deltas = {}
+    for path, base in (("delta", members[OLD]), ("delta-fallback", other)):
+        (out / f"{path}.base").write_bytes(base)
+        (out / f"{path}.target").write_bytes(members[GOOD])
+        deltas[path] = out / f"{path}.zst"
+        subprocess.run(["zstd", "-q", "-f", "--patch-from", str(out / f"{path}.base"),
+                        str(out / f"{path}.target"), "-o", str(deltas[path])], check=True, timeout=60)
     server = ReleaseServer.start(out)
     try:
-        yield Releases(server, files, {v: sha256_file(f) for v, f in files.items()}, member_sha)
+        yield Releases(server, files, {v: sha256_file(f) for v, f in files.items()}, member_sha, deltas)
     finally:
         server.close()
 
@@ -116,10 +141,10 @@ def recorded(sandbox: PrivateSystemd, releases: Releases,
              tmp_path_factory: pytest.TempPathFactory) -> dict[str, RecordedRun]:
     """The success and the rollback run, recorded; their upgrade episodes' ``(TAG, N)`` lists."""
     runs: dict[str, RecordedRun] = {}
-    for path, version, expect in (("success", GOOD, 0), ("rollback", BAD, 1)):
+    for path, expect in (("success", 0), ("rollback", 1), ("delta", 0), ("delta-fallback", 0)):
         agent = _new_agent(sandbox, tmp_path_factory.mktemp(f"recorded-{path}"), releases)
         try:
-            done = agent.cli("upgrade", *releases.args(version), "--operation", OPERATION)
+            done = agent.cli("upgrade", *releases.upgrade_args(path), "--operation", OPERATION)
             assert done.returncode == expect, f"recorded {path} run: exit {done.returncode}: {done.stderr}"
             points = list(tags_with_occurrence(agent.episode(OPERATION)))
             runs[path] = RecordedRun(points, json.loads(done.stdout)["result"])
@@ -246,11 +271,11 @@ def run_kill_point(sandbox: PrivateSystemd, releases: Releases, base: Path, path
     """Fresh agent, upgrade killed after ``points[index]``, recover, check; never raises on a finding."""
     tag, nth = points[index]
     row = Row(path, f"{tag}#{nth}")
-    candidate = GOOD if path == "success" else BAD
+    candidate = BAD if path == "rollback" else GOOD
     agent = None
     try:
         agent = _new_agent(sandbox, base, releases)
-        done = agent.cli("upgrade", *releases.args(candidate), "--operation", OPERATION,
+        done = agent.cli("upgrade", *releases.upgrade_args(path), "--operation", OPERATION,
                          env={KILL_ENV: f"{tag}#{nth}"})
         if done.returncode == -9:
             row.killed = "SIGKILL"
@@ -308,6 +333,16 @@ def test_kill_every_event_of_the_rollback_run(sandbox: PrivateSystemd, releases:
                                               recorded: dict[str, RecordedRun], tmp_path: Path) -> None:
     """SIGKILL after each event of the rolled-back run, recover: it always ends on the old slot."""
     _run_all(sandbox, releases, tmp_path, "rollback", recorded["rollback"].points)
+
+
+@pytest.mark.parametrize("path", ["delta", "delta-fallback"])
+def test_kill_every_event_of_the_delta_runs(
+    sandbox: PrivateSystemd, releases: Releases, recorded: dict[str, RecordedRun], tmp_path: Path, path: str
+) -> None:
+    """SIGKILL after each event of a delta upgrade (rebuilt from the current slot, or fallen back to the
+    archive), recover: design §4.6 holds at every point, as for a full upgrade."""
+    assert recorded[path].result == "committed"
+    _run_all(sandbox, releases, tmp_path, path, recorded[path].points)
 
 
 @pytest.mark.parametrize(

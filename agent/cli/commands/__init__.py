@@ -15,6 +15,7 @@ and :func:`agent.errors.describe_error` maps them to one line and an exit code i
 - :mod:`~agent.cli.commands.demo`: ``demo``;
 - :mod:`~agent.cli.commands.operator`: ``operator`` (managed operations, docs/managed.md);
 - :mod:`~agent.cli.commands.ignition`: ``ignition`` (an Ignition config for a new host, docs/ignition.md);
+- :mod:`~agent.cli.commands.delta`: ``delta make`` (a delta for ``upgrade --delta``, docs/delta.md);
 - shared: :mod:`~agent.cli.commands.common` (the session of ``--config``, a writing run),
   :mod:`~agent.cli.commands.signals`, :mod:`~agent.cli.commands.progress`,
   :mod:`~agent.cli.commands.outcome` (result payloads).
@@ -54,6 +55,7 @@ _WHERE = {
     "demo": ("agent.cli.commands.demo", "cmd_demo"),
     "operator": ("agent.cli.commands.operator", "cmd_operator"),
     "ignition": ("agent.cli.commands.ignition", "cmd_ignition"),
+    "delta": ("agent.cli.commands.delta", "cmd_delta"),
 }
 
 

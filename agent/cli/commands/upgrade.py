@@ -9,6 +9,8 @@ import attrs
 
 from agent.cli.commands.common import cli_session, run_writing
 from agent.cli.commands.outcome import Outcome, result_outcome, result_payload
+from agent.errors import UsageError
+from agent.session.request import make_delta_request
 from agent.session.session import BUSY_REASON, Preflight
 from upgrade_core import HandedOff, UpgradeResult
 from upgrade_core.errors import LockBusyError
@@ -19,20 +21,35 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
 
     Raises:
         ConfigError, UsageError: bad configuration, source, ``--sha256``, ``--operation`` or
-            ``--expect-version`` (exit 2): nothing locked, created or journaled.
+            ``--expect-version``, neither ``--archive`` nor ``--delta``, a ``--delta`` without its two
+            digests (exit 2): nothing locked, created or journaled.
         NotInstalledError: no ``current`` link (exit 2).
         LockBusyError: another process holds the host lock (exit 75).
         EpisodeLeftOpenError: a failure after ``switch intended`` (exit 3; ``recover`` finishes it).
         JournalError: the journal cannot be trusted or written (exit 3).
     """
     session = cli_session(args)
-    request = session.request(
-        args.archive, sha256=args.sha256, operation=args.operation, expect_version=args.expect_version,
-        signature=args.signature, retry_known_bad=args.retry_known_bad,
-    )
+    delta = None
+    if args.delta is not None:
+        request, delta = make_delta_request(
+            args.delta, allow_http=session.config.download.allow_http, delta_sha256=args.delta_sha256,
+            member_sha256=args.member_sha256,
+            archive=args.archive, sha256=args.sha256, operation=args.operation,
+            expect_version=args.expect_version, signature=args.signature,
+            retry_known_bad=args.retry_known_bad,
+        )
+    elif args.archive is None:
+        raise UsageError("upgrade needs --archive SRC or --delta SRC")
+    elif args.delta_sha256 or args.member_sha256:
+        raise UsageError("--delta-sha256 and --member-sha256 go with --delta")
+    else:
+        request = session.request(
+            args.archive, sha256=args.sha256, operation=args.operation, expect_version=args.expect_version,
+            signature=args.signature, retry_known_bad=args.retry_known_bad,
+        )
     if args.preflight:
         return _preflight_outcome(session.preflight(request))
-    return result_outcome(run_writing(session, args, lambda: session.upgrade(request)))
+    return result_outcome(run_writing(session, args, lambda: session.upgrade(request, delta)))
 
 
 def cmd_rollback(args: argparse.Namespace) -> Outcome:
