@@ -208,6 +208,11 @@ class AgentHost:
                 return None
             if not stat.S_ISREG(st.st_mode):
                 raise LayoutConflictError(f"{path}: a slot must be a regular file")
+            if st.st_nlink != 1:
+                # A slot only ever comes from a rename of a staging file the agent created (one link); a
+                # second name elsewhere means it is not what the agent staged (or shares its inode with a
+                # file outside): never run or roll back to it.
+                raise LayoutConflictError(f"{path}: a slot with {st.st_nlink} hard links; refused")
             if st.st_size == 0:
                 return None  # a zero-length slot is evidence of a crash, never a binary (case C12)
             try:

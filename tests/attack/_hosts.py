@@ -94,7 +94,8 @@ def _config_extra(host: Path, release: Path, root_pub: str) -> str:
     return (
         f'[operations]\nsource = "spool"\nspool_dir = "{host / "spool"}"\nnode_name = "n1"\npoll_s = 0.1\n\n'
         f'[trust]\nroot_keys = ["{root_pub}"]\nkeyring = "{release / "keyring.json"}"\n\n'
-        f'[[mirrors]]\npath = "{host / "mirror" / "bin" / NAME}"\n'
+        # the mirror tree may belong to another uid (a container's root): the copy is confined beneath it
+        f'[[mirrors]]\npath = "{host / "mirror" / "bin" / NAME}"\nroot = "{host / "mirror"}"\n'
     )
 
 
@@ -106,8 +107,8 @@ def _release(base: Path) -> tuple[Path, str]:
     root_sec, root_pub = _keypair(release, "root")
     sec, pub = _keypair(release, "sign1")
     ring = release / "keyring.json"
-    ring.write_text(json.dumps({"serial": 1, "keys": [{"public_key": pub, "expires": "2099-01-01T00:00:00Z"}],
-                                "revoked": []}))
+    ring.write_text(json.dumps({"serial": 1, "expires": "2099-01-01T00:00:00Z",
+                                "keys": [{"public_key": pub, "expires": "2099-01-01T00:00:00Z"}], "revoked": []}))
     _sign(root_sec, ring, "keyring")
     candidate = release / "candidate"
     candidate.write_bytes(version_script("2.0.0"))
