@@ -60,7 +60,7 @@ __all__ = [
 
 
 def _check_subdirs(state_fd: int, state_dir: str) -> None:
-    for name in ("journal", "results"):
+    for name in ("journal", "results", "trust"):
         fd = safefs.open_dir(os.path.join(state_dir, name), dir_fd=state_fd, name=name)
         if fd is not None:
             os.close(fd)

@@ -33,6 +33,20 @@ def _shared(directory: str) -> bool:
     return bool(mode & 0o002 and mode & stat.S_ISVTX)
 
 
+def _plainly_ours(directory: str) -> bool:
+    """True when ``directory`` is missing, or a real directory of root's (or the effective user's) that group
+    and others cannot write: what :func:`agent.host.ownership.check_state` demands of ``state_dir``'s
+    subdirectories and the lock's directory. A look (``lstat``), so the boot path stays lean; anything else
+    sends the caller to the full path, which refuses with the path named (exit 4)."""
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022)
+
+
 def nothing_open(config_path: str | None) -> bool:
     """True when the configuration at ``config_path`` (None: discovered) certainly has no open episode.
 
@@ -44,7 +58,14 @@ def nothing_open(config_path: str | None) -> bool:
             return False
         if any(_shared(os.path.dirname(p)) for p in paths[1:]):  # the full path names the key (exit 2)
             return False
-        tail = journal.live_tail(os.path.join(paths[1], "journal"))
+        state_dir, lock_path = paths[1], paths[2]
+        # A directory the writers would refuse is refused by the full path too, with nothing to do or not:
+        # the journal's own walk checks state_dir, these the rest of what check_state checks.
+        owned = (state_dir, *(os.path.join(state_dir, sub) for sub in ("results", "trust")),
+                 os.path.dirname(lock_path) or "/")
+        if not all(_plainly_ours(d) for d in owned):
+            return False
+        tail = journal.live_tail(os.path.join(state_dir, "journal"))
     except Exception:
         return False
     if tail is None:

@@ -511,6 +511,7 @@ def test_journal_dump_and_the_reason_line_show_foreign_characters_escaped(instal
     introducer) and a line separator is journaled as given; ``journal dump``, the result's ``reason:`` line
     and the log lines show them as escapes, one line per record."""
     rig = installed_rig
+    rig.write_config("[download]\nretry_deadline_s = 0\n")  # one attempt: nothing listens on port 9
     source = "http://127.0.0.1:9/a\u202egnp\u009b[2J\u2028x.tar.gz"
     shown = "http://127.0.0.1:9/a\\u202egnp\\x9b[2J\\u2028x.tar.gz"
     run = rig.cli("upgrade", "--archive", source, "--sha256", "0" * 64, json_out=False)
