@@ -11,6 +11,8 @@ from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli impor
     AgentRun,
     agent_argument_spec,
     checked_executable,
+    finish,
+    preflight,
     run_agent,
 )
 
@@ -155,9 +157,6 @@ preflight:
   type: dict
 """
 
-FAILED_RESULTS = ("rolled_back", "aborted", "needs_attention")
-
-
 def _request_args(params: dict[str, Any]) -> list[str]:
     """The ``upgrade`` options for the module's parameters (those given, in a fixed order)."""
     args = ["upgrade", "--archive", params["archive"]]
@@ -224,32 +223,19 @@ def main() -> None:
     args = _request_args(params)
 
     if module.check_mode:
-        run = run_agent(executable, params["config"], [*args, "--preflight"], timeout_s)
-        if run.code != 0 or run.doc is None or not run.doc.get("preflight"):
-            _fail(module, run)
-        assert run.doc is not None
+        plan = preflight(module, executable, args, timeout_s)
         # Nothing is fetched in check mode, so the digest is unknown: "would change" unless the host already
         # reports the version the task expects.
         same = params["expect_version"] is not None and (
             _current(module, executable).get("version") == params["expect_version"])
-        module.exit_json(changed=not same, exit_code=run.code, plan=list(run.doc.get("plan") or []),
-                         preflight=run.doc)
+        module.exit_json(changed=not same, exit_code=0, plan=list(plan.get("plan") or []), preflight=plan)
 
     # A repeated operation id makes the agent return the result it already published, so "committed" alone
     # does not say this run switched anything; only then is the host's status read around the upgrade.
     before = _current(module, executable) if params["operation"] is not None else None
     run = run_agent(executable, params["config"], args, timeout_s)
-    doc = run.doc
-    if doc is None or "result" not in doc or run.timed_out:
-        _fail(module, run)
-    assert doc is not None
-    fields = {key: doc.get(key) for key in ("operation", "result", "from_version", "to_version", "slot",
-                                            "reason")}
-    if doc["result"] in FAILED_RESULTS or run.code != 0:
-        reason = doc.get("reason") or run.error_line()
-        module.fail_json(msg=f"{doc['result']}: {reason}", exit_code=run.code, agent=doc, **fields)
-    module.exit_json(changed=_committed_now(module, executable, doc, before), exit_code=run.code, agent=doc,
-                     **fields)
+    changed = run.doc is not None and _committed_now(module, executable, run.doc, before)
+    finish(module, run, changed)
 
 
 if __name__ == "__main__":
