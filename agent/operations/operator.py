@@ -320,16 +320,14 @@ class Operator:
             raise failure[0]
 
     async def _report_progress(self, op: Operation, last: OperationStatus) -> None:
-        """Every :data:`PROGRESS_S` seconds, derive ``op``'s status from the journal and publish it when it
-        is still ``InProgress`` and differs from the last one published (the terminal status is published by
-        :meth:`_run_one`, after the episode). A journal that cannot be read now is read again next time (the
-        upgrade itself reports what is wrong with it)."""
+        """Every :data:`PROGRESS_S` seconds, derive ``op``'s status from the journal records the running
+        upgrade has appended (:meth:`~agent.session.session.Session.running_view`: no file is read, so the
+        look costs the upgrade nothing) and publish it when it is still ``InProgress`` and differs from the
+        last one published (the terminal status is published by :meth:`_run_one`, after the episode)."""
         while True:
             await anyio.sleep(PROGRESS_S)
-            try:
-                status = operation_status(self.session.view(), op.operation)
-            except (HostError, UpgradeError):
-                continue
+            view = self.session.running_view()
+            status = None if view is None else operation_status(view, op.operation)
             if status is None or status.terminal or status == last:
                 continue
             if await self._publish(op, status):
