@@ -14,7 +14,7 @@ fixture, so the later scenarios can rely on it whichever runs first), its re-run
 health check and dies during the soak (the canary is rolled back by an operator rollback, nothing else is
 touched), and 4.0.0 in waves of 1, 3 and 2 with one host of the second wave handed a failing build (that
 wave halts the play, its two hosts that had committed are rolled back to 2.0.0; the third wave is never
-touched).
+touched), and 6.0.0 the same way with a failure budget of 50 % (the wave goes on, nothing is rolled back).
 """
 
 from __future__ import annotations
@@ -376,6 +376,26 @@ def test_a_canary_that_dies_during_the_soak_is_rolled_back_and_the_rollout_halts
     assert play.recap["host0"]["failed"] == 1, play.recap
 
 
+def signed_pair(fleet: FleetReleases, version: str) -> tuple[Release, Release]:
+    """``version`` built twice and signed: the good sample agent, and one that exits 0.3 s after it starts
+    (it fails its health check and its agent rolls it back)."""
+    first = fleet.fleet.hosts["host0"]
+    good, bad = first.release(version), first.release(version, "exit-after:0.3")
+    for rel in (good, bad):
+        fleet.sign(rel)
+    return good, bad
+
+
+def one_bad_host_inventory(fleet: FleetReleases, name: str, good: Release, bad: Release) -> Path:
+    """An inventory of the fleet handing ``bad`` to host2 and ``good`` to every other host."""
+    inventory = fleet.fleet.home / name
+    per_host = {host: host_vars(env) for host, env in fleet.fleet.hosts.items()}
+    per_host["host2"] |= {"rollout_archive": bad.url, "rollout_sha256": bad.sha256}
+    inventory.write_text(json.dumps({"all": {
+        "vars": {"rollout_archive": good.url, "rollout_sha256": good.sha256},
+        "hosts": per_host}}))
+    return inventory
+
 
 def test_a_failed_host_in_a_multi_host_wave_rolls_that_wave_back_and_halts_the_rollout(
     fleet: FleetReleases, good_rollout: tuple[Play, dict[str, dict[str, Any]]]
@@ -384,18 +404,9 @@ def test_a_failed_host_in_a_multi_host_wave_rolls_that_wave_back_and_halts_the_r
     # 0.3 s after it starts, every other host the good 4.0.0. The second wave breaks its failure budget:
     # the whole wave must end on 2.0.0 (host1 and host3 rolled back), the third never start.
     hosts = fleet.fleet.hosts
-    first = hosts["host0"]
-    good = first.release("4.0.0")
-    bad = first.release("4.0.0", "exit-after:0.3")
-    for rel in (good, bad):
-        fleet.sign(rel)
+    good, bad = signed_pair(fleet, "4.0.0")
     before = {name: snapshot(env) for name, env in hosts.items()}
-    inventory = fleet.fleet.home / "mixed-wave-inventory.json"
-    per_host = {name: host_vars(env) for name, env in hosts.items()}
-    per_host["host2"] |= {"rollout_archive": bad.url, "rollout_sha256": bad.sha256}
-    inventory.write_text(json.dumps({"all": {
-        "vars": {"rollout_archive": good.url, "rollout_sha256": good.sha256},
-        "hosts": per_host}}))
+    inventory = one_bad_host_inventory(fleet, "mixed-wave-inventory.json", good, bad)
     operation = "rollout-4.0.0"
     fetched = len(fleet.server.requests)
     play = fleet.fleet.playbook(
@@ -450,3 +461,37 @@ def test_a_failed_host_in_a_multi_host_wave_rolls_that_wave_back_and_halts_the_r
     assert entries["host0"]["soak"] == {"healthy": True, "reason": None}
     assert entries["host2"]["reason"] == failed_result["reason"]
     assert "host1: committed 2.0.0 -> 4.0.0; rolled back to 2.0.0" in play.stdout
+
+
+def test_a_wave_within_its_failure_budget_goes_on_and_nothing_is_rolled_back(
+    fleet: FleetReleases, good_rollout: tuple[Play, dict[str, dict[str, Any]]]
+) -> None:
+    # Waves of 1, 3 and 2 with rollout_max_fail_percentage 50: host2's failing build is one host of three in
+    # its wave (33 %), within the budget, so the wave is not undone and the third wave runs.
+    hosts = fleet.fleet.hosts
+    good, bad = signed_pair(fleet, "6.0.0")
+    slots = {name: env.link("current").rsplit("-", 1)[1] for name, env in hosts.items()}
+    inventory = one_bad_host_inventory(fleet, "tolerant-inventory.json", good, bad)
+    operation = "rollout-6.0.0"
+    play = fleet.fleet.playbook(
+        {"rollout_serial": [1, 3, 2], "rollout_expect_version": "6.0.0", "rollout_operation": operation,
+         "rollout_max_fail_percentage": 50}, inventory=inventory)
+    assert play.code != 0, play.stdout[-4000:]  # host2 failed, and Ansible says so
+    for name, env in hosts.items():
+        if name == "host2":
+            continue
+        other = "blue" if slots[name] == "green" else "green"
+        env.assert_running(other, good)
+        assert env.result_file(f"{operation}-rollback") is None, name
+    assert (hosts["host2"].result_file(operation) or {}).get("result") == "rolled_back"
+    assert hosts["host2"].link("current") == f"{hosts['host2'].name}-{slots['host2']}"
+    assert play.recap["host2"]["failed"] == 1, play.recap
+    assert play.summary is not None
+    assert {k: play.summary[k] for k in HALT_KEYS} == {
+        "halted": False, "halted_wave": None, "failed_hosts": [], "rolled_back_hosts": [],
+        "rollback_failed_hosts": [], "untouched_hosts": [],
+        "waves": [["host0"], ["host1", "host2", "host3"], ["host4", "host5"]]}
+    versions = play.summary["fleet_versions"]["ungrouped"]
+    assert {name: v for name, v in versions.items() if name != "host2"} == {
+        name: "6.0.0" for name in hosts if name != "host2"}
+    assert versions["host2"] != "6.0.0"
