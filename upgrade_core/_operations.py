@@ -62,11 +62,15 @@ class OperationStatus:
         started_at / finished_at: Unix seconds of ``EpisodeOpened`` / ``EpisodeClosed`` (wall clock,
             informational), None when unknown.
         step: where a running operation stands (:attr:`~upgrade_core.EpisodeView.step`; ``Waiting`` before
-            its episode opens), None once terminal.
+            its episode opens).
         attempt: the latest health attempt's number (from 1; :attr:`~upgrade_core.EpisodeView.attempt`),
-            None before the first one or when the journal no longer holds the episode's records.
+            None before the first one.
         bytes_fetched: the archive's size in bytes once ``ArchiveFetched`` is journaled, None before (the
             download's progress is not journaled: the field goes from absent to the whole size).
+
+        ``step``, ``attempt`` and ``bytes_fetched`` belong to a running operation only: a terminal status
+        leaves them None, so the status republished after compaction has summarised the episode (which keeps
+        neither) is the very document published before it.
     """
 
     operation: str
@@ -110,8 +114,7 @@ def operation_status(view: JournalView, operation: str) -> OperationStatus | Non
         if ep.published is not None:
             return attrs.evolve(
                 _terminal(ep.published, operation), journal_seq=ep.published_seq, boot_id=ep.boot_id,
-                started_at=ep.opened_at, finished_at=ep.closed_at, attempt=ep.attempt,
-                bytes_fetched=ep.archive_size,
+                started_at=ep.opened_at, finished_at=ep.closed_at,
             )
         return OperationStatus(
             operation, "InProgress", from_version=ep.from_version, to_version=ep.candidate_version,

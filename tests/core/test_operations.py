@@ -136,8 +136,8 @@ def test_a_running_episode_steps_through_fetching_to_health_checking_from_its_re
         ("RestartObserved", "HealthChecking", 1, 500),
         ("HealthPassed", "HealthChecking", 1, 500),
         ("UpgradeCommitted", None, 1, 500),  # a verdict: no step, and the status is still InProgress
-        ("ResultPublished", None, 1, 500),  # terminal: attempt and bytes kept, no step
-        ("EpisodeClosed", None, 1, 500),
+        ("ResultPublished", None, None, None),  # terminal: the document compaction cannot change
+        ("EpisodeClosed", None, None, None),
     ]
 
 
@@ -148,7 +148,7 @@ def test_a_rollback_steps_through_rolling_back_counting_the_last_goods_attempts(
     started = next(i for i, (kind, *_rest) in enumerate(steps) if kind == "RollbackStarted")
     assert steps[started][1:3] == ("RollingBack", None)  # no attempt of the last-good yet
     assert [s[1:3] for s in steps[started + 1:-1]] == [("RollingBack", 1)] * 4
-    assert steps[-1][1:3] == (None, 1)  # RolledBack: the verdict
+    assert steps[-1][1:3] == (None, 1)  # RolledBack: the verdict, not yet published
 
 
 def test_an_operation_not_yet_journaled_is_waiting() -> None:

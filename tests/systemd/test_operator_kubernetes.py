@@ -123,7 +123,7 @@ def test_good_bad_foreign_and_other_node_operations(make_env: Any, kube: threade
     assert [s["phase"] for s in written][-1] == "Succeeded", written
     assert {s["phase"] for s in written[:-1]} == {"InProgress"}, written
     assert written[0]["step"] == "Waiting"
-    assert "step" not in st and (st["attempt"], st["bytesFetched"]) == (1, v2.path.stat().st_size), st
+    assert not {"step", "attempt", "bytesFetched"} & set(st), st  # running fields only
 
     journal_before = {p.name: p.read_bytes() for p in (env.state_dir / "journal").iterdir() if p.is_file()}
     create(kube, env, "for-another-agent", v2, agent="someone-else")
