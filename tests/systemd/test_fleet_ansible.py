@@ -495,3 +495,17 @@ def test_a_wave_within_its_failure_budget_goes_on_and_nothing_is_rolled_back(
     assert {name: v for name, v in versions.items() if name != "host2"} == {
         name: "6.0.0" for name in hosts if name != "host2"}
     assert versions["host2"] != "6.0.0"
+
+
+def test_a_soak_that_is_not_a_number_of_seconds_stops_before_any_host(fleet: FleetReleases) -> None:
+    hosts = fleet.fleet.hosts
+    before = {name: snapshot(env) for name, env in hosts.items()}
+    fetched = len(fleet.server.requests)
+    play = fleet.fleet.playbook({**fleet.vars(fleet.v2, "soak-typo"), "rollout_soak_s": "10m"})
+    assert play.code != 0, play.stdout[-4000:]
+    line = "rollout_soak_s: 10m is not a whole number of seconds (0 or more)"
+    assert line in play.stdout, play.stdout[-3000:]
+    assert {name: snapshot(env) for name, env in hosts.items()} == before
+    assert fleet.server.requests[fetched:] == []
+    for env in hosts.values():
+        assert env.result_file("soak-typo") is None
