@@ -42,6 +42,7 @@ __all__ = [
     "NoOp",
     "OperationPhase",
     "OperationStatus",
+    "OperationStep",
     "Passed",
     "Pending",
     "Plan",
@@ -77,6 +78,7 @@ __all__ = [
     "run_upgrade",
     "self_upgrade_prepare",
     "summarize_history",
+    "waiting_status",
 ]
 
 

@@ -38,8 +38,10 @@ from ._operations import (
     TERMINAL_PHASES,
     OperationPhase,
     OperationStatus,
+    OperationStep,
     operation_status,
     refused_status,
+    waiting_status,
 )
 from ._state import TRANSITIONS, EpisodeContext, EpisodeState, advance, diagram_mermaid, next_state
 from ._watermark import release_refusal, rollback_refusal

@@ -31,6 +31,11 @@ _NEW: Final = _S.NEW
 _OPENED: Final = _S.OPENED
 _CLOSED: Final = _S.CLOSED
 
+OperationStep = Literal["Waiting", "Fetching", "Verifying", "Staged", "Switching", "Restarting",
+                        "HealthChecking", "RollingBack"]
+"""Where a running operation stands, for its status (docs/managed.md, "Step by step"). ``Waiting`` belongs to
+an operation the journal has not seen yet; the others are :attr:`EpisodeView.step`."""
+
 
 @attrs.frozen
 class EpisodeView:
@@ -201,6 +206,44 @@ class EpisodeView:
     def rollback_attempts_left(self) -> int:
         """Health attempts left for the last-good during a rollback, >= 0."""
         return max(0, self.max_health_attempts - self.rollback_attempts_started)
+
+    @property
+    def step(self) -> OperationStep | None:
+        """The step an open episode is in, from its state and recorded facts alone (never a clock or a
+        counter kept beside the journal); None once it holds a verdict (committed, unchanged, aborted,
+        rolled back, needs attention, published, closed).
+
+        ``Fetching`` until ``ArchiveFetched`` (a ``rollback`` episode fetches nothing: ``Verifying`` from its
+        opening); ``Verifying`` through staging, the version command and the signature; ``Staged`` once the
+        candidate was installed in the inactive slot (``CandidateInstalled``) and the switch has not begun;
+        ``Switching`` from ``SwitchIntended`` until the first health attempt; ``Restarting`` while a health
+        attempt's restart has not been observed (or the next attempt is due); ``HealthChecking`` from
+        ``RestartObserved`` to the verdict; ``RollingBack`` from ``RollbackStarted``.
+        """
+        state = self.state
+        if state is _OPENED:
+            return "Verifying" if self.kind == "rollback" else "Fetching"
+        if state in (_S.FETCHED, _S.STAGED):
+            return "Verifying"
+        if state is _S.VERIFIED:
+            return "Staged" if self.installed else "Verifying"
+        if state is _S.SWITCHING:
+            return "Switching"
+        if state is _S.SWITCHED:
+            return "Switching" if self.attempts_started == 0 else "Restarting"
+        if state in (_S.RESTARTED, _S.HEALTHY):
+            return "HealthChecking"
+        if state is _S.ROLLING_BACK:
+            return "RollingBack"
+        return None
+
+    @property
+    def attempt(self) -> int | None:
+        """The number (from 1) of the latest health attempt begun: the last-good's once a rollback started,
+        else the candidate's; None before the first ``HealthAttemptStarted``."""
+        if self.rollback_slot is not None or self.state is _S.ROLLING_BACK:
+            return self.rollback_attempts_started or None
+        return self.attempts_started or None
 
     @property
     def terminal_result(self) -> UpgradeResult | None:

@@ -18,15 +18,17 @@ from typing import Final, Literal
 import attrs
 
 from ._events import ResultValue, UpgradeResult
-from ._fold import JournalView
+from ._fold import JournalView, OperationStep
 
 __all__ = [
     "PHASE_OF_RESULT",
     "TERMINAL_PHASES",
     "OperationPhase",
     "OperationStatus",
+    "OperationStep",
     "operation_status",
     "refused_status",
+    "waiting_status",
 ]
 
 OperationPhase = Literal["Pending", "InProgress", "Succeeded", "Failed", "RolledBack", "NeedsAttention"]
@@ -59,6 +61,16 @@ class OperationStatus:
         boot_id: the boot the episode opened in (``EpisodeOpened.boot_id``), None when unknown.
         started_at / finished_at: Unix seconds of ``EpisodeOpened`` / ``EpisodeClosed`` (wall clock,
             informational), None when unknown.
+        step: where a running operation stands (:attr:`~upgrade_core.EpisodeView.step`; ``Waiting`` before
+            its episode opens).
+        attempt: the latest health attempt's number (from 1; :attr:`~upgrade_core.EpisodeView.attempt`),
+            None before the first one.
+        bytes_fetched: the archive's size in bytes once ``ArchiveFetched`` is journaled, None before (the
+            download's progress is not journaled: the field goes from absent to the whole size).
+
+        ``step``, ``attempt`` and ``bytes_fetched`` belong to a running operation only: a terminal status
+        leaves them None, so the status republished after compaction has summarised the episode (which keeps
+        neither) is the very document published before it.
     """
 
     operation: str
@@ -71,6 +83,9 @@ class OperationStatus:
     boot_id: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    step: OperationStep | None = None
+    attempt: int | None = None
+    bytes_fetched: int | None = None
 
     @property
     def terminal(self) -> bool:
@@ -103,7 +118,8 @@ def operation_status(view: JournalView, operation: str) -> OperationStatus | Non
             )
         return OperationStatus(
             operation, "InProgress", from_version=ep.from_version, to_version=ep.candidate_version,
-            boot_id=ep.boot_id, started_at=ep.opened_at,
+            boot_id=ep.boot_id, started_at=ep.opened_at, step=ep.step, attempt=ep.attempt,
+            bytes_fetched=ep.archive_size,
         )
     for summary in reversed(view.history):
         if summary.operation == operation:
@@ -113,6 +129,16 @@ def operation_status(view: JournalView, operation: str) -> OperationStatus | Non
             )
     result = view.result_of(operation)
     return None if result is None else _terminal(result, operation)
+
+
+def waiting_status(operation: str, at: float) -> OperationStatus:
+    """The ``InProgress`` status of an operation accepted and not yet seen by the journal (step
+    ``Waiting``: for the host lock, before its episode opens).
+
+    Args:
+        at: Unix seconds it was accepted (``started_at``).
+    """
+    return OperationStatus(operation, "InProgress", started_at=at, step="Waiting")
 
 
 def refused_status(operation: str, reason: str, at: float) -> OperationStatus:

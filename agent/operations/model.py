@@ -25,11 +25,12 @@ bound) and free of control characters; every value of a spec quoted in a refusal
 :func:`agent.sanitize.clean_text`.
 
 The status document is rendered from an :class:`~upgrade_core.OperationStatus` alone (deterministic: the
-same status renders the same bytes), in camelCase for the Kubernetes status subresource and in snake_case for
-the spool's ``<id>.status.json``; times are RFC 3339 UTC with seconds (``metav1.Time``). Its text fields
-pass :func:`agent.sanitize.clean_text` within the CRD's bounds (:data:`MAX_STATUS_MESSAGE_CHARS` for the
-message, 128 characters for a version, 64 for the boot id), so the API server accepts every status and the
-spool's own reader (64 KiB per file) reads every status file back.
+same status renders the same bytes; ``step``, ``attempt`` and bytes fetched included, each derived from the
+journal's records, docs/managed.md "Step by step"), in camelCase for the Kubernetes status subresource and in
+snake_case for the spool's ``<id>.status.json``; times are RFC 3339 UTC with seconds (``metav1.Time``). Its
+text fields pass :func:`agent.sanitize.clean_text` within the CRD's bounds (:data:`MAX_STATUS_MESSAGE_CHARS`
+for the message, 128 characters for a version, 64 for the boot id), so the API server accepts every status
+and the spool's own reader (64 KiB per file) reads every status file back.
 """
 
 from __future__ import annotations
@@ -371,6 +372,9 @@ def k8s_status(status: OperationStatus, generation: int) -> dict[str, Any]:
         "startedAt": rfc3339(status.started_at),
         "finishedAt": rfc3339(status.finished_at),
         "message": _clean(status.message),
+        "step": status.step,
+        "attempt": status.attempt,
+        "bytesFetched": status.bytes_fetched,
         "conditions": _conditions(status, generation),
     }
     for key, bound in K8S_STATUS_MAX_BYTES.items():
@@ -397,5 +401,8 @@ def spool_status(status: OperationStatus, generation: int = 1) -> dict[str, Any]
         "started_at": rfc3339(status.started_at),
         "finished_at": rfc3339(status.finished_at),
         "observed_generation": generation,
+        "step": status.step,
+        "attempt": status.attempt,
+        "bytes_fetched": status.bytes_fetched,
         "conditions": _conditions(status, generation),
     }

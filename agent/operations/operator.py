@@ -9,7 +9,9 @@ The loop, and why it is exactly-once:
    published, before any new operation is accepted.
 2. **Derived status.** An operation's status is never stored by the operator: it is
    :func:`upgrade_core.operation_status` of the journal, which names the ``ResultPublished`` record's sequence
-   number, the episode's boot id and its times. Publishing it again gives the same document.
+   number, the episode's boot id and its times. Publishing it again gives the same document. While an
+   operation runs, its ``InProgress`` status (``step``, ``attempt``, bytes fetched: the open episode's
+   records) is derived and published again every :data:`PROGRESS_S` seconds when it changed.
 3. **Acknowledged means done.** An operation whose source already holds a terminal status for it
    (:func:`.model.held_terminal`) is never published or run again; one the journal knows is published and
    never run again (the session itself also returns a closed operation id's recorded result and does
@@ -52,7 +54,14 @@ from agent.operations.model import (
 )
 from agent.session.request import DeltaPlan, make_delta_request
 from agent.session.session import Session
-from upgrade_core import JournalView, OperationStatus, UpgradeRequest, operation_status, refused_status
+from upgrade_core import (
+    JournalView,
+    OperationStatus,
+    UpgradeRequest,
+    operation_status,
+    refused_status,
+    waiting_status,
+)
 from upgrade_core.errors import (
     EpisodeLeftOpenError,
     HostError,
@@ -68,6 +77,12 @@ IDLE_WAIT_S = 300.0
 
 BACKOFF_S = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """Waits (seconds) after consecutive source errors or a busy host lock; the last one repeats."""
+
+PROGRESS_S = 2.0
+"""Seconds between two looks at the journal while an operation runs: its ``InProgress`` status (step,
+attempt, bytes fetched) is published again when the journal says something new, so a source is written at
+most once per this period (Kubernetes API servers ask controllers not to write a status more often than
+needed; a spool status file is one fsynced rename)."""
 
 
 async def open_source(session: Session) -> OperationSource:
@@ -275,7 +290,8 @@ class Operator:
         if wrote:
             seq = f" (journal seq {status.journal_seq})" if status.journal_seq is not None else ""
             said = f": {status.message}" if status.message else ""
-            log(f"operator: {op.name}: {status.phase}{seq}{said}")
+            step = f" ({status.step})" if status.step else ""
+            log(f"operator: {op.name}: {status.phase}{step}{seq}{said}")
             crash_point(f"operator-{'terminal' if status.terminal else status.phase}")
         return True
 
@@ -304,6 +320,36 @@ class Operator:
         except (OperationRefused, UsageError) as exc:
             return str(exc)
 
+    async def _upgrade_reporting(self, op: Operation, request: UpgradeRequest, delta: DeltaPlan | None,
+                                 started: OperationStatus) -> None:
+        """``session.upgrade(request, delta)``, with :meth:`_report_progress` beside it until it ends. Raises
+        what the upgrade raises, unwrapped (a task group would wrap it in an exception group)."""
+        failure: list[Exception] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._report_progress, op, started)
+            try:
+                await self.session.upgrade(request, delta)
+            except Exception as exc:  # re-raised below, outside the task group
+                failure.append(exc)
+            finally:
+                tg.cancel_scope.cancel()
+        if failure:
+            raise failure[0]
+
+    async def _report_progress(self, op: Operation, last: OperationStatus) -> None:
+        """Every :data:`PROGRESS_S` seconds, derive ``op``'s status from the journal records the running
+        upgrade has appended (:meth:`~agent.session.session.Session.running_view`: no file is read, so the
+        look costs the upgrade nothing) and publish it when it is still ``InProgress`` and differs from the
+        last one published (the terminal status is published by :meth:`_run_one`, after the episode)."""
+        while True:
+            await anyio.sleep(PROGRESS_S)
+            view = self.session.running_view()
+            status = None if view is None else operation_status(view, op.operation)
+            if status is None or status.terminal or status == last:
+                continue
+            if await self._publish(op, status):
+                last = status
+
     async def _run_one(self, op: Operation) -> Literal["done", "skipped", "wait"]:
         """Refuse or run ``op`` and publish its status: ``done`` (something was decided and reported),
         ``skipped`` (its status could not be written: nothing was run; try the next one), ``wait`` (the host
@@ -313,14 +359,14 @@ class Operator:
             reported = await self._publish(op, refused_status(op.operation, checked, self._wall()))
             return "done" if reported else "skipped"
         request, delta = checked
-        started = OperationStatus(op.operation, "InProgress", started_at=self._wall())
+        started = waiting_status(op.operation, self._wall())
         if not await self._publish(op, started):
             return "skipped"  # never run what could not be reported as started
         log(f"operator: {op.name}: upgrade {op.operation} from {request.source_redacted}")
         try:
             with self._scope() as scope:  # a stop during the InProgress publication aborts it at once
                 self._op_scope = scope
-                await self.session.upgrade(request, delta)
+                await self._upgrade_reporting(op, request, delta, started)
         except LockBusyError as exc:
             self._errors += 1
             log(f"operator: {op.name}: {exc}; trying again later")

@@ -24,7 +24,16 @@ from agent.session.quarantine import HINT
 from agent.session.request import DeltaPlan
 from agent.session.wiring import Wired, download_transport, wire
 from journal import JournalStoreError as StoreError
-from upgrade_core import Folder, Policy, Ports, Recorded, ResultPublished, UpgradeResult, summarize_history
+from upgrade_core import (
+    Folder,
+    JournalView,
+    Policy,
+    Ports,
+    Recorded,
+    ResultPublished,
+    UpgradeResult,
+    summarize_history,
+)
 from upgrade_core.errors import (
     EpisodeLeftOpenError,
     HistoryError,
@@ -90,6 +99,11 @@ class EpisodeFrame:
             return False
         ep = self._folder.view().open_episode
         return ep is not None and ep.switch_intended
+
+    def running_view(self) -> JournalView | None:
+        """The journal of the running (or last) write as its flow has folded it so far: every record that
+        write appended durably, and those it found; None before the first write. Reads no file."""
+        return None if self._folder is None else self._folder.view()
 
     @property
     def handed_off(self) -> bool:

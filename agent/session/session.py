@@ -170,6 +170,12 @@ class Session:
         """True while the running method's open episode has passed ``SwitchIntended`` (no abort possible)."""
         return self._frame.switch_started
 
+    def running_view(self) -> JournalView | None:
+        """The journal as the running method has folded it so far (its durable appends included), None
+        before this session's first write; reads no file, so a caller may ask while an episode runs (the
+        operator's step-by-step status). After a write it is that write's last view."""
+        return self._frame.running_view()
+
     @property
     def handed_off(self) -> bool:
         """True once the running method handed its episode to a transient unit (and released the lock)."""

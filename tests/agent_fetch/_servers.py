@@ -106,6 +106,24 @@ def body(data: bytes, length: bool = True) -> Handler:
     return handle
 
 
+def held_halfway(data: bytes, gate: threading.Event, timeout_s: float = 60.0) -> Handler:
+    """200 with ``data`` (its length announced): the first half at once, the rest once ``gate`` is set (or
+    after ``timeout_s`` seconds: a server thread never outlives its test by more). A download the test sees
+    under way, then lets finish."""
+
+    def handle(h: http.server.BaseHTTPRequestHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data[: len(data) // 2])
+        h.wfile.flush()
+        gate.wait(timeout_s)
+        h.wfile.write(data[len(data) // 2:])
+        h.wfile.flush()
+
+    return handle
+
+
 def redirect(location: str, status: int = 302) -> Handler:
     def handle(h: http.server.BaseHTTPRequestHandler) -> None:
         h.send_response(status)

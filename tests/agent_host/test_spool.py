@@ -364,7 +364,13 @@ def test_status_documents_are_deterministic_and_carry_the_spec_fields() -> None:
     snake = spool_status(DONE)
     assert set(snake) == {"operation", "phase", "result", "from_version", "to_version", "message",
                           "journal_seq", "boot_id", "started_at", "finished_at", "observed_generation",
-                          "conditions"}
+                          "step", "attempt", "bytes_fetched", "conditions"}
+    assert (snake["step"], snake["attempt"], snake["bytes_fetched"]) == (None, None, None)  # null, present
+    running = OperationStatus("x", "InProgress", step="HealthChecking", attempt=2, bytes_fetched=4096)
+    assert {k: v for k, v in k8s_status(running, 1).items() if k in ("step", "attempt", "bytesFetched")} == {
+        "step": "HealthChecking", "attempt": 2, "bytesFetched": 4096}
+    assert (spool_status(running)["step"], spool_status(running)["attempt"],
+            spool_status(running)["bytes_fetched"]) == ("HealthChecking", 2, 4096)
     failed = k8s_status(OperationStatus("x", "RolledBack", "rolled_back", message="unhealthy"), 1)
     assert failed["conditions"][0]["type"] == "Failed" and failed["conditions"][0]["reason"] == "RolledBack"
     assert "journalSeq" not in failed and "bootID" not in failed  # never null in the status subresource

@@ -108,7 +108,8 @@ def _release(base: Path) -> tuple[Path, str]:
     sec, pub = _keypair(release, "sign1")
     ring = release / "keyring.json"
     ring.write_text(json.dumps({"serial": 1, "expires": "2099-01-01T00:00:00Z",
-                                "keys": [{"public_key": pub, "expires": "2099-01-01T00:00:00Z"}], "revoked": []}))
+                                "keys": [{"public_key": pub, "expires": "2099-01-01T00:00:00Z"}],
+                                "revoked": []}))
     _sign(root_sec, ring, "keyring")
     candidate = release / "candidate"
     candidate.write_bytes(version_script("2.0.0"))

@@ -14,6 +14,7 @@ from upgrade_core import (
     fold,
     operation_status,
     refused_status,
+    waiting_status,
 )
 from upgrade_core import _events as ev
 from upgrade_core._events import ResultValue
@@ -26,6 +27,7 @@ from .journals import (
     OP,
     OPENED,
     PRE_SWITCH,
+    ROLLED_BACK,
     SWITCHED,
     records,
 )
@@ -106,3 +108,51 @@ def test_boot_id_is_omitted_on_disk_when_unset_and_kept_when_set() -> None:
     with_id = attrs.evolve(OPENED, boot_id=BOOT)
     assert EVENT_CODEC.decode(EVENT_CODEC.encode(with_id)) == with_id
     assert COMMITTED_RESULT.operation == OP
+
+
+def _steps(events: list[ev.Event]) -> list[tuple[str, str | None, int | None, int | None]]:
+    """(last event's type, step, attempt, bytes fetched) of the status after every prefix of ``events``."""
+    out = []
+    for n in range(1, len(events) + 1):
+        st = operation_status(fold(records(events[:n])), OP)
+        assert st is not None
+        out.append((type(events[n - 1]).__name__, st.step, st.attempt, st.bytes_fetched))
+    return out
+
+
+def test_a_running_episode_steps_through_fetching_to_health_checking_from_its_records() -> None:
+    assert _steps(FULL_COMMIT) == [
+        ("EpisodeOpened", "Fetching", None, None),
+        ("ArchiveFetched", "Verifying", None, 500),
+        ("CandidateStaged", "Verifying", None, 500),
+        ("CandidateVerified", "Verifying", None, 500),
+        ("LastGoodRepointed", "Verifying", None, 500),
+        ("CandidateInstalled", "Staged", None, 500),
+        ("SwitchIntended", "Switching", None, 500),
+        ("SwitchCommitted", "Switching", None, 500),
+        ("MirrorsSynced", "Switching", None, 500),
+        ("HealthAttemptStarted", "Restarting", 1, 500),
+        ("RestartRequested", "Restarting", 1, 500),
+        ("RestartObserved", "HealthChecking", 1, 500),
+        ("HealthPassed", "HealthChecking", 1, 500),
+        ("UpgradeCommitted", None, 1, 500),  # a verdict: no step, and the status is still InProgress
+        ("ResultPublished", None, None, None),  # terminal: the document compaction cannot change
+        ("EpisodeClosed", None, None, None),
+    ]
+
+
+def test_a_rollback_steps_through_rolling_back_counting_the_last_goods_attempts() -> None:
+    steps = _steps(ROLLED_BACK)
+    failed = [i for i, (kind, *_rest) in enumerate(steps) if kind == "HealthFailed"]
+    assert [steps[i][1:3] for i in failed] == [("Restarting", 1), ("Restarting", 2), ("Restarting", 3)]
+    started = next(i for i, (kind, *_rest) in enumerate(steps) if kind == "RollbackStarted")
+    assert steps[started][1:3] == ("RollingBack", None)  # no attempt of the last-good yet
+    assert [s[1:3] for s in steps[started + 1:-1]] == [("RollingBack", 1)] * 4
+    assert steps[-1][1:3] == (None, 1)  # RolledBack: the verdict, not yet published
+
+
+def test_an_operation_not_yet_journaled_is_waiting() -> None:
+    st = waiting_status("op-9", 5.0)
+    assert (st.phase, st.step, st.started_at, st.attempt, st.bytes_fetched) == (
+        "InProgress", "Waiting", 5.0, None, None)
+    assert not st.terminal

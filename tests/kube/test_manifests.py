@@ -7,7 +7,7 @@ import copy
 import datetime
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import jsonschema
 import pytest
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from agent.operations.kubernetes import GROUP, PLURAL, VERSION
 from agent.operations.model import check_spec, k8s_status
-from upgrade_core import OperationStatus
+from upgrade_core import OperationStatus, OperationStep
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 _DATE_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
@@ -88,7 +88,11 @@ def test_crd_schema_is_structural_and_valid_json_schema() -> None:
     assert status["phase"]["enum"] == ["Pending", "InProgress", "Succeeded", "Failed", "RolledBack",
                                        "NeedsAttention"]
     assert set(status) == {"observedGeneration", "phase", "operation", "fromVersion", "toVersion",
-                           "journalSeq", "bootID", "startedAt", "finishedAt", "message", "conditions"}
+                           "journalSeq", "bootID", "startedAt", "finishedAt", "message", "step", "attempt",
+                           "bytesFetched", "conditions"}
+    assert status["step"]["enum"] == list(get_args(OperationStep))
+    assert (status["attempt"]["type"], status["attempt"]["minimum"]) == ("integer", 1)
+    assert (status["bytesFetched"]["type"], status["bytesFetched"]["minimum"]) == ("integer", 0)
 
 
 def test_sample_validates_and_the_operator_accepts_its_spec() -> None:
@@ -128,6 +132,9 @@ def _broken(change: Any) -> dict[str, Any]:
     pytest.param(_broken(lambda d: d.update(status={"phase": "Done"})), id="bad-phase"),
     pytest.param(_broken(lambda d: d.update(status={"finishedAt": "yesterday"})), id="bad-time"),
     pytest.param(_broken(lambda d: d.update(status={"journalSeq": -1})), id="negative-seq"),
+    pytest.param(_broken(lambda d: d.update(status={"step": "Downloading"})), id="bad-step"),
+    pytest.param(_broken(lambda d: d.update(status={"attempt": 0})), id="attempt-zero"),
+    pytest.param(_broken(lambda d: d.update(status={"bytesFetched": -1})), id="negative-bytes"),
     pytest.param(_broken(lambda d: d.update(status={"conditions": [
         {"type": "Complete", "status": "Yes", "reason": "Succeeded"}]})), id="bad-condition-status"),
 ])
@@ -153,6 +160,9 @@ _statuses = st.builds(
     boot_id=st.none() | st.from_regex(r"[0-9a-f]{32}", fullmatch=True),
     started_at=_times,
     finished_at=_times,
+    step=st.none() | st.sampled_from(get_args(OperationStep)),
+    attempt=st.none() | st.integers(min_value=1, max_value=2**31 - 1),
+    bytes_fetched=st.none() | st.integers(min_value=0, max_value=2**63 - 1),
 )
 
 
@@ -190,7 +200,7 @@ def _schema_has(path: str) -> bool:
 
 def test_printer_columns_point_into_the_schema() -> None:
     columns = CRD_VERSION["additionalPrinterColumns"]
-    assert [c["name"] for c in columns] == ["Node", "Agent", "Phase", "From", "To", "Age", "Message"]
+    assert [c["name"] for c in columns] == ["Node", "Agent", "Phase", "Step", "From", "To", "Age", "Message"]
     # kubectl shows priority 0 columns always and priority 1 only with -o wide
     assert [c["name"] for c in columns if c.get("priority", 0) > 0] == ["Message"]
     assert [c["jsonPath"] for c in columns if not _schema_has(c["jsonPath"])] == []

@@ -46,9 +46,10 @@ def kube(tmp_path: Path) -> Iterator[threaded]:
         yield server
 
 
-def kube_env(make_env: Any, kube: threaded, tmp_path: Path) -> tuple[AgentEnv, Release]:
-    """An agent with 1.0.0 installed, then ``[operations] source = "kubernetes"`` pointed at the mock."""
-    env: AgentEnv = make_env()
+def kube_env(make_env: Any, kube: threaded, tmp_path: Path, **options: Any) -> tuple[AgentEnv, Release]:
+    """An agent with 1.0.0 installed, then ``[operations] source = "kubernetes"`` pointed at the mock;
+    ``options`` go to ``make_env`` (e.g. ``stability_s``)."""
+    env: AgentEnv = make_env(**options)
     v1 = env.release("1.0.0")
     env.install(v1)
     token = kube.call(lambda api: api.issue_token(f"token-{env.name}", AGENT_USER))
@@ -82,6 +83,32 @@ def operator_once(env: AgentEnv, extra: dict[str, str] | None = None) -> Cli:
     return env.cli("operator", "--once", env=extra)
 
 
+def test_the_status_subresource_shows_the_running_steps(
+    make_env: Any, kube: threaded, tmp_path: Path
+) -> None:
+    # The candidate's health check lasts 4 s (stability_s): longer than the operator's progress period, so
+    # the API server sees the step while it runs, each write derived from the journal.
+    env, _v1 = kube_env(make_env, kube, tmp_path, stability_s=4.0)
+    v2 = env.release("1.1.0")
+    create(kube, env, "upgrade-steps", v2)
+    out = operator_once(env)
+    assert out.code == 0, out.stderr
+    env.assert_running("green", v2)
+    written = history(kube, "upgrade-steps")
+    steps = [s.get("step") for s in written]
+    assert steps[0] == "Waiting" and steps[-1] is None, written
+    assert written[-1]["phase"] == "Succeeded"
+    checking = [s for s in written if s.get("step") == "HealthChecking"]
+    assert checking, steps
+    assert (checking[0]["phase"], checking[0]["attempt"], checking[0]["bytesFetched"]) == (
+        "InProgress", 1, v2.path.stat().st_size), checking[0]
+    assert "journalSeq" not in checking[0]  # the result is not published yet
+    order = ["Waiting", "Fetching", "Verifying", "Staged", "Switching", "Restarting", "HealthChecking"]
+    assert steps[:-1] == sorted(steps[:-1], key=order.index), steps
+    # each write says something new
+    assert len(written) == len({json.dumps(s, sort_keys=True) for s in written})
+
+
 def test_good_bad_foreign_and_other_node_operations(make_env: Any, kube: threaded, tmp_path: Path) -> None:
     env, _v1 = kube_env(make_env, kube, tmp_path)
     v2, bad = env.release("1.1.0"), env.release("1.2.0", "exit-after:0.3")
@@ -95,7 +122,11 @@ def test_good_bad_foreign_and_other_node_operations(make_env: Any, kube: threade
         "Succeeded", uid, "1.0.0", "1.1.0", 1)
     assert st["journalSeq"] == env.published_seq(uid)
     assert st["bootID"] == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    assert [s["phase"] for s in history(kube, "upgrade-good")] == ["InProgress", "Succeeded"]
+    written = history(kube, "upgrade-good")
+    assert [s["phase"] for s in written][-1] == "Succeeded", written
+    assert {s["phase"] for s in written[:-1]} == {"InProgress"}, written
+    assert written[0]["step"] == "Waiting"
+    assert not {"step", "attempt", "bytesFetched"} & set(st), st  # running fields only
 
     journal_before = {p.name: p.read_bytes() for p in (env.state_dir / "journal").iterdir() if p.is_file()}
     create(kube, env, "for-another-agent", v2, agent="someone-else")

@@ -20,10 +20,15 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import subprocess
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.agent_fetch import _servers as servers
 
 from . import agent_env
 from .agent_env import AgentEnv, Cli, Release
@@ -36,12 +41,13 @@ make_env = agent_env.make_env
 NODE = "node-1"
 
 
-def spool_env(make_env: Any, *, unit: bool = False) -> tuple[AgentEnv, Release]:
+def spool_env(make_env: Any, *, unit: bool = False, **options: Any) -> tuple[AgentEnv, Release]:
     """An agent with 1.0.0 installed whose configuration has ``[operations] source = "spool"`` (the spool
     under the test's directory), and that release. Without ``unit`` the section is added after ``install``,
     so no ``NAME-operator.service`` runs beside the operator the test starts itself; with it, the section
-    comes first (the CLI then runs inside the sandbox, as the unit does) and ``install`` starts the unit."""
-    env: AgentEnv = make_env(inside=unit)
+    comes first (the CLI then runs inside the sandbox, as the unit does) and ``install`` starts the unit.
+    ``options`` go to ``make_env`` (e.g. ``stability_s``)."""
+    env: AgentEnv = make_env(inside=unit, **options)
     v1 = env.release("1.0.0")
     if not unit:
         env.install(v1)
@@ -116,6 +122,62 @@ def test_good_operation_commits_and_is_reported_once(make_env: Any) -> None:
     assert operator_once(env).code == 0
     assert path.read_bytes() == before[1]
     assert env.events("op-good").count("EpisodeOpened") == 1
+
+
+STEP_ORDER = ["Waiting", "Fetching", "Verifying", "Staged", "Switching", "Restarting", "HealthChecking"]
+
+
+def test_a_running_operation_publishes_its_steps_from_the_journal(make_env: Any) -> None:
+    # The archive comes from a loopback server that sends half of it, then holds the rest until the test has
+    # read "Fetching" in the status file; the candidate's health check lasts 4 s (stability_s), longer than
+    # two of the operator's progress periods, so "HealthChecking" is published while it runs.
+    env, _v1 = spool_env(make_env, stability_s=4.0)
+    v2 = env.release("1.1.0")
+    data = v2.path.read_bytes()
+    gate = threading.Event()
+    with servers.serve() as server:
+        server.routes["/v2.tar.gz"] = servers.held_halfway(data, gate)
+        put(env, "op-steps", spec(env, v2, archive={"url": server.url("/v2.tar.gz"), "sha256": v2.sha256}))
+        proc = subprocess.Popen(env.argv("operator", "--once"), env=env.env(), cwd=agent_env.WORKTREE,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        seen: list[dict[str, Any]] = []  # every distinct status document read, in order
+        deadline = time.monotonic() + 90
+        try:
+            while time.monotonic() < deadline:
+                st = status(env, "op-steps")  # replaced by rename: never read half-written
+                if st is not None and (not seen or st != seen[-1]):
+                    seen.append(st)
+                    if st["step"] == "Fetching":
+                        gate.set()
+                if st is not None and st["phase"] != "InProgress":
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail(f"no terminal status within 90 s: {seen}")
+        finally:
+            gate.set()
+            _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    env.assert_running("green", v2)
+
+    steps = [st["step"] for st in seen]
+    assert steps[-1] is None and seen[-1]["phase"] == "Succeeded", seen
+    running = steps[:-1]
+    assert running[:2] == ["Waiting", "Fetching"], steps
+    assert "HealthChecking" in running, steps
+    assert running == sorted(running, key=STEP_ORDER.index), steps  # never backwards
+    fetching = next(st for st in seen if st["step"] == "Fetching")
+    assert (fetching["bytes_fetched"], fetching["attempt"]) == (None, None), fetching
+    assert fetching["started_at"] is not None and fetching["journal_seq"] is None
+    checking = next(st for st in seen if st["step"] == "HealthChecking")
+    assert (checking["bytes_fetched"], checking["attempt"]) == (len(data), 1), checking
+    # terminal: the document a republication after compaction gives again, without the running fields
+    assert (seen[-1]["bytes_fetched"], seen[-1]["attempt"]) == (None, None), seen[-1]
+    # every step came from the journal: the episode's records in that order
+    events = env.events("op-steps")
+    assert events.index("ArchiveFetched") < events.index("RestartObserved")
+    assert "operator: " in err and "InProgress (Fetching)" in err, err
 
 
 def test_bad_candidate_is_rolled_back(make_env: Any) -> None:

@@ -26,6 +26,11 @@ EXIT_MEANINGS = {
     130: "interrupted",
 }
 
+# The keys of the agent's result object (design §7) that the ``upgrade`` and ``rollback`` modules return.
+RESULT_KEYS = ("operation", "result", "from_version", "to_version", "slot", "reason")
+# Results that fail the task: the host did not end on what the command was asked for (docs/recovery.md).
+FAILED_RESULTS = ("rolled_back", "aborted", "needs_attention")
+
 # After a timeout the agent gets SIGTERM (it aborts before the switch, or finishes after it) and this many
 # seconds to print its result before SIGKILL.
 TERM_GRACE_S = 60.0
@@ -130,6 +135,42 @@ def run_agent(executable: str, config: str | None, args: list[str], timeout_s: f
             proc.kill()
             out, err = proc.communicate()
     return AgentRun(argv, proc.returncode, _one_object(out), err, timeout_s, timed_out)
+
+
+def preflight(module: Any, executable: str, args: list[str], timeout_s: float) -> dict[str, Any]:
+    """Run ``ARGS --preflight`` (check mode of ``upgrade`` and ``rollback``: nothing fetched, created or
+    locked on the host) and return the agent's preflight object (``plan``, ``inactive_slot``, ...).
+
+    Fails the task with the agent's one-line error when it printed no preflight object."""
+    run = run_agent(executable, module.params["config"], [*args, "--preflight"], timeout_s)
+    if run.code != 0 or run.doc is None or not run.doc.get("preflight"):
+        module.fail_json(msg=run.error_line(), exit_code=run.code, agent=run.doc or {}, stderr=run.stderr)
+    assert run.doc is not None
+    return run.doc
+
+
+def finish(module: Any, run: AgentRun, changed: bool | None = None, extra: dict[str, Any] | None = None
+           ) -> None:
+    """End the task with the agent's result (an ``upgrade`` or ``rollback`` run): the keys of
+    :data:`RESULT_KEYS`, ``exit_code`` and the whole object as ``agent``.
+
+    Fails it (``module.fail_json``) with one line when the agent printed no result, timed out, exited
+    non-zero or reported one of :data:`FAILED_RESULTS` (the agent's reason, else its error line).
+
+    Args:
+        changed: the task's ``changed``; None means "the result is ``committed``".
+        extra: more keys for a task that succeeds (``diff`` in diff mode).
+    """
+    doc = run.doc
+    if doc is None or "result" not in doc or run.timed_out:
+        module.fail_json(msg=run.error_line(), exit_code=run.code, agent=doc or {}, stderr=run.stderr)
+    assert doc is not None
+    fields = {key: doc.get(key) for key in RESULT_KEYS}
+    if doc["result"] in FAILED_RESULTS or run.code != 0:
+        reason = doc.get("reason") or run.error_line()
+        module.fail_json(msg=f"{doc['result']}: {reason}", exit_code=run.code, agent=doc, **fields)
+    module.exit_json(changed=doc["result"] == "committed" if changed is None else changed,
+                     exit_code=run.code, agent=doc, **fields, **(extra or {}))
 
 
 def _one_object(stdout: str) -> dict[str, Any] | None:

@@ -4,6 +4,18 @@
 
 from __future__ import annotations
 
+from typing import Any, NoReturn
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli import (
+    AgentRun,
+    agent_argument_spec,
+    checked_executable,
+    finish,
+    preflight,
+    run_agent,
+)
+
 DOCUMENTATION = r"""
 ---
 module: upgrade
@@ -153,19 +165,6 @@ preflight:
   type: dict
 """
 
-from typing import Any, NoReturn
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli import (
-    AgentRun,
-    agent_argument_spec,
-    checked_executable,
-    run_agent,
-)
-
-FAILED_RESULTS = ("rolled_back", "aborted", "needs_attention")
-
-
 def _request_args(params: dict[str, Any]) -> list[str]:
     """The ``upgrade`` options for the module's parameters (those given, in a fixed order)."""
     args = ["upgrade", "--archive", params["archive"]]
@@ -244,20 +243,17 @@ def main() -> None:
     args = _request_args(params)
 
     if module.check_mode:
-        run = run_agent(executable, params["config"], [*args, "--preflight"], timeout_s)
-        preflight = run.doc
-        if run.code != 0 or preflight is None or not preflight.get("preflight"):
-            _fail(module, run)
+        plan = preflight(module, executable, args, timeout_s)
         # Nothing is fetched in check mode, so the digest is unknown: "would change" unless the host already
         # reports the version the task expects.
         now = _current(module, executable)
         same = params["expect_version"] is not None and now.get("version") == params["expect_version"]
         extra: dict[str, Any] = {}
         if module._diff:
-            after_slot = now.get("slot") if same else preflight.get("inactive_slot")
+            after_slot = now.get("slot") if same else plan.get("inactive_slot")
             extra["diff"] = _diff(now.get("slot"), now.get("version"), after_slot, params["expect_version"])
-        module.exit_json(changed=not same, exit_code=run.code, plan=list(preflight.get("plan") or []),
-                         preflight=preflight, **extra)
+        module.exit_json(changed=not same, exit_code=0, plan=list(plan.get("plan") or []), preflight=plan,
+                         **extra)
 
     # A repeated operation id makes the agent return the result it already published, so "committed" alone
     # does not say this run switched anything; only then (or for --diff, which shows the slot it ran) is the
@@ -266,23 +262,17 @@ def main() -> None:
     before = _current(module, executable) if want_before else None
     run = run_agent(executable, params["config"], args, timeout_s)
     doc = run.doc
-    if doc is None or "result" not in doc or run.timed_out:
-        _fail(module, run)
-    fields = {key: doc.get(key) for key in ("operation", "result", "from_version", "to_version", "slot",
-                                            "reason")}
-    if doc["result"] in FAILED_RESULTS or run.code != 0:
-        reason = doc.get("reason") or run.error_line()
-        module.fail_json(msg=f"{doc['result']}: {reason}", exit_code=run.code, agent=doc, **fields)
-    changed = _committed_now(module, executable, doc, before)
-    if module._diff:
+    changed = doc is not None and _committed_now(module, executable, doc, before)
+    shown: dict[str, Any] = {}
+    if module._diff and doc is not None and "result" in doc:
         # committed: from_version ran before, to_version runs now in the slot the result names; noop: the same
         if changed:
-            fields["diff"] = _diff((before or {}).get("slot"), doc.get("from_version"), doc.get("slot"),
-                                   doc.get("to_version"))
+            shown["diff"] = _diff((before or {}).get("slot"), doc.get("from_version"), doc.get("slot"),
+                                  doc.get("to_version"))
         else:
             runs = doc.get("to_version") or doc.get("from_version")
-            fields["diff"] = _diff(doc.get("slot"), runs, doc.get("slot"), runs)
-    module.exit_json(changed=changed, exit_code=run.code, agent=doc, **fields)
+            shown["diff"] = _diff(doc.get("slot"), runs, doc.get("slot"), runs)
+    finish(module, run, changed, shown)
 
 
 if __name__ == "__main__":
