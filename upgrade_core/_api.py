@@ -24,12 +24,13 @@ from ._flows import (
     recover,
     resume_self_upgrade,
     rollback_target,
+    run_activate,
     run_install,
     run_rollback,
     run_upgrade,
     self_upgrade_prepare,
 )
-from ._fold import EpisodeView, Folder, JournalView, fold
+from ._fold import EpisodeView, Folder, JournalView, PendingActivation, fold
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, Verdict
 from ._history import summarize_history
 from ._operations import (

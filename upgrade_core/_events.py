@@ -20,8 +20,8 @@ from typing import ClassVar, Literal, Protocol
 import attrs
 
 Slot = Literal["blue", "green"]
-ResultValue = Literal["committed", "rolled_back", "aborted", "noop", "needs_attention"]
-EpisodeKind = Literal["upgrade", "install", "self_upgrade", "quarantine", "rollback"]
+ResultValue = Literal["committed", "rolled_back", "aborted", "noop", "needs_attention", "staged"]
+EpisodeKind = Literal["upgrade", "install", "self_upgrade", "quarantine", "rollback", "activate"]
 Trigger = Literal["boot", "on-failure", "manual", "timer", "upgrade", "resume"]
 HealthTarget = Literal["candidate", "last_good"]
 
@@ -70,7 +70,8 @@ class UpgradeResult:
 
     Attributes:
         operation: the operation id, or None for a ``recover`` that found nothing open.
-        result: one of ``committed``, ``rolled_back``, ``aborted``, ``noop``, ``needs_attention``.
+        result: one of ``committed``, ``rolled_back``, ``aborted``, ``noop``, ``needs_attention``, or
+            ``staged`` (``upgrade --stage``: the candidate waits in the inactive slot for ``activate``).
         from_version: version running before the episode, if known.
         to_version: the candidate's reported version, if it got that far.
         slot: the slot ``current`` names at the end, or None on a bare host.
@@ -195,6 +196,56 @@ class LastGoodRepointed(Event):
 
     TAG: ClassVar[str] = "LastGoodRepointed"
     slot: Slot
+
+
+@attrs.frozen
+class StagedForActivation(Event):
+    """``upgrade --stage``: the installed candidate stays in its slot, switched to by a later ``activate``.
+
+    The last event of a staging episode before its result (``staged``). From here on the journal knows a
+    staged candidate (:attr:`upgrade_core.JournalView.staged`) until an episode installs other bytes, moves
+    ``current``, or finds the slot's bytes changed (:class:`StagedCandidateChecked`).
+
+    Attributes:
+        slot: the inactive slot the candidate was renamed onto (never what ``current`` or ``last-good``
+            names while it stays staged).
+        sha256: the member's digest (64 hex), what ``activate`` checks the slot's bytes against.
+        version: the version its version command reported.
+        archive_sha256: the digest of the archive as published (64 hex).
+    """
+
+    TAG: ClassVar[str] = "StagedForActivation"
+    slot: Slot
+    sha256: str
+    version: str
+    archive_sha256: str
+
+
+@attrs.frozen
+class StagedCandidateChecked(Event):
+    """``activate``: the staged slot's bytes were hashed again before the switch (a fact, match or not).
+
+    Attributes:
+        staged_by: the operation that staged the candidate (its ``StagedForActivation``).
+        slot: the staged slot.
+        staged_sha256: the digest staging recorded (64 hex).
+        sha256: what the slot's bytes hash to now (64 hex), or None when the slot is missing or empty.
+            Anything but ``staged_sha256`` forbids the switch: the episode aborts and the journal forgets
+            the staged candidate.
+        version: the version staging recorded for it.
+    """
+
+    TAG: ClassVar[str] = "StagedCandidateChecked"
+    staged_by: str
+    slot: Slot
+    staged_sha256: str
+    sha256: str | None
+    version: str
+
+    @property
+    def matches(self) -> bool:
+        """The bytes in the slot are still the ones staged."""
+        return self.sha256 == self.staged_sha256
 
 
 @attrs.frozen
@@ -455,4 +506,6 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     RecoveryStarted,
     HistorySnapshot,
     JournalQuarantined,
+    StagedForActivation,
+    StagedCandidateChecked,
 )

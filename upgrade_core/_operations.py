@@ -7,7 +7,8 @@ between the result and its acknowledgement republishes exactly the same fields (
 same times, same boot id) and never runs host effects again.
 
 Phases follow the ``UpgradeOperation`` status contract of design §10: ``Pending`` (seen, not started),
-``InProgress`` (its episode is open), and the terminal ``Succeeded`` (``committed`` or ``noop``),
+``InProgress`` (its episode is open), and the terminal ``Succeeded`` (``committed``, ``noop``, or ``staged``
+for an operation that asked only for staging),
 ``Failed`` (``aborted``, or refused before any episode opened), ``RolledBack`` and ``NeedsAttention``.
 """
 
@@ -39,6 +40,7 @@ PHASE_OF_RESULT: Final[dict[ResultValue, OperationPhase]] = {
     "aborted": "Failed",
     "rolled_back": "RolledBack",
     "needs_attention": "NeedsAttention",
+    "staged": "Succeeded",
 }
 """The terminal phase of each published result (design §7 result values -> design §10 phases)."""
 

@@ -85,6 +85,7 @@ def make_request(
     expect_version: str | None = None,
     signature: str | None = None,
     retry_known_bad: bool = False,
+    stage: bool = False,
 ) -> UpgradeRequest:
     """Build a checked :class:`~upgrade_core.UpgradeRequest` from what an operator or a caller typed.
 
@@ -100,6 +101,7 @@ def make_request(
         signature: ``--signature``, a source as ``archive`` is (checked the same way); None for
             ``<archive>.minisig`` when ``[trust]`` has keys.
         retry_known_bad: ``--retry-known-bad``: offer a release the journal knows as bad anyway.
+        stage: ``--stage``: stop once the candidate is verified and installed in the inactive slot.
 
     Returns:
         The request; its ``source_redacted`` is the only form of ``archive`` that is journaled.
@@ -120,4 +122,6 @@ def make_request(
     ):
         shown = expect_version[:_MAX_VERSION_CHARS].encode("unicode_escape").decode("ascii")
         raise UsageError(f"--expect-version \"{shown}\": not a version such as 1.2.3 or v1.2.3-rc.1+build.7")
-    return UpgradeRequest(op, archive, source_redacted, digest, expect_version, signature, retry_known_bad)
+    return UpgradeRequest(
+        op, archive, source_redacted, digest, expect_version, signature, retry_known_bad, stage
+    )

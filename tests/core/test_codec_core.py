@@ -15,6 +15,7 @@ PINNED_TAGS = {
     "RestartRequested", "RestartObserved", "HealthAttemptStarted", "HealthPassed", "HealthFailed",
     "UpgradeCommitted", "RollbackStarted", "RolledBack", "AttentionNeeded", "Aborted", "ResultPublished",
     "EpisodeClosed", "RecoveryStarted", "HistorySnapshot", "JournalQuarantined", "ReleaseTrusted",
+    "StagedForActivation", "StagedCandidateChecked",
 }
 
 
@@ -40,7 +41,8 @@ def test_journal_quarantined_golden_payload() -> None:
 
 
 @pytest.mark.parametrize("event", [*FULL_COMMIT, *FULL_ROLLBACK, ev.CandidateUnchanged("blue", None),
-                                   QUARANTINED],
+                                   QUARANTINED, ev.StagedForActivation("green", "c" * 64, "2.0.0", "a" * 64),
+                                   ev.StagedCandidateChecked("op0", "green", "c" * 64, None, "2.0.0")],
                          ids=lambda e: e.TAG)
 def test_round_trip(event: ev.Event) -> None:
     assert EVENT_CODEC.decode(EVENT_CODEC.encode(event)) == event

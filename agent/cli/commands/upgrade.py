@@ -1,5 +1,5 @@
-"""``upgrade`` (and ``upgrade --preflight``), ``rollback`` (and ``--preflight``) and ``recover``: the commands
-that run an episode's flow."""
+"""``upgrade`` (and ``upgrade --preflight``, ``upgrade --stage``), ``activate``, ``rollback`` (and
+``--preflight``) and ``recover``: the commands that run an episode's flow."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from upgrade_core.errors import LockBusyError
 
 
 def cmd_upgrade(args: argparse.Namespace) -> Outcome:
-    """``upgrade`` (design §4.3) and ``upgrade --preflight``.
+    """``upgrade`` (design §4.3), ``upgrade --preflight`` and ``upgrade --stage`` (docs/cli.md: fetch, verify
+    and install into the inactive slot, switch nothing; result ``staged``, exit 0).
 
     Raises:
         ConfigError, UsageError: bad configuration, source, ``--sha256``, ``--operation`` or
@@ -29,11 +30,11 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
     session = cli_session(args)
     request = session.request(
         args.archive, sha256=args.sha256, operation=args.operation, expect_version=args.expect_version,
-        signature=args.signature, retry_known_bad=args.retry_known_bad,
+        signature=args.signature, retry_known_bad=args.retry_known_bad, stage=args.stage,
     )
     if args.preflight:
         return _preflight_outcome(session.preflight(request))
-    log(f"upgrade {request.operation}: {request.source_redacted}")
+    log(f"upgrade {request.operation}: {request.source_redacted}" + (" (--stage)" if args.stage else ""))
     return result_outcome(run_writing(session, args, lambda: session.upgrade(request)))
 
 
@@ -58,6 +59,23 @@ def cmd_rollback(args: argparse.Namespace) -> Outcome:
     return result_outcome(
         run_writing(session, args, lambda: session.rollback(operation, below_watermark=below))
     )
+
+
+def cmd_activate(args: argparse.Namespace) -> Outcome:
+    """``activate`` (docs/cli.md): switch to the candidate ``upgrade --stage`` installed, after hashing its
+    bytes again; restart and health-check as ``upgrade``. Exit 0 committed, 1 rolled_back or aborted (the
+    staged bytes changed: nothing switched), 3 needs_attention.
+
+    Raises:
+        ConfigError, UsageError: bad configuration or ``--operation`` (exit 2): nothing locked or journaled.
+        NotInstalledError, NothingStagedError: no ``current``; nothing staged (exit 2), before any episode
+            opens.
+        LockBusyError, EpisodeLeftOpenError, JournalError: as ``upgrade``.
+    """
+    session = cli_session(args)
+    operation = session.activate_operation(args.operation)
+    log(f"activate {operation}: current to the staged candidate")
+    return result_outcome(run_writing(session, args, lambda: session.activate(operation)))
 
 
 def _preflight_outcome(pre: Preflight) -> Outcome:
