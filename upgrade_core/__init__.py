@@ -58,10 +58,12 @@ __all__ = [
     "UpgradeRequest",
     "UpgradeResult",
     "Verdict",
+    "WindowVerdict",
     "advance",
     "decide",
     "diagram_mermaid",
     "fold",
+    "host_delay_s",
     "next_state",
     "operation_status",
     "other_slot",
@@ -78,6 +80,8 @@ __all__ = [
     "run_upgrade",
     "self_upgrade_prepare",
     "summarize_history",
+    "waiting_status",
+    "window_verdict",
 ]
 
 

@@ -40,8 +40,10 @@ from ._operations import (
     OperationStatus,
     operation_status,
     refused_status,
+    waiting_status,
 )
 from ._state import TRANSITIONS, EpisodeContext, EpisodeState, advance, diagram_mermaid, next_state
 from ._watermark import release_refusal, rollback_refusal
+from ._window import WindowVerdict, host_delay_s, window_verdict
 from .codec import EVENT_CODEC, EventCodec, EventDecodeError
 from .ports import Ports

@@ -14,6 +14,7 @@ for an operation that asked only for staging),
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Final, Literal
 
 import attrs
@@ -28,6 +29,7 @@ __all__ = [
     "OperationStatus",
     "operation_status",
     "refused_status",
+    "waiting_status",
 ]
 
 OperationPhase = Literal["Pending", "InProgress", "Succeeded", "Failed", "RolledBack", "NeedsAttention"]
@@ -61,6 +63,8 @@ class OperationStatus:
         boot_id: the boot the episode opened in (``EpisodeOpened.boot_id``), None when unknown.
         started_at / finished_at: Unix seconds of ``EpisodeOpened`` / ``EpisodeClosed`` (wall clock,
             informational), None when unknown.
+        step: ``Waiting`` while the operation waits for its maintenance window (docs/configuration.md
+            ``[schedule]``; nothing of it is journaled yet), else None.
     """
 
     operation: str
@@ -73,6 +77,7 @@ class OperationStatus:
     boot_id: str | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    step: str | None = None
 
     @property
     def terminal(self) -> bool:
@@ -114,6 +119,24 @@ def operation_status(view: JournalView, operation: str) -> OperationStatus | Non
             )
     result = view.result_of(operation)
     return None if result is None else _terminal(result, operation)
+
+
+def waiting_status(operation: str, opens_at: float | None, at: float) -> OperationStatus:
+    """The ``InProgress`` status of an operation waiting for its maintenance window (step ``Waiting``):
+    nothing of it ran, nothing is journaled; the message says when this host's part of the next window
+    opens (Unix seconds ``opens_at``, None when the expression names no later start).
+
+    Args:
+        at: Unix seconds the wait was noticed (``started_at``).
+    """
+    when = "no later window" if opens_at is None else f"the next opens at {_utc(opens_at)}"
+    return OperationStatus(operation, "InProgress", message=f"waiting for the maintenance window: {when}",
+                           started_at=at, step="Waiting")
+
+
+def _utc(unix_s: float) -> str:
+    """RFC 3339 UTC to the second."""
+    return datetime.fromtimestamp(int(unix_s), UTC).isoformat().replace("+00:00", "Z")
 
 
 def refused_status(operation: str, reason: str, at: float) -> OperationStatus:

@@ -25,6 +25,9 @@ EXIT_CODES_HELP = """exit codes:
   130  interrupted twice"""
 
 
+_NOW_HELP = "switch even outside the [schedule] maintenance window (someone is at the console)"
+
+
 class _ArgumentParser(argparse.ArgumentParser):
     """argparse that reports usage errors as one line and exit 2 through our own error path."""
 
@@ -125,8 +128,10 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
         "--stage", action="store_true",
         help="fetch, verify and install into the inactive slot, switch nothing (result staged); see activate",
     )
+    p.add_argument("--now", action="store_true", help=_NOW_HELP)
     p = cmd("activate", "switch to the candidate upgrade --stage installed, restart, health-check")
     p.add_argument("--operation", metavar="ID")
+    p.add_argument("--now", action="store_true", help=_NOW_HELP)
     p = cmd("rollback", "switch current to last-good as its own episode, restart, health-check")
     p.add_argument(
         "--below-watermark", action="store_true",

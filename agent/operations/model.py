@@ -311,6 +311,7 @@ def k8s_status(status: OperationStatus, generation: int) -> dict[str, Any]:
         "startedAt": rfc3339(status.started_at),
         "finishedAt": rfc3339(status.finished_at),
         "message": _clean(status.message),
+        "step": status.step,
         "conditions": _conditions(status, generation),
     }
     return {k: v for k, v in doc.items() if v is not None}
@@ -332,5 +333,6 @@ def spool_status(status: OperationStatus, generation: int = 1) -> dict[str, Any]
         "started_at": rfc3339(status.started_at),
         "finished_at": rfc3339(status.finished_at),
         "observed_generation": generation,
+        "step": status.step,
         "conditions": _conditions(status, generation),
     }

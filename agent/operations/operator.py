@@ -49,8 +49,16 @@ from agent.operations.model import (
     held_terminal,
 )
 from agent.session.session import Session
+from agent.session.window import window_now
 from agent.session.wiring import crash_point
-from upgrade_core import JournalView, OperationStatus, UpgradeRequest, operation_status, refused_status
+from upgrade_core import (
+    JournalView,
+    OperationStatus,
+    UpgradeRequest,
+    operation_status,
+    refused_status,
+    waiting_status,
+)
 from upgrade_core.errors import (
     EpisodeLeftOpenError,
     HostError,
@@ -95,7 +103,8 @@ class Operator:
     Args:
         session: the embedding session of this configuration (it runs every episode).
         source: where operations come from and where their status goes.
-        wall: Unix-seconds clock for the times of refusals (tests pass their own).
+        wall: Unix-seconds clock for the times of refusals and for the maintenance window (tests pass their
+            own).
     """
 
     def __init__(
@@ -111,6 +120,7 @@ class Operator:
         self._errors = 0
         self._stalled = 0
         self._said: dict[str, str] = {}  # operation -> the last publication problem logged for it
+        self._waiting: dict[str, float] = {}  # operation -> when it began waiting for its window
 
     # -- stopping -----------------------------------------------------------------------------------------
     @property
@@ -295,6 +305,15 @@ class Operator:
         if isinstance(request, str):
             reported = await self._publish(op, refused_status(op.operation, request, self._wall()))
             return "done" if reported else "skipped"
+        window = window_now(self.session.config, self._wall())
+        if not window.open:
+            # a control plane's operation switches only inside the maintenance window: reported as waiting,
+            # nothing run or journaled; looked at again after the back-off (docs/configuration.md)
+            # one document per wait (the time it began), not one per look
+            since = self._waiting.setdefault(op.operation, self._wall())
+            await self._publish(op, waiting_status(op.operation, window.opens_at, since))
+            return "wait"
+        self._waiting.pop(op.operation, None)
         started = OperationStatus(op.operation, "InProgress", started_at=self._wall())
         if not await self._publish(op, started):
             return "skipped"  # never run what could not be reported as started

@@ -282,7 +282,7 @@ def test_status_documents_are_deterministic_and_carry_the_spec_fields() -> None:
     snake = spool_status(DONE)
     assert set(snake) == {"operation", "phase", "result", "from_version", "to_version", "message",
                           "journal_seq", "boot_id", "started_at", "finished_at", "observed_generation",
-                          "conditions"}
+                          "step", "conditions"}
     failed = k8s_status(OperationStatus("x", "RolledBack", "rolled_back", message="unhealthy"), 1)
     assert failed["conditions"][0]["type"] == "Failed" and failed["conditions"][0]["reason"] == "RolledBack"
     assert "journalSeq" not in failed and "bootID" not in failed  # never null in the status subresource

@@ -11,17 +11,21 @@ from agent.cli.commands.common import cli_session, run_writing
 from agent.cli.commands.outcome import Outcome, result_outcome, result_payload
 from agent.logline import log
 from agent.session.session import BUSY_REASON, Preflight
+from agent.session.window import refuse_outside_window
 from upgrade_core import HandedOff, UpgradeResult
 from upgrade_core.errors import LockBusyError
 
 
 def cmd_upgrade(args: argparse.Namespace) -> Outcome:
     """``upgrade`` (design §4.3), ``upgrade --preflight`` and ``upgrade --stage`` (docs/cli.md: fetch, verify
-    and install into the inactive slot, switch nothing; result ``staged``, exit 0).
+    and install into the inactive slot, switch nothing; result ``staged``, exit 0). Outside the
+    ``[schedule]`` maintenance window a switch is refused unless ``--now`` (``--stage`` is always allowed).
 
     Raises:
         ConfigError, UsageError: bad configuration, source, ``--sha256``, ``--operation`` or
-            ``--expect-version`` (exit 2): nothing locked, created or journaled.
+            ``--expect-version``, or outside the maintenance window without ``--now``
+            (:class:`~agent.session.window.OutsideWindowError`) (exit 2): nothing locked, created or
+            journaled.
         NotInstalledError: no ``current`` link (exit 2).
         LockBusyError: another process holds the host lock (exit 75).
         EpisodeLeftOpenError: a failure after ``switch intended`` (exit 3; ``recover`` finishes it).
@@ -34,6 +38,8 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
     )
     if args.preflight:
         return _preflight_outcome(session.preflight(request))
+    if not args.stage and not args.now:
+        refuse_outside_window(session.config, "upgrade")
     log(f"upgrade {request.operation}: {request.source_redacted}" + (" (--stage)" if args.stage else ""))
     return result_outcome(run_writing(session, args, lambda: session.upgrade(request)))
 
@@ -64,7 +70,8 @@ def cmd_rollback(args: argparse.Namespace) -> Outcome:
 def cmd_activate(args: argparse.Namespace) -> Outcome:
     """``activate`` (docs/cli.md): switch to the candidate ``upgrade --stage`` installed, after hashing its
     bytes again; restart and health-check as ``upgrade``. Exit 0 committed, 1 rolled_back or aborted (the
-    staged bytes changed: nothing switched), 3 needs_attention.
+    staged bytes changed: nothing switched), 3 needs_attention. Outside the ``[schedule]`` maintenance
+    window it is refused (exit 2) unless ``--now``.
 
     Raises:
         ConfigError, UsageError: bad configuration or ``--operation`` (exit 2): nothing locked or journaled.
@@ -74,6 +81,8 @@ def cmd_activate(args: argparse.Namespace) -> Outcome:
     """
     session = cli_session(args)
     operation = session.activate_operation(args.operation)
+    if not args.now:
+        refuse_outside_window(session.config, "activate")
     log(f"activate {operation}: current to the staged candidate")
     return result_outcome(run_writing(session, args, lambda: session.activate(operation)))
 
