@@ -467,14 +467,35 @@ class EpisodeSummary:
 
 
 @attrs.frozen
+class StagedSummary:
+    """What retention keeps of a staged candidate (``upgrade --stage``) whose staging episode is dropped.
+
+    Attributes:
+        operation: the staging episode.
+        slot / sha256 / version / archive_sha256: as its ``StagedForActivation`` recorded them.
+    """
+
+    operation: str
+    slot: Slot
+    sha256: str
+    version: str
+    archive_sha256: str
+
+
+@attrs.frozen
 class HistorySnapshot(Event):
     """Written by compaction before old segments are dropped: summaries of the dropped episodes.
 
     Its episode id is the reserved ``"-"``; fold treats it as history, never as an open episode.
+
+    ``staged`` is the candidate the dropped records leave staged for ``activate``, if any: the fold takes it
+    as staged unless a record it kept (newer than every dropped one) already said otherwise. None (the
+    default, omitted on disk) when nothing was staged, and in snapshots written before staging existed.
     """
 
     TAG: ClassVar[str] = "HistorySnapshot"
     episodes: tuple[EpisodeSummary, ...]
+    staged: StagedSummary | None = None
 
 
 SNAPSHOT_EPISODE = "-"

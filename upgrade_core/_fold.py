@@ -372,6 +372,7 @@ class Folder:
         self._staged: PendingActivation | None = None
         # an activate's staged candidate from its SwitchIntended on: back in _staged if the switch never lands
         self._activating: PendingActivation | None = None
+        self._staged_said = False  # a record (not a snapshot) set or cleared the staged candidate
         self._wall = 0.0
         self._cache: JournalView | None = None
 
@@ -501,6 +502,12 @@ class Folder:
         return _Ep(episode_id, _OPENED, fields, ctx)
 
     def _snapshot(self, e: ev.HistorySnapshot) -> None:
+        # the snapshot comes after the records compaction kept, which are all newer than the ones it
+        # summarises: what those say about the staged candidate wins (design §5, journal compaction)
+        staged = e.staged
+        if staged is not None and not self._staged_said:
+            self._staged = PendingActivation(staged.operation, staged.slot, staged.sha256, staged.version,
+                                             staged.archive_sha256, self._wall)
         for summary in e.episodes:
             self._history.append(summary)
             self._closed[summary.operation] = summary.result
@@ -562,6 +569,7 @@ class Folder:
         _refresh(ep)
         f["staging_path"] = None
         self._staged = None  # the inactive slot now holds these bytes, whatever was staged there before
+        self._staged_said = True
         version = f.get("candidate_version")
         if version is not None:
             self._slot_versions[e.slot] = version
@@ -580,6 +588,7 @@ class Folder:
         # aborts before its switch took effect leaves it staged (_h_aborted)
         self._activating = self._staged if f["kind"] == "activate" else None
         self._staged = None
+        self._staged_said = True
         if f.get("last_good_slot") is None:
             f["last_good_slot"] = e.last_good
         if f["kind"] == "rollback":
@@ -596,6 +605,7 @@ class Folder:
         self._staged = PendingActivation(
             ep.episode_id, e.slot, e.sha256, e.version, e.archive_sha256, self._wall
         )
+        self._staged_said = True
 
     def _h_staged_checked(self, ep: _Ep, e: ev.StagedCandidateChecked, seq: int) -> None:
         f = ep.fields
@@ -606,6 +616,7 @@ class Folder:
         f["installed"] = e.matches
         if not e.matches:
             self._staged = None  # the bytes are no longer the ones staged: nothing to activate
+            self._staged_said = True
         _refresh(ep)
 
     def _h_switch_committed(self, ep: _Ep, e: ev.SwitchCommitted, seq: int) -> None:

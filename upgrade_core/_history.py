@@ -4,7 +4,8 @@ The journal drops old sealed segments only after a snapshot record summarising t
 the summariser it is given. A summary keeps what later decisions and ``history`` need: the operation id
 and its published result (operation-id idempotency, design §4.3 step 1), the times, and the candidate's
 digest (a rolled-back candidate is never selected again, design §4.6 inv. 6) and a signed release's
-security version (the anti-rollback watermark, docs/trust.md).
+security version (the anti-rollback watermark, docs/trust.md), and the candidate the dropped records leave
+staged for ``activate`` (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -45,4 +46,8 @@ def summarize_history(records: Sequence[ev.Recorded]) -> ev.HistorySnapshot:
                 known_bad=ep.condemns_candidate,
             )
         )
-    return ev.HistorySnapshot(tuple(summaries))
+    staged = view.staged
+    kept = None if staged is None else ev.StagedSummary(
+        staged.operation, staged.slot, staged.sha256, staged.version, staged.archive_sha256
+    )
+    return ev.HistorySnapshot(tuple(summaries), kept)

@@ -27,7 +27,15 @@ import cattrs
 import orjson
 from cattrs.gen import make_dict_unstructure_fn, override
 
-from ._events import ALL_EVENTS, Aborted, EpisodeOpened, EpisodeSummary, Event, HealthFailed
+from ._events import (
+    ALL_EVENTS,
+    Aborted,
+    EpisodeOpened,
+    EpisodeSummary,
+    Event,
+    HealthFailed,
+    HistorySnapshot,
+)
 from .wire import TAG_KEY as _TAG
 from .wire import VERSION_KEY as _VER
 from .wire import event_tag
@@ -48,6 +56,9 @@ def _make_converter() -> cattrs.Converter:
     conv.register_unstructure_hook(
         EpisodeSummary,
         make_dict_unstructure_fn(EpisodeSummary, conv, security_version=omit, known_bad=omit),
+    )
+    conv.register_unstructure_hook(
+        HistorySnapshot, make_dict_unstructure_fn(HistorySnapshot, conv, staged=omit)
     )
     conv.register_unstructure_hook(HealthFailed, make_dict_unstructure_fn(HealthFailed, conv, cause=omit))
     conv.register_unstructure_hook(Aborted, make_dict_unstructure_fn(Aborted, conv, cause=omit))

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 import pytest
 
-from upgrade_core import HandedOff, UpgradeRequest, fold, recover, run_activate, run_upgrade
+from upgrade_core import (
+    EVENT_CODEC,
+    HandedOff,
+    UpgradeRequest,
+    fold,
+    recover,
+    run_activate,
+    run_upgrade,
+    summarize_history,
+)
 from upgrade_core import _events as ev
 from upgrade_core.errors import NothingStagedError
 
@@ -21,6 +30,7 @@ from ..sim.host import (
     CrashPlan,
     FaultKind,
     SimCrash,
+    SimRecord,
     World,
     archive_sha256,
     make_candidate,
@@ -222,3 +232,26 @@ async def test_fault_around_every_port_call_then_recover(flow: str) -> None:
                     await (run_activate(w.ports(), SIM_POLICY, "ac1") if flow == "activate"
                            else run_upgrade(w.ports(), SIM_POLICY, STAGE))
                 await settle_after_fault(w, fault)  # type: ignore[arg-type]
+
+
+def _compacted(records: list[SimRecord], dropped: int) -> list[SimRecord]:
+    """The journal after compaction dropped its first ``dropped`` records: the kept ones, then the snapshot
+    summarising the dropped ones (appended last, as the journal writer does)."""
+    snapshot = summarize_history(records[:dropped])
+    return [*records[dropped:], SimRecord(len(records) + 1, ev.SNAPSHOT_EPISODE, 1.0, snapshot)]
+
+
+async def test_a_staged_candidate_survives_compaction_of_its_episode() -> None:
+    w = await staged_world()
+    records = w.replay()
+    snapshot = summarize_history(records)
+    assert snapshot.staged is not None and snapshot.staged.operation == "st1"
+    assert EVENT_CODEC.decode(EVENT_CODEC.encode(snapshot)) == snapshot
+    staged = fold(_compacted(records, len(records))).staged
+    assert staged is not None and (staged.operation, staged.sha256) == ("st1", w.archives["a"].sha256)
+    # a kept, newer episode that installed other bytes wins over the snapshot
+    dropped = len(records)
+    assert (await run_upgrade(w.ports(), SIM_POLICY, UpgradeRequest("up2", "b", "b"))).result == "committed"
+    assert fold(_compacted(w.replay(), dropped)).staged is None
+    # a snapshot without a staged candidate encodes to the bytes it always did
+    assert b"staged" not in EVENT_CODEC.encode(ev.HistorySnapshot(()))
