@@ -20,7 +20,7 @@ from typing import Final, Literal
 import attrs
 
 from ._events import ResultValue, UpgradeResult
-from ._fold import JournalView
+from ._fold import EpisodeView, JournalView
 
 __all__ = [
     "PHASE_OF_RESULT",
@@ -64,7 +64,8 @@ class OperationStatus:
         started_at / finished_at: Unix seconds of ``EpisodeOpened`` / ``EpisodeClosed`` (wall clock,
             informational), None when unknown.
         step: ``Waiting`` while the operation waits for its maintenance window (docs/configuration.md
-            ``[schedule]``; nothing of it is journaled yet), else None.
+            ``[schedule]``), ``Staged`` once its candidate is staged (the operator then reports ``Waiting``
+            while the window is closed), else None.
     """
 
     operation: str
@@ -95,6 +96,10 @@ def _terminal(result: UpgradeResult, operation: str) -> OperationStatus:
 def operation_status(view: JournalView, operation: str) -> OperationStatus | None:
     """The status of ``operation`` as the journal tells it; pure.
 
+    An operation the operator staged outside its maintenance window (its episode published ``staged``) is
+    ``InProgress`` with step ``Staged`` until an ``activate`` episode switches to that staging; from then
+    on its status is that episode's (its result, ``journal_seq`` and boot id; the operation's start time).
+
     Returns:
         A terminal status once the episode's result is published (``journal_seq`` names that record; for
         an episode compaction has summarised, ``journal_seq`` is None and the times are the summary's), an
@@ -102,14 +107,25 @@ def operation_status(view: JournalView, operation: str) -> OperationStatus | Non
     """
     ep = view.episodes.get(operation)
     if ep is not None:
+        started_at = ep.opened_at
+        if ep.published is not None and ep.published.result == "staged":
+            # staged for its maintenance window: the operation goes on in the activate episode that
+            # switched to this staging (StagedCandidateChecked.staged_by), once there is one
+            activation = _activation_of(view, operation)
+            if activation is None:
+                return OperationStatus(
+                    operation, "InProgress", from_version=ep.from_version, to_version=ep.candidate_version,
+                    message=ep.published.reason, boot_id=ep.boot_id, started_at=started_at, step="Staged",
+                )
+            ep = activation
         if ep.published is not None:
             return attrs.evolve(
                 _terminal(ep.published, operation), journal_seq=ep.published_seq, boot_id=ep.boot_id,
-                started_at=ep.opened_at, finished_at=ep.closed_at,
+                started_at=started_at, finished_at=ep.closed_at,
             )
         return OperationStatus(
             operation, "InProgress", from_version=ep.from_version, to_version=ep.candidate_version,
-            boot_id=ep.boot_id, started_at=ep.opened_at,
+            boot_id=ep.boot_id, started_at=started_at,
         )
     for summary in reversed(view.history):
         if summary.operation == operation:
@@ -121,17 +137,32 @@ def operation_status(view: JournalView, operation: str) -> OperationStatus | Non
     return None if result is None else _terminal(result, operation)
 
 
-def waiting_status(operation: str, opens_at: float | None, at: float) -> OperationStatus:
-    """The ``InProgress`` status of an operation waiting for its maintenance window (step ``Waiting``):
-    nothing of it ran, nothing is journaled; the message says when this host's part of the next window
-    opens (Unix seconds ``opens_at``, None when the expression names no later start).
+def _activation_of(view: JournalView, staged_by: str) -> EpisodeView | None:
+    """The latest ``activate`` episode that switched to the candidate operation ``staged_by`` staged."""
+    found = None
+    for ep in view.episodes.values():
+        if ep.kind == "activate" and ep.staged_by == staged_by:
+            found = ep
+    return found
+
+
+def waiting_status(
+    operation: str, opens_at: float | None, at: float, staged: OperationStatus | None = None
+) -> OperationStatus:
+    """The ``InProgress`` status of an operation waiting for its maintenance window (step ``Waiting``); the
+    message says when this host's part of the next window opens (Unix seconds ``opens_at``, None when the
+    expression names no later start).
 
     Args:
-        at: Unix seconds the wait was noticed (``started_at``).
+        at: Unix seconds the wait was noticed (``started_at``) when nothing of it is journaled.
+        staged: its status once its candidate is staged (step ``Staged``): versions, boot id and start kept.
     """
     when = "no later window" if opens_at is None else f"the next opens at {_utc(opens_at)}"
-    return OperationStatus(operation, "InProgress", message=f"waiting for the maintenance window: {when}",
-                           started_at=at, step="Waiting")
+    message = f"waiting for the maintenance window: {when}"
+    if staged is not None:
+        said = f"{message}; {staged.message}" if staged.message else message
+        return attrs.evolve(staged, message=said, step="Waiting")
+    return OperationStatus(operation, "InProgress", message=message, started_at=at, step="Waiting")
 
 
 def _utc(unix_s: float) -> str:

@@ -33,10 +33,11 @@ is published first (design §4.3 step 10, as the CLI).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal
 
 import anyio
+import attrs
 
 from agent.errors import ConfigError, UsageError
 from agent.logline import log
@@ -55,6 +56,7 @@ from upgrade_core import (
     JournalView,
     OperationStatus,
     UpgradeRequest,
+    WindowVerdict,
     operation_status,
     refused_status,
     waiting_status,
@@ -97,6 +99,11 @@ async def open_source(session: Session) -> OperationSource:
     )
 
 
+def _runnable(status: OperationStatus | None) -> bool:
+    """The journal knows nothing of the operation yet, or it is staged and waits for its window."""
+    return status is None or status.step == "Staged"
+
+
 class Operator:
     """The managed-operations loop (see the module docstring).
 
@@ -120,7 +127,6 @@ class Operator:
         self._errors = 0
         self._stalled = 0
         self._said: dict[str, str] = {}  # operation -> the last publication problem logged for it
-        self._waiting: dict[str, float] = {}  # operation -> when it began waiting for its window
 
     # -- stopping -----------------------------------------------------------------------------------------
     @property
@@ -176,7 +182,7 @@ class Operator:
             unacknowledged = [op for op in ops if not held_terminal(op)]
             if unacknowledged:
                 view = await self._publish_known(unacknowledged)
-                todo = [op for op in unacknowledged if operation_status(view, op.operation) is None]
+                todo = [op for op in unacknowledged if _runnable(operation_status(view, op.operation))]
                 outcome = "skipped"
                 for op in todo:  # the oldest one that can be taken; one whose status cannot be written
                     if self._stopping:  # (a symlink where it goes...) never blocks those behind it
@@ -187,7 +193,9 @@ class Operator:
                 if outcome == "done":
                     self._stalled = 0
                     continue  # look at the source again before the next one
-                if outcome == "wait" or (todo and not once):
+                if outcome == "window" and once:
+                    break  # staged, waiting for its maintenance window: nothing more to do now
+                if outcome in ("wait", "window") or (todo and not once):
                     self._stalled += 1  # nothing could be taken: back off further each time
                     await self._pause()
                     continue
@@ -297,31 +305,61 @@ class Operator:
         except (OperationRefused, UsageError) as exc:
             return str(exc)
 
-    async def _run_one(self, op: Operation) -> Literal["done", "skipped", "wait"]:
+    async def _run_one(self, op: Operation) -> Literal["done", "skipped", "wait", "window"]:
         """Refuse or run ``op`` and publish its status: ``done`` (something was decided and reported),
         ``skipped`` (its status could not be written: nothing was run; try the next one), ``wait`` (the host
-        lock is busy: back off before trying anything)."""
+        lock is busy: back off before trying anything), ``window`` (it waits for its maintenance window:
+        back off, or with ``--once`` stop).
+
+        Outside the ``[schedule]`` window (docs/configuration.md) an operation is staged (``upgrade
+        --stage`` under its own id: fetched, verified, installed in the inactive slot, nothing switched) and
+        reported ``Waiting``; inside it a staged operation is activated, any other one upgraded at once."""
+        staged = operation_status(self.session.view(), op.operation)
+        if staged is not None and staged.step == "Staged":
+            return await self._activate_staged(op, staged)
         request = self._check(op)
         if isinstance(request, str):
             reported = await self._publish(op, refused_status(op.operation, request, self._wall()))
             return "done" if reported else "skipped"
         window = window_now(self.session.config, self._wall())
         if not window.open:
-            # a control plane's operation switches only inside the maintenance window: reported as waiting,
-            # nothing run or journaled; looked at again after the back-off (docs/configuration.md)
-            # one document per wait (the time it began), not one per look
-            since = self._waiting.setdefault(op.operation, self._wall())
-            await self._publish(op, waiting_status(op.operation, window.opens_at, since))
-            return "wait"
-        self._waiting.pop(op.operation, None)
+            request = attrs.evolve(request, stage=True)  # staging may happen any time; the switch may not
         started = OperationStatus(op.operation, "InProgress", started_at=self._wall())
         if not await self._publish(op, started):
             return "skipped"  # never run what could not be reported as started
-        log(f"operator: {op.name}: upgrade {op.operation} from {request.source_redacted}")
+        what = "stage" if request.stage else "upgrade"
+        log(f"operator: {op.name}: {what} {op.operation} from {request.source_redacted}")
+        return await self._run_flow(op, lambda: self.session.upgrade(request), window)
+
+    async def _activate_staged(
+        self, op: Operation, staged: OperationStatus
+    ) -> Literal["done", "skipped", "wait", "window"]:
+        """An operation staged outside its window: ``Waiting`` while the window is closed, then ``activate``
+        (under a fresh operation id; the journal links it to ``op`` through the staging it switches to)."""
+        window = window_now(self.session.config, self._wall())
+        if not window.open:
+            await self._publish(op, waiting_status(op.operation, window.opens_at, self._wall(), staged))
+            return "window"
+        current = self.session.view().staged
+        if current is None or current.operation != op.operation:
+            why = "its staged candidate was replaced, switched to or changed before its maintenance window"
+            reported = await self._publish(op, refused_status(op.operation, why, self._wall()))
+            return "done" if reported else "skipped"
+        activation = self.session.activate_operation(None)
+        if not await self._publish(op, attrs.evolve(staged, step=None)):
+            return "skipped"
+        log(f"operator: {op.name}: activate {activation}: the candidate {op.operation} staged")
+        return await self._run_flow(op, lambda: self.session.activate(activation), window)
+
+    async def _run_flow(
+        self, op: Operation, flow: Callable[[], Awaitable[object]], window: WindowVerdict
+    ) -> Literal["done", "skipped", "wait", "window"]:
+        """Run ``op``'s episode (``flow``) under the stop rules, then publish its status: terminal, or
+        ``Waiting`` when it was staged for a closed window."""
         try:
             with self._scope() as scope:  # a stop during the InProgress publication aborts it at once
                 self._op_scope = scope
-                await self.session.upgrade(request)
+                await flow()
         except LockBusyError as exc:
             self._errors += 1
             log(f"operator: {op.name}: {exc}; trying again later")
@@ -343,4 +381,7 @@ class Operator:
         status = operation_status(self.session.view(), op.operation)
         if status is not None and status.terminal:
             await self._publish(op, status)  # a failure here is retried by the next pass's gate
+        elif status is not None and status.step == "Staged":
+            await self._publish(op, waiting_status(op.operation, window.opens_at, self._wall(), status))
+            return "window"
         return "done"

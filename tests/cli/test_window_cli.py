@@ -3,7 +3,7 @@
 The window expression is judged by the real ``systemd-analyze calendar`` when the configuration loads; a
 switch a person asks for outside the window is refused before anything is locked or journaled unless
 ``--now``; ``upgrade --stage`` is allowed at any time; the operator reports an operation waiting for its
-window as ``InProgress``, step ``Waiting``, and runs nothing.
+window as ``InProgress``, step ``Waiting``, once it has staged its candidate.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def test_the_operator_reports_an_operation_waiting_for_its_window(installed_rig:
     try:
         status_file = spool / "op1.status.json"
         deadline = time.monotonic() + 30
-        while not status_file.exists():
+        while not status_file.exists() or json.loads(status_file.read_text()).get("step") != "Waiting":
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no status written"
             time.sleep(0.05)
@@ -124,5 +124,10 @@ def test_the_operator_reports_an_operation_waiting_for_its_window(installed_rig:
         proc.communicate(timeout=30)
     assert (status["phase"], status["step"], status["result"]) == ("InProgress", "Waiting", None), status
     assert status["message"].startswith("waiting for the maintenance window: the next opens at "), status
-    assert rig.host_facts() == before
-    assert not (rig.state_dir / "journal").exists() or rig.cli("history").payload()["episodes"] == []
+    staged = "; candidate 2.0.0 staged in slot green; activate switches to it"
+    assert status["message"].endswith(staged), status
+    # staged under the operation's own id while the window is closed: nothing switched
+    after = rig.host_facts()
+    assert (after["current"], after["last_good"]) == (before["current"], before["last_good"])
+    assert rig.slot("green").read_bytes() == version_script("2.0.0")
+    assert rig.cli("status").payload()["staged"]["operation"] == "op1"

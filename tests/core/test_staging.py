@@ -16,10 +16,12 @@ from upgrade_core import (
     HandedOff,
     UpgradeRequest,
     fold,
+    operation_status,
     recover,
     run_activate,
     run_upgrade,
     summarize_history,
+    waiting_status,
 )
 from upgrade_core import _events as ev
 from upgrade_core.errors import NothingStagedError
@@ -255,3 +257,23 @@ async def test_a_staged_candidate_survives_compaction_of_its_episode() -> None:
     assert fold(_compacted(w.replay(), dropped)).staged is None
     # a snapshot without a staged candidate encodes to the bytes it always did
     assert b"staged" not in EVENT_CODEC.encode(ev.HistorySnapshot(()))
+
+
+async def test_a_managed_operation_staged_for_its_window_takes_its_activations_status() -> None:
+    """docs/configuration.md ``[schedule]``: the operator stages an operation under its own id outside the
+    window; its status is ``InProgress``/``Staged`` until an activate switches to that staging, then it is
+    the activation's, derived from the journal alone."""
+    w = await staged_world()
+    staged = operation_status(fold(w.replay()), "st1")
+    assert staged is not None and (staged.phase, staged.step, staged.result) == ("InProgress", "Staged", None)
+    assert staged.to_version == w.archives["a"].version
+    waiting = waiting_status("st1", 1_764_640_800.0, 5.0, staged)
+    assert (waiting.phase, waiting.step, waiting.started_at) == ("InProgress", "Waiting", staged.started_at)
+    assert waiting.message == ("waiting for the maintenance window: the next opens at 2025-12-02T02:00:00Z; "
+                               f"{staged.message}")
+    await run_activate(w.ports(), SIM_POLICY, "ac1")
+    view = fold(w.replay())
+    done = operation_status(view, "st1")
+    assert done is not None and (done.phase, done.result, done.step) == ("Succeeded", "committed", None)
+    assert done.journal_seq == view.episodes["ac1"].published_seq
+    assert done.started_at == view.episodes["st1"].opened_at

@@ -85,7 +85,10 @@ def test_crd_schema_is_structural_and_valid_json_schema() -> None:
     assert status["phase"]["enum"] == ["Pending", "InProgress", "Succeeded", "Failed", "RolledBack",
                                        "NeedsAttention"]
     assert set(status) == {"observedGeneration", "phase", "operation", "fromVersion", "toVersion",
-                           "journalSeq", "bootID", "startedAt", "finishedAt", "message", "conditions"}
+                           "journalSeq", "bootID", "startedAt", "finishedAt", "message", "step",
+                           "conditions"}
+    assert status["step"]["enum"] == ["Waiting", "Fetching", "Verifying", "Staged", "Switching", "Restarting",
+                                      "HealthChecking", "RollingBack"]
 
 
 def test_sample_validates_and_the_operator_accepts_its_spec() -> None:
