@@ -13,7 +13,7 @@ episode record's payload (or :data:`UNSURE`), for the boot-time no-op recovery.
 
 from __future__ import annotations
 
-from ._reader import UNSURE, Scan, live_tail, read_owner, replay, scan
+from ._reader import UNSURE, Scan, live_tail, read_owner, replay, salvage, scan
 from .errors import (
     JournalBusyError,
     JournalClosedError,
@@ -60,6 +60,7 @@ __all__ = [
     "live_tail",
     "read_owner",
     "replay",
+    "salvage",
     "scan",
 ]
 

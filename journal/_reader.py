@@ -22,6 +22,7 @@ imported only when a sealed segment is read, and ``attrs`` (for :class:`~journal
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 
@@ -36,7 +37,13 @@ from ._framing import (
     decode_segment_header,
     valid_frame_after,
 )
-from .errors import JournalCorruptError, JournalDecodeError, JournalRefusedError, JournalVersionError
+from .errors import (
+    JournalCorruptError,
+    JournalDecodeError,
+    JournalRefusedError,
+    JournalStoreError,
+    JournalVersionError,
+)
 from .safefs import open_dir, read_file, walk_to
 
 # Not ``typing.TYPE_CHECKING``: importing typing costs several ms at boot (mypy treats this name as True).
@@ -116,6 +123,7 @@ class Scan:
         covers_through: the highest ``covers_through`` of any snapshot record (0 when none).
         torn: (path, offset) of the torn tail of the last segment, or None.
         next_seq: the sequence number the next appended record gets.
+        stopped: a salvaging scan (:func:`salvage`) only: the corruption it stopped at, or None.
     """
 
     def __init__(self, directory: str) -> None:
@@ -129,6 +137,7 @@ class Scan:
         self.covers_through = 0
         self.torn: tuple[str, int] | None = None
         self.next_seq = 1
+        self.stopped: JournalStoreError | None = None
 
     def visible(self) -> list[RawRecord]:
         """The records replay returns: those not summarised by a snapshot."""
@@ -415,11 +424,31 @@ def _scan_path(directory: str, decode: Callable[[bytes], Any] | None = None) -> 
         os.close(fd)
 
 
-def _scan(directory: str, dir_fd: int, decode: Callable[[bytes], Any] | None = None) -> Scan:
+def _scan(
+    directory: str, dir_fd: int, decode: Callable[[bytes], Any] | None = None, salvage: bool = False
+) -> Scan:
     """:func:`scan`; with ``decode``, each record's event is decoded as soon as its frame is validated and
     the records go to ``decoded`` (:func:`replay`: each payload is freed once decoded instead of every
-    payload of the journal being held at once)."""
+    payload of the journal being held at once). With ``salvage`` (:func:`salvage`), the first corruption
+    ends the scan instead of raising: it is kept in ``stopped`` and the records before it are the result."""
     result = Scan(directory)
+    with contextlib.suppress(_Stop):
+        _scan_into(result, directory, dir_fd, decode, salvage)
+    return result
+
+
+class _Stop(Exception):
+    """A salvaging scan met its first corruption (kept in ``Scan.stopped``)."""
+
+
+def _scan_into(
+    result: Scan, directory: str, dir_fd: int, decode: Callable[[bytes], Any] | None, salvage: bool
+) -> None:
+    def halt(error: JournalStoreError) -> None:
+        if not salvage:
+            raise error
+        result.stopped = error
+
     make_record: Any = None
     if decode is not None:
         from ._records import Record
@@ -437,7 +466,11 @@ def _scan(directory: str, dir_fd: int, decode: Callable[[bytes], Any] | None = N
         tolerant = not sealed and index == len(ordered) - 1
         data = _read(dir_fd, path)
         if sealed:
-            data = _decompress(path, data)
+            try:
+                data = _decompress(path, data)
+            except JournalCorruptError as exc:
+                halt(exc)
+                raise _Stop from None
         where = " (offset in the decompressed sealed segment)" if sealed else ""
         seg = Segment(path, first_seq, sealed)
         if expected is None:
@@ -446,9 +479,10 @@ def _scan(directory: str, dir_fd: int, decode: Callable[[bytes], Any] | None = N
         elif first_seq > expected:
             gaps.append((path, expected, first_seq - 1))
         elif first_seq < expected:
-            raise JournalCorruptError(
+            halt(JournalCorruptError(
                 path, 0, f"segment starts at seq {first_seq} but the previous one ends at {expected - 1}"
-            )
+            ))
+            raise _Stop
         header = decode_segment_header(data)
         if isinstance(header, BadFrame):
             # A segment's header is written and fsynced before any frame is appended to it, so a bad header
@@ -460,20 +494,24 @@ def _scan(directory: str, dir_fd: int, decode: Callable[[bytes], Any] | None = N
                 result.segments.append(seg)
                 expected = first_seq
                 break
-            raise JournalCorruptError(path, 0, header.reason + where)
+            halt(JournalCorruptError(path, 0, header.reason + where))
+            raise _Stop
         if header.version > FORMAT_VERSION:
-            raise JournalVersionError(path, header.version, FORMAT_VERSION)
+            halt(JournalVersionError(path, header.version, FORMAT_VERSION))
+            raise _Stop
         if header.first_seq != first_seq:
-            raise JournalCorruptError(
+            halt(JournalCorruptError(
                 path, 0, f"header says first seq {header.first_seq}, the file name says {first_seq}"
-            )
+            ))
+            raise _Stop
         frames, end, chain, bad = decode_frames(data, SEGMENT_HEADER_SIZE, first_seq, header.crc)
         if bad is not None:
             after = valid_frame_after(data, bad.offset)
             if not tolerant or after is not None:
                 detail = f"; a valid frame follows at offset {after}" if after is not None else ""
-                raise JournalCorruptError(path, bad.offset, bad.reason + detail + where)
-            result.torn = (path, bad.offset)
+                halt(JournalCorruptError(path, bad.offset, bad.reason + detail + where))
+            else:
+                result.torn = (path, bad.offset)
         seg.end = end
         seg.chain = chain
         episodes = seg.episodes
@@ -503,7 +541,8 @@ def _scan(directory: str, dir_fd: int, decode: Callable[[bytes], Any] | None = N
                         result.covers_through = covers
                     episodes.add(episode_id)
             except ValueError as exc:  # UnicodeDecodeError included
-                raise JournalDecodeError(path, offset, str(exc)) from None
+                halt(JournalDecodeError(path, offset, str(exc)))
+                break
             if decode is None:
                 append((seq, episode_id, wall_time, covers, data[event_start:stop], path, offset))
                 continue
@@ -519,11 +558,15 @@ def _scan(directory: str, dir_fd: int, decode: Callable[[bytes], Any] | None = N
             seg.last_seq = frames[-1][1]
         result.segments.append(seg)
         expected = seg.last_seq + 1
+        if result.stopped is not None:
+            raise _Stop
     for path, lo, hi in gaps:
         if hi > result.covers_through:
-            raise JournalCorruptError(path, 0, f"records {lo}..{hi} are missing and no snapshot covers them")
+            halt(JournalCorruptError(path, 0, f"records {lo}..{hi} are missing and no snapshot covers them"))
+            result.records = [r for r in result.records if r[0] < lo]
+            result.decoded = [r for r in result.decoded if r.seq < lo]
+            raise _Stop
     result.next_seq = expected if expected is not None else 1
-    return result
 
 
 def decode_records(raw: list[RawRecord], codec: Codec[Any]) -> list[Any]:
@@ -578,3 +621,45 @@ def replay(directory: str | os.PathLike[str], codec: Codec[Any]) -> Replay[Any]:
             records = [r for r in records if r.seq > covers]
         torn = TornTail(result.torn[0], result.torn[1]) if result.torn else None
         return Replay(records, torn)
+
+
+def salvage(
+    directory: str | os.PathLike[str], codec: Codec[Any]
+) -> tuple[Replay[Any], JournalStoreError | None]:
+    """Replay as much of a damaged journal as can be read: the visible records before its first corruption.
+
+    For ``journal quarantine`` (design §10), which keeps what an untrusted journal still tells (the
+    anti-rollback watermark, the known-bad memory) before it moves the journal aside. Sync; never writes,
+    never creates anything; reads through the same checks as :func:`replay`.
+
+    Returns:
+        ``(Replay(records, torn_tail), error)``: the records in sequence order that come before the first
+        corruption, undecodable record or uncovered gap (snapshot-covered records left out), and that
+        problem (None: the journal replays whole, as :func:`replay` would return it).
+
+    Raises:
+        JournalRefusedError: the directory, its parent or a segment is not ours (nothing is read through it).
+        OSError: the directory or a segment cannot be read.
+    """
+    from ._records import Replay, TornTail
+
+    with gc_paused():
+        path = os.path.abspath(os.fspath(directory))
+        fd = open_journal_dir(path)
+        if fd is None:
+            return Replay([], None), None
+        try:
+            result = _scan(path, fd, codec.decode, salvage=True)
+        finally:
+            os.close(fd)
+        records = result.decoded
+        error = result.stopped
+        if result.undecodable:
+            seq, first = result.undecodable[0]
+            records = [r for r in records if r.seq < seq]
+            error = first
+        covers = result.covers_through
+        if covers:
+            records = [r for r in records if r.seq > covers]
+        torn = TornTail(result.torn[0], result.torn[1]) if result.torn else None
+        return Replay(records, torn), error

@@ -378,6 +378,21 @@ class JournalWriter(Generic[T]):
             raise ValueError(f"episode id {SNAPSHOT_EPISODE!r} is reserved for compaction snapshots")
         return await self._append(episode_id, event, None)
 
+    async def seed(self, event: T) -> Record[T]:
+        """Append ``event`` as a snapshot record that covers no record, as an empty journal's first record.
+
+        For a journal started afresh (``journal quarantine``, design §10): the snapshot carries what an
+        earlier journal established (the caller's facts), and compaction summarises it like any other
+        snapshot. Durable like :meth:`append`.
+
+        Raises:
+            ValueError: the journal already holds a record (nothing written).
+            JournalFullError, JournalPoisonedError, JournalClosedError: as :meth:`append`.
+        """
+        if self._next_seq != 1 or self._records:
+            raise ValueError("only an empty journal can be seeded")
+        return await self._append(SNAPSHOT_EPISODE, event, 0)
+
     async def _append(self, episode_id: str, event: T, covers_through: int | None) -> Record[T]:
         self._check_usable()
         eid = episode_id.encode("utf-8")

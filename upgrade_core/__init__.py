@@ -68,6 +68,7 @@ __all__ = [
     "operation_status",
     "other_slot",
     "record_quarantine",
+    "record_trust_reset",
     "recover",
     "refused_status",
     "release_refusal",

@@ -21,6 +21,7 @@ from ._executor import CheckedJournal
 from ._flow_types import OPERATION_ID_RE, HandedOff, Policy, RestartScheduled, ResumeOutcome, UpgradeRequest
 from ._flows import (
     record_quarantine,
+    record_trust_reset,
     recover,
     resume_self_upgrade,
     rollback_target,

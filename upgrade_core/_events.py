@@ -21,7 +21,9 @@ import attrs
 
 Slot = Literal["blue", "green"]
 ResultValue = Literal["committed", "rolled_back", "aborted", "noop", "needs_attention", "staged"]
-EpisodeKind = Literal["upgrade", "install", "self_upgrade", "quarantine", "rollback", "activate"]
+EpisodeKind = Literal[
+    "upgrade", "install", "self_upgrade", "quarantine", "rollback", "trust-reset", "activate"
+]
 Trigger = Literal["boot", "on-failure", "manual", "timer", "upgrade", "resume"]
 HealthTarget = Literal["candidate", "last_good"]
 
@@ -440,6 +442,22 @@ class JournalQuarantined(Event):
     last_good_version: str
 
 
+@attrs.frozen
+class TrustReset(Event):
+    """The operator cleared the anti-rollback watermark and the known-bad memory (``upgrade-agent trust
+    reset``, docs/trust.md): the only event of a ``trust-reset`` episode besides its opening, result and
+    close. Every watermark raise and known-bad mark journaled before this record stops counting.
+
+    Attributes:
+        security_watermark: the watermark it cleared (None: there was none).
+        known_bad: the known-bad release digests it cleared (64 hex each), sorted.
+    """
+
+    TAG: ClassVar[str] = "TrustReset"
+    security_watermark: int | None
+    known_bad: tuple[str, ...]
+
+
 # -- history kept across compaction -----------------------------------------------------------------
 @attrs.frozen
 class EpisodeSummary:
@@ -455,6 +473,13 @@ class EpisodeSummary:
             ``install`` or ``self_upgrade`` whose candidate failed its health check for its own reasons,
             or its verification); None in snapshots written before the known-bad memory existed, read
             as "rolled back or needed attention" (docs/trust.md).
+        opened_seq: the sequence number of its ``EpisodeOpened`` (``history`` orders by it: a later snapshot
+            may carry an older one's summaries after its own); None in older snapshots.
+        published_seq: the sequence number of its ``ResultPublished`` (a republished operation status names
+            it as ``journalSeq``, docs/managed.md); None in older snapshots.
+        boot_id: the boot it opened in (``EpisodeOpened.boot_id``); None when unknown.
+        kind: the episode's kind; None in older snapshots.
+        (The four are written only when set, like ``security_version``.)
     """
 
     operation: str
@@ -464,6 +489,71 @@ class EpisodeSummary:
     candidate_sha256: str | None = None
     security_version: int | None = None
     known_bad: bool | None = None
+    opened_seq: int | None = None
+    published_seq: int | None = None
+    boot_id: str | None = None
+    kind: EpisodeKind | None = None
+
+
+@attrs.frozen
+class WatermarkRaise:
+    """A signed release committed at ``seq`` with ``security_version`` (it raised the watermark then)."""
+
+    seq: int
+    security_version: int
+
+
+@attrs.frozen
+class KnownBadMark:
+    """The latest known-bad fact about one release digest, journaled at ``seq``.
+
+    Attributes:
+        seq: the sequence number of the record that made the fact (0: carried over from a quarantined
+            journal, older than every record of this one).
+        sha256: the release digest (64 hex).
+        operation: the operation that condemned it, or that committed it (which cleared the mark).
+        failed: ``"health"`` or ``"verification"`` (how it was condemned); None: cleared by a commit.
+    """
+
+    seq: int
+    sha256: str
+    operation: str
+    failed: Literal["health", "verification"] | None
+
+
+@attrs.frozen
+class SlotVersion:
+    """What the journal knows of a slot's binary at ``seq``: the version it reported (None: unknown)."""
+
+    seq: int
+    slot: Slot
+    version: str | None
+
+
+@attrs.frozen
+class JournalFacts:
+    """What trust decisions, ``status`` and the next episode need from records a snapshot replaces.
+
+    Each fact carries the sequence number it was journaled at, so snapshots combine in any order (a later
+    snapshot may summarise an older one, and a snapshot is read after the newer records it does not
+    cover): for a slot or a digest the fact with the highest ``seq`` wins; the watermark is the highest
+    raise after the latest trust reset.
+
+    Attributes:
+        through_seq: the last sequence number the facts account for.
+        reset_seq: the sequence number of the latest ``TrustReset``, None when there was none; raises and
+            known-bad marks at or before it no longer count.
+        raises: the watermark raises that can still matter (none at or before ``reset_seq``, none that a
+            later raise at least as high outranks), oldest first.
+        known_bad: the latest mark per digest, by digest.
+        slot_versions: the latest version per slot, blue first.
+    """
+
+    through_seq: int
+    reset_seq: int | None = None
+    raises: tuple[WatermarkRaise, ...] = ()
+    known_bad: tuple[KnownBadMark, ...] = ()
+    slot_versions: tuple[SlotVersion, ...] = ()
 
 
 @attrs.frozen
@@ -484,9 +574,13 @@ class StagedSummary:
 
 @attrs.frozen
 class HistorySnapshot(Event):
-    """Written by compaction before old segments are dropped: summaries of the dropped episodes.
+    """Written by compaction before old segments are dropped: summaries of the dropped episodes, and the
+    facts those records held (:class:`JournalFacts`: the watermark, known-bad marks, slot versions).
 
-    Its episode id is the reserved ``"-"``; fold treats it as history, never as an open episode.
+    ``journal quarantine`` writes one as a new journal's first record, carrying the old journal's facts
+    (docs/recovery.md). Its episode id is the reserved ``"-"``; fold treats it as history, never as an open
+    episode. ``facts`` is None in snapshots written before it existed (the fold then derives the watermark
+    and known-bad memory from the summaries, as it always did).
 
     ``staged`` is the candidate the dropped records leave staged for ``activate``, if any: the fold takes it
     as staged unless a record it kept (newer than every dropped one) already said otherwise. None (the
@@ -495,6 +589,7 @@ class HistorySnapshot(Event):
 
     TAG: ClassVar[str] = "HistorySnapshot"
     episodes: tuple[EpisodeSummary, ...]
+    facts: JournalFacts | None = None
     staged: StagedSummary | None = None
 
 
@@ -527,6 +622,7 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     RecoveryStarted,
     HistorySnapshot,
     JournalQuarantined,
+    TrustReset,
     StagedForActivation,
     StagedCandidateChecked,
 )

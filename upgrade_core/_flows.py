@@ -25,7 +25,7 @@ import anyio
 
 from . import _events as ev
 from ._decide import Abort, FinishRollback, HostFacts, ResumeHealth, Rollback, decide
-from ._events import Slot, Trigger, UpgradeResult, other_slot
+from ._events import EpisodeKind, Slot, Trigger, UpgradeResult, other_slot
 from ._flow_types import HandedOff, Policy, RestartScheduled, ResumeOutcome, UpgradeRequest
 from ._fold import Folder
 from ._health import Failed, Passed
@@ -463,26 +463,83 @@ async def record_quarantine(
         IllegalTransitionError: another episode is open in this journal (it must be a fresh one).
         JournalError: an append failed.
     """
-    run = FlowRun(ports, policy, folder)
-    opened = ev.EpisodeOpened(
-        operation=operation, kind="quarantine", source=facts.quarantine_path, expected_sha256=None,
-        expected_version=None, from_slot=facts.current_slot, from_version=facts.current_version,
-        max_health_attempts=policy.max_attempts, stability_s=policy.stability_s,
-        health_timeout_s=policy.health_timeout_s, boot_id=ports.clock.boot_id(),
-    )
     result = UpgradeResult(
         operation, "noop", facts.current_version, facts.current_version, facts.current_slot,
         f"journal quarantined to {facts.quarantine_path}",
     )
+    await _record_only(ports, policy, folder, "quarantine", facts.quarantine_path, facts, result)
+    return result
+
+
+async def record_trust_reset(
+    ports: Ports,
+    policy: Policy,
+    operation: str,
+    cleared: ev.TrustReset,
+    *,
+    current: Slot | None,
+    current_version: str | None,
+    folder: Folder | None = None,
+) -> UpgradeResult:
+    """Record ``trust reset`` (docs/trust.md): one closed ``trust-reset`` episode, ``EpisodeOpened`` ->
+    ``TrustReset`` -> ``ResultPublished(noop)`` -> ``EpisodeClosed``, every event checked by THE rule.
+    From the ``TrustReset`` record on, the watermark and the known-bad marks journaled before it no longer
+    count. The caller holds the host lock; nothing here touches links, slots or units. A crash part-way
+    leaves an open episode that ``recover`` closes (aborted before the record: nothing was cleared).
+
+    Args:
+        ports: the world; only the journal, the clock and the result sink are used.
+        policy: recorded at opening (unused by this kind).
+        operation: the episode id (``trust-reset-<UTC time>``).
+        cleared: what it clears (the watermark and known-bad digests the journal holds now).
+        current / current_version: the slot ``current`` names and its version, as the journal knows them.
+        folder: as :func:`run_upgrade`.
+
+    Returns:
+        ``noop`` on ``current``, the reason naming what was cleared.
+
+    Raises:
+        IllegalTransitionError: another episode is open (recover it first).
+        JournalError: an append failed.
+    """
+    what = "none" if cleared.security_watermark is None else str(cleared.security_watermark)
+    result = UpgradeResult(
+        operation, "noop", current_version, current_version, current,
+        f"trust reset: watermark {what} and {len(cleared.known_bad)} known-bad release(s) cleared",
+    )
+    await _record_only(ports, policy, folder, "trust-reset", "trust reset", cleared, result)
+    return result
+
+
+async def _record_only(
+    ports: Ports,
+    policy: Policy,
+    folder: Folder | None,
+    kind: EpisodeKind,
+    source: str,
+    fact: ev.Event,
+    result: UpgradeResult,
+) -> None:
+    """An episode that only records ``fact`` (nothing on the host changes): open, fact, publish ``result``,
+    close; shielded, so that a cancellation never leaves it half written by us."""
+    assert result.operation is not None
+    operation = result.operation
+    run = FlowRun(ports, policy, folder)
+    opened = ev.EpisodeOpened(
+        operation=operation, kind=kind, source=source, expected_sha256=None,
+        expected_version=None, from_slot=result.slot, from_version=result.from_version,
+        max_health_attempts=policy.max_attempts, stability_s=policy.stability_s,
+        health_timeout_s=policy.health_timeout_s, boot_id=ports.clock.boot_id(),
+    )
     with anyio.CancelScope(shield=True):
         await run.emit(operation, opened)
-        await run.emit(operation, facts)
+        await run.emit(operation, fact)
         await run.publish_close(operation, result)
-    return result
 
 
 __all__ = [
     "record_quarantine",
+    "record_trust_reset",
     "recover",
     "resume_self_upgrade",
     "rollback_target",

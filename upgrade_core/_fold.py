@@ -301,19 +301,24 @@ class JournalView:
         closed_results: operation id -> published result, for closed episodes and history summaries
             (operation-id idempotency, design §4.3 step 1).
         failed_digests: candidate sha256s that were rolled back or needed attention (design §4.6 inv. 6).
-        history: summaries kept by compaction (``HistorySnapshot``), oldest first.
-        slot_versions: slot -> the version its current binary reported, as far as the journal knows.
+        history: summaries kept by compaction (``HistorySnapshot``), oldest first (by the seq of their
+            opening, ``EpisodeSummary.opened_seq``).
+        slot_versions: slot -> the version its current binary reported, as far as the journal knows (kept
+            across compaction and quarantine: ``JournalFacts.slot_versions``).
         last_seq: the last sequence number, 0 for an empty journal.
-        security_watermark: the highest ``security_version`` of a signed release ever committed on this
-            host (``UpgradeCommitted`` in an episode with ``ReleaseTrusted``, or a committed summary of a
-            snapshot), None when none was; a signed release below it is refused (docs/trust.md).
+        security_watermark: the highest ``security_version`` of a signed release committed on this host
+            since the latest ``TrustReset`` (``UpgradeCommitted`` in an episode with ``ReleaseTrusted``, or
+            a raise a snapshot kept), None when none was; a signed release below it is refused
+            (docs/trust.md).
         known_bad: candidate sha256 -> the latest operation that condemned it
-            (:attr:`EpisodeView.condemns_candidate`); a later commit of the same digest (offered with
-            ``--retry-known-bad``) clears it. Kept across compaction (``EpisodeSummary.known_bad``).
+            (:attr:`EpisodeView.condemns_candidate`) since the latest ``TrustReset``; a later commit of the
+            same digest (offered with ``--retry-known-bad``) clears it. Kept across compaction and
+            quarantine (``JournalFacts.known_bad``; older snapshots: ``EpisodeSummary.known_bad``).
         signed_security_versions: member sha256 -> the ``security_version`` a verified signature claimed for
             it (the ``ReleaseTrusted`` of the episode that staged it; the latest wins), kept across
-            compaction (an ``EpisodeSummary`` carries both). Keyed by digest, not slot: an operator rollback
-            looks up the bytes last-good's slot holds now, and refuses those below the watermark.
+            compaction (an ``EpisodeSummary`` carries both), not across quarantine. Keyed by digest, not
+            slot: an operator rollback looks up the bytes last-good's slot holds now, and refuses those below
+            the watermark.
         staged: the candidate waiting for ``activate`` (:class:`PendingActivation`), or None.
     """
 
@@ -365,9 +370,12 @@ class Folder:
         self._closed: dict[str, UpgradeResult] = {}
         self._failed: set[str] = set()
         self._history: list[ev.EpisodeSummary] = []
-        self._slot_versions: dict[Slot, str] = {}
-        self._watermark: int | None = None
-        self._known_bad: dict[str, KnownBad] = {}
+        # The facts a snapshot keeps (ev.JournalFacts), each with the seq it was journaled at: the latest
+        # fact per slot / digest wins, whatever order the records holding them are read in.
+        self._slot_facts: dict[Slot, ev.SlotVersion] = {}
+        self._marks: dict[str, ev.KnownBadMark] = {}
+        self._raises: list[ev.WatermarkRaise] = []
+        self._reset_seq: int | None = None
         self._signed: dict[str, int] = {}
         self._staged: PendingActivation | None = None
         # an activate's staged candidate from its SwitchIntended on: back in _staged if the switch never lands
@@ -437,15 +445,45 @@ class Folder:
                 open_episode=episodes[self._open] if self._open is not None else None,
                 closed_results=dict(self._closed),
                 failed_digests=frozenset(self._failed),
-                history=tuple(self._history),
-                slot_versions=dict(self._slot_versions),
+                history=tuple(sorted(self._history, key=_opened_order)),
+                slot_versions={
+                    slot: f.version for slot, f in sorted(self._slot_facts.items()) if f.version is not None
+                },
                 last_seq=self._last_seq,
-                security_watermark=self._watermark,
-                known_bad=dict(self._known_bad),
+                security_watermark=self.watermark(),
+                known_bad={
+                    sha: KnownBad(m.operation, m.failed) for sha, m in sorted(self._marks.items())
+                    if m.failed is not None and self._counts(m.seq)
+                },
                 signed_security_versions=dict(self._signed),
                 staged=self._staged,
             )
         return self._cache
+
+    def _counts(self, seq: int) -> bool:
+        """A watermark raise or known-bad mark journaled at ``seq`` still counts (no trust reset after it)."""
+        return self._reset_seq is None or seq > self._reset_seq
+
+    def watermark(self) -> int | None:
+        """The anti-rollback watermark: the highest raise after the latest trust reset, None when none."""
+        counted = [r.security_version for r in self._raises if self._counts(r.seq)]
+        return max(counted) if counted else None
+
+    def facts(self) -> ev.JournalFacts:
+        """What a snapshot of the records applied so far keeps (:class:`~upgrade_core.JournalFacts`): the
+        marks and raises that still count (a raise outranked by a later one at least as high is left out:
+        no trust reset can make it the highest again), and the slot versions."""
+        raises: list[ev.WatermarkRaise] = []
+        for r in sorted(self._raises, key=lambda r: r.seq, reverse=True):
+            if self._counts(r.seq) and all(r.security_version > kept.security_version for kept in raises):
+                raises.append(r)
+        return ev.JournalFacts(
+            through_seq=self._last_seq,
+            reset_seq=self._reset_seq,
+            raises=tuple(reversed(raises)),
+            known_bad=tuple(m for _, m in sorted(self._marks.items()) if self._counts(m.seq)),
+            slot_versions=tuple(f for _, f in sorted(self._slot_facts.items())),
+        )
 
     def episode(self, episode_id: str) -> EpisodeView:
         """Freeze one episode (cheaper than :meth:`view` when only it is needed).
@@ -511,12 +549,18 @@ class Folder:
         for summary in e.episodes:
             self._history.append(summary)
             self._closed[summary.operation] = summary.result
-            if summary.candidate_sha256 and summary.result.result in ("rolled_back", "needs_attention"):
-                self._failed.add(summary.candidate_sha256)
-            if summary.security_version is not None and summary.result.result == "committed":
-                self._raise_watermark(summary.security_version)
             if summary.security_version is not None and summary.candidate_sha256:
                 self._signed[summary.candidate_sha256] = summary.security_version
+            if summary.candidate_sha256 and summary.result.result in ("rolled_back", "needs_attention"):
+                self._failed.add(summary.candidate_sha256)
+        if e.facts is not None:
+            self._merge(e.facts)
+            return
+        # Written before snapshots kept their facts: derive what the summaries tell, as the oldest facts
+        # (seq 0; among such summaries the later one wins).
+        for summary in e.episodes:
+            if summary.security_version is not None and summary.result.result == "committed":
+                self._raises.append(ev.WatermarkRaise(0, summary.security_version))
             sha = summary.candidate_sha256
             if sha is None:
                 continue
@@ -526,18 +570,35 @@ class Folder:
                 condemned = result in ("rolled_back", "needs_attention")
             if condemned:
                 how: Literal["health", "verification"] = "verification" if result == "aborted" else "health"
-                self._known_bad[sha] = KnownBad(summary.operation, how)
+                self._mark(ev.KnownBadMark(0, sha, summary.operation, how))
             elif result == "committed":
-                self._known_bad.pop(sha, None)
+                self._mark(ev.KnownBadMark(0, sha, summary.operation, None))
 
-    def _condemn(self, ep: _Ep, failed: Literal["health", "verification"]) -> None:
+    def _merge(self, facts: ev.JournalFacts) -> None:
+        """Add a snapshot's facts: per slot and digest the latest journaled wins; resets and raises add up."""
+        reset = facts.reset_seq
+        if reset is not None and (self._reset_seq is None or reset > self._reset_seq):
+            self._reset_seq = reset
+        self._raises.extend(facts.raises)
+        for mark in facts.known_bad:
+            self._mark(mark)
+        for fact in facts.slot_versions:
+            self._slot_fact(fact)
+
+    def _mark(self, mark: ev.KnownBadMark) -> None:
+        old = self._marks.get(mark.sha256)
+        if old is None or mark.seq >= old.seq:
+            self._marks[mark.sha256] = mark
+
+    def _slot_fact(self, fact: ev.SlotVersion) -> None:
+        old = self._slot_facts.get(fact.slot)
+        if old is None or fact.seq >= old.seq:
+            self._slot_facts[fact.slot] = fact
+
+    def _condemn(self, ep: _Ep, failed: Literal["health", "verification"], seq: int) -> None:
         sha = ep.fields.get("candidate_sha256")
         if sha and ep.fields["kind"] != "rollback":
-            self._known_bad[sha] = KnownBad(ep.episode_id, failed)
-
-    def _raise_watermark(self, security_version: int) -> None:
-        if self._watermark is None or security_version > self._watermark:
-            self._watermark = security_version
+            self._mark(ev.KnownBadMark(seq, sha, ep.episode_id, failed))
 
     def _h_fetched(self, ep: _Ep, e: ev.ArchiveFetched, seq: int) -> None:
         ep.fields["archive_sha256"] = e.sha256
@@ -570,11 +631,7 @@ class Folder:
         f["staging_path"] = None
         self._staged = None  # the inactive slot now holds these bytes, whatever was staged there before
         self._staged_said = True
-        version = f.get("candidate_version")
-        if version is not None:
-            self._slot_versions[e.slot] = version
-        else:
-            self._slot_versions.pop(e.slot, None)
+        self._slot_fact(ev.SlotVersion(seq, e.slot, f.get("candidate_version")))
 
     def _h_last_good(self, ep: _Ep, e: ev.LastGoodRepointed, seq: int) -> None:
         ep.fields["last_good_slot"] = e.slot
@@ -598,7 +655,7 @@ class Folder:
             f["candidate_sha256"] = f["expected_sha256"]
             version = f.get("candidate_version")
             if version is not None:
-                self._slot_versions[e.candidate_slot] = version
+                self._slot_fact(ev.SlotVersion(seq, e.candidate_slot, version))
             _refresh(ep)
 
     def _h_staged_for_activation(self, ep: _Ep, e: ev.StagedForActivation, seq: int) -> None:
@@ -651,10 +708,11 @@ class Folder:
         ep.fields["committed_version"] = e.version
         release: ev.ReleaseTrusted | None = ep.fields.get("release")
         if release is not None:  # the one-way door: from here on this release is the host's floor
-            self._raise_watermark(release.security_version)
+            self._raises.append(ev.WatermarkRaise(seq, release.security_version))
         sha = ep.fields.get("candidate_sha256")
-        if sha:
-            self._known_bad.pop(sha, None)  # proven good (offered again with --retry-known-bad)
+        if sha:  # proven good (offered again with --retry-known-bad); kept as a fact, so that an older
+            # mark a snapshot read later carries does not count again
+            self._mark(ev.KnownBadMark(seq, sha, ep.episode_id, None))
 
     def _h_rollback(self, ep: _Ep, e: ev.RollbackStarted, seq: int) -> None:
         ep.fields["rollback_reason"] = e.reason
@@ -665,7 +723,7 @@ class Folder:
         if sha:
             self._failed.add(sha)
         if ep.fields.get("health_failed_own"):
-            self._condemn(ep, "health")
+            self._condemn(ep, "health", seq)
 
     def _h_attention(self, ep: _Ep, e: ev.AttentionNeeded, seq: int) -> None:
         ep.fields["attention_reason"] = e.reason
@@ -673,7 +731,7 @@ class Folder:
         if sha:
             self._failed.add(sha)
         if ep.fields.get("health_failed_own"):
-            self._condemn(ep, "health")
+            self._condemn(ep, "health", seq)
 
     def _h_aborted(self, ep: _Ep, e: ev.Aborted, seq: int) -> None:
         ep.fields["abort_reason"] = e.reason
@@ -682,9 +740,9 @@ class Folder:
             self._staged = self._activating  # the switch never took effect: the slot holds those bytes
         self._activating = None
         if e.cause == "verification":
-            self._condemn(ep, "verification")
+            self._condemn(ep, "verification", seq)
         elif ep.fields.get("switch_landed") and ep.fields.get("health_failed_own"):
-            self._condemn(ep, "health")  # an install's candidate, unhealthy: nothing to roll back to
+            self._condemn(ep, "health", seq)  # an install's candidate, unhealthy: nothing to roll back to
 
     def _h_unchanged(self, ep: _Ep, e: ev.CandidateUnchanged, seq: int) -> None:
         ep.fields["unchanged_version"] = e.version
@@ -693,8 +751,11 @@ class Folder:
     def _h_quarantined(self, ep: _Ep, e: ev.JournalQuarantined, seq: int) -> None:
         ep.fields["unchanged_version"] = e.current_version
         ep.fields["last_good_slot"] = e.last_good_slot
-        self._slot_versions[e.last_good_slot] = e.last_good_version
-        self._slot_versions[e.current_slot] = e.current_version
+        self._slot_fact(ev.SlotVersion(seq, e.last_good_slot, e.last_good_version))
+        self._slot_fact(ev.SlotVersion(seq, e.current_slot, e.current_version))
+
+    def _h_trust_reset(self, ep: _Ep, e: ev.TrustReset, seq: int) -> None:
+        self._reset_seq = seq
 
     def _h_published(self, ep: _Ep, e: ev.ResultPublished, seq: int) -> None:
         ep.fields["published"] = e.result
@@ -732,10 +793,17 @@ _HANDLERS: Final[dict[type[ev.Event], Callable[[Folder, _Ep, Any, int], None]]] 
     ev.AttentionNeeded: Folder._h_attention,
     ev.Aborted: Folder._h_aborted,
     ev.JournalQuarantined: Folder._h_quarantined,
+    ev.TrustReset: Folder._h_trust_reset,
     ev.ResultPublished: Folder._h_published,
     ev.EpisodeClosed: Folder._h_closed,
     ev.RecoveryStarted: Folder._h_recovery,
 }
+
+
+def _opened_order(summary: ev.EpisodeSummary) -> int:
+    """Where a summary goes in ``history``: by its opening's seq (summaries without one were all written
+    before any that has one, by older code, and keep their order first)."""
+    return summary.opened_seq or 0
 
 
 def _refresh(ep: _Ep) -> None:

@@ -3,9 +3,13 @@
 The journal drops old sealed segments only after a snapshot record summarising them is durable; this is
 the summariser it is given. A summary keeps what later decisions and ``history`` need: the operation id
 and its published result (operation-id idempotency, design §4.3 step 1), the times, and the candidate's
-digest (a rolled-back candidate is never selected again, design §4.6 inv. 6) and a signed release's
-security version (the anti-rollback watermark, docs/trust.md), and the candidate the dropped records leave
-staged for ``activate`` (docs/cli.md).
+digest (a rolled-back candidate is never selected again, design §4.6 inv. 6), a signed release's
+security version, the seqs of its opening and published result and its boot id (``history`` order and a
+republished operation status). Beside the summaries the snapshot keeps the facts of the dropped records
+(:class:`~upgrade_core.JournalFacts`: the anti-rollback watermark and trust resets, the known-bad marks, each
+slot's version, docs/trust.md), so nothing that ``status``, a trust decision or the next episode reads is
+lost with them, whatever ``journal.keep_episodes`` is; and the candidate the dropped records leave staged for
+``activate`` (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -44,10 +48,15 @@ def summarize_history(records: Sequence[ev.Recorded]) -> ev.HistorySnapshot:
                 candidate_sha256=ep.candidate_sha256,
                 security_version=ep.release.security_version if ep.release is not None else None,
                 known_bad=ep.condemns_candidate,
+                opened_seq=ep.opened_seq,
+                published_seq=ep.published_seq,
+                boot_id=ep.boot_id,
+                kind=ep.kind,
             )
         )
+    summaries.sort(key=lambda s: s.opened_seq or 0)
     staged = view.staged
     kept = None if staged is None else ev.StagedSummary(
         staged.operation, staged.slot, staged.sha256, staged.version, staged.archive_sha256
     )
-    return ev.HistorySnapshot(tuple(summaries), kept)
+    return ev.HistorySnapshot(tuple(summaries), folder.facts(), kept)

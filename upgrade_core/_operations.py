@@ -102,7 +102,8 @@ def operation_status(view: JournalView, operation: str) -> OperationStatus | Non
 
     Returns:
         A terminal status once the episode's result is published (``journal_seq`` names that record; for
-        an episode compaction has summarised, ``journal_seq`` is None and the times are the summary's), an
+        an episode compaction has summarised, the summary keeps it, the boot id and the times: a republished
+        status is the same; only summaries written before they were kept lack the first two), an
         ``InProgress`` status while its episode is open, None when the journal has never seen it.
     """
     ep = view.episodes.get(operation)
@@ -130,8 +131,8 @@ def operation_status(view: JournalView, operation: str) -> OperationStatus | Non
     for summary in reversed(view.history):
         if summary.operation == operation:
             return attrs.evolve(
-                _terminal(summary.result, operation), started_at=summary.opened_at,
-                finished_at=summary.closed_at,
+                _terminal(summary.result, operation), journal_seq=summary.published_seq,
+                boot_id=summary.boot_id, started_at=summary.opened_at, finished_at=summary.closed_at,
             )
     result = view.result_of(operation)
     return None if result is None else _terminal(result, operation)

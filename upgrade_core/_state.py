@@ -90,6 +90,8 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     (S.STAGED, ev.CandidateUnchanged.TAG): S.UNCHANGED,
     # ``journal quarantine`` (design §10): a new journal records what the host shows; nothing changed (noop).
     (S.OPENED, ev.JournalQuarantined.TAG): S.UNCHANGED,
+    # ``trust reset`` (docs/trust.md): watermark and known-bad memory cleared; nothing on the host changed.
+    (S.OPENED, ev.TrustReset.TAG): S.UNCHANGED,
     # rollback (operator, ``upgrade-agent rollback``): nothing is fetched or staged; the last-good slot's
     # version command is run (next_state: only a rollback episode verifies straight after opening).
     (S.OPENED, ev.CandidateVerified.TAG): S.VERIFIED,
@@ -243,8 +245,8 @@ class EpisodeContext:
 
     Attributes:
         episode_id: the episode the next event belongs to.
-        kind: ``upgrade``, ``install``, ``self_upgrade``, ``quarantine``, ``rollback`` or ``activate``; None
-            before ``EpisodeOpened``.
+        kind: ``upgrade``, ``install``, ``self_upgrade``, ``quarantine``, ``rollback``, ``trust-reset`` or
+            ``activate``; None before ``EpisodeOpened``.
         candidate_slot / candidate_sha256: what ``CandidateStaged`` recorded (slot, 64 hex), or None; for a
             ``rollback`` episode the last-good slot its ``SwitchIntended`` names and the digest its
             ``EpisodeOpened`` expected; for an ``activate`` episode the staged slot and digest its
@@ -413,6 +415,13 @@ def _quarantined_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Journa
     return None
 
 
+def _trust_reset_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.TrustReset) -> str | None:
+    """docs/trust.md: only a ``trust-reset`` episode clears the anti-rollback state."""
+    if ctx.kind != "trust-reset":
+        return f"TrustReset in a {ctx.kind} episode"
+    return None
+
+
 def _published_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.ResultPublished) -> str | None:
     """design §4.3 step 4: an unchanged candidate publishes ``noop``, nothing else."""
     if state is _UNCHANGED and event.result.result != "noop":
@@ -443,6 +452,7 @@ _RULES: Final[dict[type[ev.Event], _Rule]] = {
     ev.ResultPublished: _published_rule,
     ev.EpisodeClosed: _closed_rule,
     ev.JournalQuarantined: _quarantined_rule,
+    ev.TrustReset: _trust_reset_rule,
     ev.CandidateVerified: _verified_rule,
     ev.ArchiveFetched: _rollback_kind_rule,
     ev.LastGoodRepointed: _rollback_kind_rule,

@@ -27,15 +27,7 @@ import cattrs
 import orjson
 from cattrs.gen import make_dict_unstructure_fn, override
 
-from ._events import (
-    ALL_EVENTS,
-    Aborted,
-    EpisodeOpened,
-    EpisodeSummary,
-    Event,
-    HealthFailed,
-    HistorySnapshot,
-)
+from ._events import ALL_EVENTS, Aborted, EpisodeOpened, EpisodeSummary, Event, HealthFailed, HistorySnapshot
 from .wire import TAG_KEY as _TAG
 from .wire import VERSION_KEY as _VER
 from .wire import event_tag
@@ -55,10 +47,13 @@ def _make_converter() -> cattrs.Converter:
     omit = override(omit_if_default=True)
     conv.register_unstructure_hook(
         EpisodeSummary,
-        make_dict_unstructure_fn(EpisodeSummary, conv, security_version=omit, known_bad=omit),
+        make_dict_unstructure_fn(
+            EpisodeSummary, conv, security_version=omit, known_bad=omit, opened_seq=omit, published_seq=omit,
+            boot_id=omit, kind=omit,
+        ),
     )
     conv.register_unstructure_hook(
-        HistorySnapshot, make_dict_unstructure_fn(HistorySnapshot, conv, staged=omit)
+        HistorySnapshot, make_dict_unstructure_fn(HistorySnapshot, conv, facts=omit, staged=omit)
     )
     conv.register_unstructure_hook(HealthFailed, make_dict_unstructure_fn(HealthFailed, conv, cause=omit))
     conv.register_unstructure_hook(Aborted, make_dict_unstructure_fn(Aborted, conv, cause=omit))

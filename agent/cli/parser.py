@@ -145,6 +145,8 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     cmd("history", "list episodes from the journal, newest first")
     p = cmd("journal", "journal maintenance (quarantine: move the journal aside, start anew from the host)")
     p.add_argument("action", choices=["verify", "dump", "compact", "quarantine"])
+    p = cmd("trust", "anti-rollback state (reset: clear the watermark and the known-bad releases, journaled)")
+    p.add_argument("action", choices=["reset"])
     cmd("units", "print the rendered unit files")
     cmd("host-root", "print the resolved host root; changes nothing")
     cmd("reset", "stop, disable and remove the agent's units")

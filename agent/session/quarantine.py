@@ -8,12 +8,19 @@ The session (:meth:`agent.session.session.Session.quarantine`) runs it under the
 2. :func:`move_aside`: the journal directory is renamed to ``state_dir/quarantine/<UTC time>/journal``
    (``quarantine/`` and ``<UTC time>/`` created 0700; each parent directory fsynced after its entry
    changed). Never copied, never deleted: an operator or a support engineer can read it there.
-3. A new journal is opened (empty) and its first episode records what the host shows
-   (:func:`upgrade_core.record_quarantine`): a closed ``quarantine`` episode whose ``JournalQuarantined``
-   event carries the quarantine path, both slots, their digests and versions.
+   Before the move, :func:`carry_over` reads what the old journal still tells, as far as it can be read
+   (:func:`journal.salvage`: the records before its first corruption, then the fold up to the first record
+   that breaks a lifecycle rule): the anti-rollback watermark, the known-bad releases and the summaries of
+   its closed episodes.
+3. A new journal is opened (empty). Its first record is a snapshot (``HistorySnapshot``) carrying those facts
+   (docs/trust.md: they survive quarantine; only ``trust reset`` clears them); its first episode records what
+   the host shows (:func:`upgrade_core.record_quarantine`): a closed ``quarantine`` episode whose
+   ``JournalQuarantined`` event carries the quarantine path, both slots, their digests and versions.
 
 A crash between 2 and 3 leaves an empty journal (no episode open, the old one in quarantine): every command
-works and ``status`` shows the links without versions; running the command again records it.
+works and ``status`` shows the links without versions; running the command again records it, and carries
+over what the journal the first run moved aside tells (:func:`carry_over` falls back to earlier quarantined
+journals when the current one tells nothing).
 """
 
 from __future__ import annotations
@@ -25,10 +32,23 @@ from typing import Any, ClassVar
 import attrs
 
 from agent.fs.tree import open_dir
-from upgrade_core import Slot
-from upgrade_core.errors import UpgradeError
+from journal import JournalStoreError, salvage
+from upgrade_core import (
+    EVENT_CODEC,
+    Folder,
+    HistorySnapshot,
+    JournalFacts,
+    KnownBadMark,
+    Slot,
+    WatermarkRaise,
+    summarize_history,
+)
+from upgrade_core.errors import HistoryError, UpgradeError
 
-__all__ = ["QUARANTINE_DIR", "HostRecord", "QuarantineRefusedError", "move_aside", "read_host", "utc_stamp"]
+__all__ = [
+    "QUARANTINE_DIR", "CarriedOver", "HostRecord", "QuarantineRefusedError", "carry_over", "move_aside",
+    "read_host", "utc_stamp",
+]
 
 QUARANTINE_DIR = "quarantine"
 """``state_dir/quarantine/``: where quarantined journals go, one ``<UTC time>/journal`` each."""
@@ -156,3 +176,110 @@ def move_aside(state_dir: str, journal_dir: str, now: float | None = None) -> st
                 target_dir.fsync()
                 state.fsync()
                 return target_dir.join("journal")
+
+
+@attrs.frozen
+class CarriedOver:
+    """What ``journal quarantine`` keeps of the old journal: the new journal's first record and its gist.
+
+    Attributes:
+        snapshot: the ``HistorySnapshot`` to seed the new journal with: the old journal's closed episodes'
+            summaries (their sequence numbers dropped: they name records of the old journal) and its facts
+            (the watermark as one raise and each known-bad mark, all at seq 0: older than any record of the
+            new journal).
+        watermark: the watermark carried over (None: none).
+        known_bad: the known-bad release digests carried over, sorted.
+        read_through: the sequence number of the last record used (of ``source`` when set; 0: none).
+        problem: why reading the old journal stopped before the end (one line naming the file and offset, or
+            the rule), None when the whole old journal was read.
+        source: None when the facts come from the old journal; else (nothing of it could be used) the
+            newest earlier quarantined journal that tells something, which they were read from.
+    """
+
+    snapshot: HistorySnapshot
+    watermark: int | None
+    known_bad: tuple[str, ...]
+    read_through: int
+    problem: str | None
+    source: str | None
+
+
+def _readable(directory: str) -> tuple[list[Any], str | None]:
+    """The old journal's records that can be used (before its first corruption and its first illegal
+    record), and why reading stopped before the end (None: it did not)."""
+    problem: str | None = None
+    try:
+        replayed, error = salvage(directory, EVENT_CODEC)
+        records = replayed.records
+        if error is not None:
+            problem = str(error)
+    except (JournalStoreError, OSError) as exc:
+        records, problem = [], str(exc)
+    folder = Folder()
+    used = 0
+    for record in records:
+        try:
+            folder.apply(record)
+        except HistoryError as exc:
+            problem = str(exc)
+            break
+        used += 1
+    return records[:used], problem
+
+
+def _earlier_quarantines(state_dir: str) -> list[str]:
+    """The journals earlier quarantines moved aside, newest first (``<UTC time>[-N]`` sorts by time)."""
+    root = os.path.join(state_dir, QUARANTINE_DIR)
+    try:
+        d = open_dir(root)
+    except (OSError, UpgradeError):
+        return []
+    if d is None:
+        return []
+    with d:
+        stamps = d.names()
+    return [os.path.join(root, stamp, "journal") for stamp in sorted(stamps, key=_stamp_order, reverse=True)]
+
+
+def _stamp_order(stamp: str) -> tuple[str, int]:
+    base, _, n = stamp.partition("-")
+    return base, int(n) if n.isdigit() else 0
+
+
+def carry_over(directory: str, state_dir: str) -> CarriedOver:
+    """Read the old journal ``directory`` as far as it can be read, and what the new one must keep of it.
+
+    When nothing of it can be used (empty: a quarantine interrupted after its move; or unreadable from its
+    first record), the journals earlier quarantines moved aside are read instead, newest first, and the first
+    one that tells something is used (``source`` names it): an empty journal must not wipe the watermark.
+
+    Never raises for the journals' contents: a refused directory (not ours), an unreadable segment, a
+    corrupt or undecodable record or an illegal order ends the reading there, and ``problem`` says which.
+    Changes nothing.
+    """
+    legal, problem = _readable(directory)
+    source: str | None = None
+    if not legal:
+        for earlier in _earlier_quarantines(state_dir):
+            found, _ = _readable(earlier)
+            if found:
+                legal, source = found, earlier
+                break
+    folder = Folder()
+    folder.apply_all(legal)
+    view = folder.view()
+    summaries = tuple(
+        attrs.evolve(s, opened_seq=None, published_seq=None) for s in summarize_history(legal).episodes
+    )
+    watermark = view.security_watermark
+    facts = JournalFacts(
+        through_seq=0,
+        raises=() if watermark is None else (WatermarkRaise(0, watermark),),
+        known_bad=tuple(
+            KnownBadMark(0, sha, bad.operation, bad.failed) for sha, bad in sorted(view.known_bad.items())
+        ),
+    )
+    return CarriedOver(
+        HistorySnapshot(summaries, facts), watermark, tuple(sorted(view.known_bad)),
+        legal[-1].seq if legal else 0, problem, source,
+    )

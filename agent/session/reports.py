@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import attrs
 
+from agent.session.quarantine import CarriedOver
 from upgrade_core import (
     Slot,
     UpgradeResult,
@@ -179,14 +180,46 @@ class Quarantined:
         quarantine_path: where the old journal directory is now.
         result: the new journal's first episode's result (``noop``, reason naming the path).
         current / last_good: the slots recorded (slot, path, sha256, version).
+        carried: what the new journal keeps of the old one (watermark, known-bad releases, how far the old
+            journal could be read).
     """
 
     quarantine_path: str
     result: UpgradeResult
     current: SlotInfo
     last_good: SlotInfo
+    carried: CarriedOver
 
     def to_json(self) -> dict[str, Any]:
-        """``{"quarantined": path, "operation", "current": {...}, "last_good": {...}}``."""
+        """``{"quarantined": path, "operation", "current": {...}, "last_good": {...}, "carried_over":
+        {"security_watermark", "known_bad": [sha256...], "read_through_seq", "problem", "source"}}``."""
+        c = self.carried
         return {"quarantined": self.quarantine_path, "operation": self.result.operation,
-                "current": attrs.asdict(self.current), "last_good": attrs.asdict(self.last_good)}
+                "current": attrs.asdict(self.current), "last_good": attrs.asdict(self.last_good),
+                "carried_over": {"security_watermark": c.watermark, "known_bad": list(c.known_bad),
+                                 "read_through_seq": c.read_through, "problem": c.problem,
+                                 "source": c.source}}
+
+
+@attrs.frozen
+class TrustCleared:
+    """What ``trust reset`` cleared (docs/trust.md).
+
+    Attributes:
+        result: the ``trust-reset`` episode's result (``noop``; its operation id names the episode).
+        watermark: the watermark cleared, None when there was none.
+        known_bad: the known-bad releases cleared (digest and the operation that condemned each).
+    """
+
+    result: UpgradeResult
+    watermark: int | None
+    known_bad: tuple[KnownBad, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"operation", "result": "noop", "cleared": {"security_watermark": int|null,
+        "known_bad": [{"sha256", "operation"}]}}``."""
+        return {
+            "operation": self.result.operation, "result": self.result.result,
+            "cleared": {"security_watermark": self.watermark,
+                        "known_bad": [attrs.asdict(b) for b in self.known_bad]},
+        }

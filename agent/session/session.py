@@ -49,12 +49,21 @@ from agent.host.adapter import AgentHost
 from agent.host.install_record import Cleanup, InstallRecord
 from agent.session.converge import lock_holder
 from agent.session.frame import EpisodeFrame, EventCallback, ProgressCallback, require_installed
-from agent.session.quarantine import move_aside, read_host
+from agent.session.quarantine import CarriedOver, carry_over, move_aside, read_host, utc_stamp
 from agent.session.readers import JournalCheck, Readers
-from agent.session.reports import EpisodeInfo, KnownBad, Preflight, Quarantined, ServiceInfo, SlotInfo, Status
+from agent.session.reports import (
+    EpisodeInfo,
+    KnownBad,
+    Preflight,
+    Quarantined,
+    ServiceInfo,
+    SlotInfo,
+    Status,
+    TrustCleared,
+)
 from agent.session.request import make_request, operation_id
 from agent.session.setup import Setup
-from agent.session.wiring import journal_dir
+from agent.session.wiring import JournalPort, journal_dir
 from upgrade_core import (
     Folder,
     HandedOff,
@@ -66,9 +75,11 @@ from upgrade_core import (
     RestartScheduled,
     ResumeOutcome,
     Trigger,
+    TrustReset,
     UpgradeRequest,
     UpgradeResult,
     record_quarantine,
+    record_trust_reset,
     recover,
     resume_self_upgrade,
     rollback_target,
@@ -81,7 +92,7 @@ from upgrade_core.errors import LockBusyError, NothingStagedError, NothingToRoll
 
 __all__ = [
     "BUSY_REASON", "Cleanup", "EpisodeInfo", "JournalCheck", "KnownBad", "Preflight", "Quarantined",
-    "ServiceInfo", "Session", "SlotInfo", "Status", "open_session",
+    "ServiceInfo", "Session", "SlotInfo", "Status", "TrustCleared", "open_session",
 ]
 
 BUSY_REASON = "busy: a live upgrade holds the lock"
@@ -392,10 +403,16 @@ class Session:
                 max_output_bytes=cfg.max_output_bytes,
             )
             found["host"] = await read_host(self.host, verifier)
+            found["carried"] = await anyio.to_thread.run_sync(
+                carry_over, directory, self.config.host.state_dir
+            )
             found["path"] = await anyio.to_thread.run_sync(move_aside, self.config.host.state_dir, directory)
 
         async def record(ports: Ports, policy: Policy, folder: Folder) -> UpgradeResult:
             host = found["host"]
+            carried: CarriedOver = found["carried"]
+            assert isinstance(ports.journal, JournalPort)
+            folder.apply(await ports.journal.seed(carried.snapshot))
             cur, lg = host.current, host.last_good
             facts = JournalQuarantined(
                 found["path"], cur.slot, cur.sha256, cur.version, lg.slot, lg.sha256, lg.version
@@ -406,7 +423,43 @@ class Session:
         result = await self._frame.write(record, before_wire=prepare)
         host = found["host"]
         slots = [SlotInfo(r.slot, r.path, r.sha256, r.version) for r in (host.current, host.last_good)]
-        return Quarantined(found["path"], result, slots[0], slots[1])
+        return Quarantined(found["path"], result, slots[0], slots[1], found["carried"])
+
+    async def trust_reset(self) -> TrustCleared:
+        """``trust reset`` (docs/trust.md), under the host lock: clear the anti-rollback watermark and the
+        known-bad memory as a journaled ``trust-reset`` episode (its ``TrustReset`` record names what it
+        cleared). The one way to clear them: compaction, retention and ``journal quarantine`` keep them.
+
+        Returns:
+            What was cleared (the watermark, the known-bad digests and who condemned them) and the result.
+
+        Raises:
+            NotInstalledError, LayoutConflictError: as :meth:`upgrade`, before the lock (exit 2).
+            UsageError: an episode is open (``recover`` first); nothing was written (exit 2).
+            LockBusyError, JournalError: as :meth:`upgrade`.
+        """
+        require_installed(self.host)
+        found: dict[str, Any] = {}
+
+        async def clear(ports: Ports, policy: Policy, folder: Folder) -> UpgradeResult:
+            view = folder.view()
+            if view.open_episode is not None:
+                raise UsageError(
+                    f"episode {view.open_episode.episode_id} is open; run `upgrade-agent recover` before "
+                    "`upgrade-agent trust reset`"
+                )
+            bad = tuple(KnownBad(sha, mark.operation) for sha, mark in sorted(view.known_bad.items()))
+            found["watermark"], found["known_bad"] = view.security_watermark, bad
+            cleared = TrustReset(view.security_watermark, tuple(b.sha256 for b in bad))
+            current = self.host.links().current
+            operation = f"trust-reset-{utc_stamp()}-{ports.ids.token_hex(4)}"
+            return await record_trust_reset(
+                ports, policy, operation, cleared, current=current,
+                current_version=view.slot_versions.get(current) if current else None, folder=folder,
+            )
+
+        result = await self._frame.write(clear)
+        return TrustCleared(result, found["watermark"], found["known_bad"])
 
     # -- set-up and removal (agent.session.setup) -------------------------------------------------------
     async def install(

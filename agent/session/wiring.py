@@ -17,7 +17,7 @@ import secrets
 import shutil
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import anyio
@@ -28,7 +28,7 @@ from agent.errors import journal_error
 from agent.host.adapter import AgentHost
 from agent.host.lock import HostLock
 from journal import JournalFullError, JournalPoisonedError, JournalWriter
-from upgrade_core import EVENT_CODEC, Event, Policy, Ports, Recorded
+from upgrade_core import EVENT_CODEC, Event, HistorySnapshot, Policy, Ports, Recorded
 from upgrade_core.ports import ArchiveSource
 
 if TYPE_CHECKING:
@@ -136,8 +136,21 @@ class JournalPort:
         Raises:
             JournalDurabilityError: ENOSPC, or the journal is poisoned by an fsync error.
         """
+        return await self._durably(self._writer.append(episode_id, event), event)
+
+    async def seed(self, snapshot: HistorySnapshot) -> Recorded:
+        """Write ``snapshot`` as the first record of this (empty) journal (``journal quarantine``: what the
+        old journal established); see :meth:`journal.JournalWriter.seed`.
+
+        Raises:
+            JournalDurabilityError: as :meth:`append`.
+            ValueError: the journal is not empty.
+        """
+        return await self._durably(self._writer.seed(snapshot), snapshot)
+
+    async def _durably(self, appended: Awaitable[Recorded], event: Event) -> Recorded:
         try:
-            record = await self._writer.append(episode_id, event)
+            record = await appended
         except (JournalFullError, JournalPoisonedError) as exc:
             raise journal_error(exc, self._writer.directory) from None
         if self._on_event is not None:

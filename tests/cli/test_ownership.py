@@ -217,6 +217,7 @@ FIFO_COMMANDS = [
     ["journal", "verify"],
     ["journal", "dump"],
     ["journal", "compact"],
+    ["trust", "reset"],
     ["upgrade", "--preflight", "--archive", "ARCHIVE"],
     ["upgrade", "--archive", "ARCHIVE"],
     ["install", "--archive", "ARCHIVE"],

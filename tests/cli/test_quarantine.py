@@ -100,7 +100,15 @@ def test_quarantine_moves_the_journal_aside_and_records_the_host(rig: Rig) -> No
     assert op == f"quarantine-{moved.parent.name}"
     assert rig.host_facts() == facts  # links and slots untouched
 
-    records = rig.cli("journal", "dump").payload()["records"]
+    carried = out["carried_over"]  # records 1-5 read; record 6 is the corrupt one; op-c never closed
+    assert (carried["security_watermark"], carried["known_bad"], carried["read_through_seq"]) == (None, [], 5)
+    assert str(_journal_dir(rig) / "00000000000000000001.jnl") in carried["problem"], carried
+
+    seeded, *records = rig.cli("journal", "dump").payload()["records"]
+    assert (seeded["seq"], seeded["episode"], seeded["event"]) == (1, "-", {
+        "_type": "HistorySnapshot", "episodes": [],
+        "facts": {"through_seq": 0, "reset_seq": None, "raises": [], "known_bad": [], "slot_versions": []},
+    })
     assert [r["event"]["_type"] for r in records] == [
         "EpisodeOpened", "JournalQuarantined", "ResultPublished", "EpisodeClosed"]
     assert {r["episode"] for r in records} == {op}
@@ -120,7 +128,8 @@ def test_quarantine_moves_the_journal_aside_and_records_the_host(rig: Rig) -> No
     human = rig.cli("journal", "quarantine", json_out=False)  # again: a second quarantine directory
     assert human.code == 0, human
     assert human.stdout.splitlines()[1:] == [f"current: green 2.0.0 {_sha(green)}",
-                                             f"last-good: blue 1.0.0 {_sha(blue)}"]
+                                             f"last-good: blue 1.0.0 {_sha(blue)}",
+                                             "carried over: watermark none; known-bad releases: none"]
     assert len(list((rig.state_dir / "quarantine").iterdir())) == 2
 
 

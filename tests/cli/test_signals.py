@@ -40,17 +40,18 @@ def _start_upgrade(rig: Rig, url: str) -> subprocess.Popen[str]:
     )
 
 
-def _wait_for_download(proc: subprocess.Popen[str], rig: Rig) -> None:
-    """Poll until the episode is durable and the download has begun (the journal file exists)."""
+def _wait_for_download(proc: subprocess.Popen[str], rig: Rig, server: servers.LoopbackServer) -> None:
+    """Poll until the episode is durable (the journal file holds it) and the server has the archive's
+    request: the fetch has begun and is stalled there, whatever the machine's load."""
     deadline = time.monotonic() + 20
     journal = rig.state_dir / "journal"
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
-        if journal.is_dir() and any(p.stat().st_size > 64 for p in journal.iterdir()):
-            time.sleep(0.3)  # the EpisodeOpened append returned; the fetch is stalled in the server
+        opened = journal.is_dir() and any(p.stat().st_size > 64 for p in journal.iterdir())
+        if opened and server.requests:
             return
         time.sleep(0.05)
-    pytest.fail("the upgrade never opened its episode")
+    pytest.fail("the upgrade never opened its episode or never asked for the archive")
 
 
 @pytest.mark.parametrize(
@@ -63,7 +64,7 @@ def test_one_signal_before_the_switch_aborts_with_exit_1(
     server = stalling
     before = rig.host_facts()
     proc = _start_upgrade(rig, server.url("/a.tar.gz"))
-    _wait_for_download(proc, rig)
+    _wait_for_download(proc, rig, server)
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 1, (out, err)
@@ -88,7 +89,7 @@ def test_a_second_signal_exits_130_at_once(
 ) -> None:
     server = stalling
     proc = _start_upgrade(rig, server.url("/a.tar.gz"))
-    _wait_for_download(proc, rig)
+    _wait_for_download(proc, rig, server)
     proc.send_signal(signal.SIGINT)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)

@@ -15,7 +15,7 @@ PINNED_TAGS = {
     "RestartRequested", "RestartObserved", "HealthAttemptStarted", "HealthPassed", "HealthFailed",
     "UpgradeCommitted", "RollbackStarted", "RolledBack", "AttentionNeeded", "Aborted", "ResultPublished",
     "EpisodeClosed", "RecoveryStarted", "HistorySnapshot", "JournalQuarantined", "ReleaseTrusted",
-    "StagedForActivation", "StagedCandidateChecked",
+    "TrustReset", "StagedForActivation", "StagedCandidateChecked",
 }
 
 
@@ -40,8 +40,38 @@ def test_journal_quarantined_golden_payload() -> None:
     )
 
 
+TRUST_RESET = ev.TrustReset(7, ("a" * 64,))
+
+FACTS_SNAPSHOT = ev.HistorySnapshot(
+    (ev.EpisodeSummary(
+        "op1", ev.UpgradeResult("op1", "committed", "1.0.0", "2.0.0", "green"), 1.0, 2.0, "b" * 64, 7, False,
+        opened_seq=1, published_seq=20, boot_id="d" * 32, kind="upgrade",
+    ),),
+    ev.JournalFacts(
+        21, None, (ev.WatermarkRaise(18, 7),), (ev.KnownBadMark(9, "a" * 64, "op0", "health"),),
+        (ev.SlotVersion(12, "green", "2.0.0"),),
+    ),
+)
+
+
+def test_trust_reset_golden_payload() -> None:
+    """The stable tag and field names of the trust reset record (docs/trust.md), as bytes on disk."""
+    assert EVENT_CODEC.encode(TRUST_RESET) == (
+        b'{"security_watermark":7,"known_bad":["' + b"a" * 64 + b'"],"_type":"TrustReset"}'
+    )
+
+
+def test_snapshot_without_facts_keeps_its_bytes() -> None:
+    """A snapshot and summaries without the fields added for kept facts encode as they always did."""
+    old = ev.HistorySnapshot((ev.EpisodeSummary("op1", ev.UpgradeResult("op1", "noop"), 1.0, 2.0),))
+    assert b"facts" not in EVENT_CODEC.encode(old)
+    assert b"opened_seq" not in EVENT_CODEC.encode(old)
+    assert EVENT_CODEC.decode(EVENT_CODEC.encode(old)) == old
+
+
 @pytest.mark.parametrize("event", [*FULL_COMMIT, *FULL_ROLLBACK, ev.CandidateUnchanged("blue", None),
-                                   QUARANTINED, ev.StagedForActivation("green", "c" * 64, "2.0.0", "a" * 64),
+                                   QUARANTINED, TRUST_RESET, FACTS_SNAPSHOT,
+                                   ev.StagedForActivation("green", "c" * 64, "2.0.0", "a" * 64),
                                    ev.StagedCandidateChecked("op0", "green", "c" * 64, None, "2.0.0")],
                          ids=lambda e: e.TAG)
 def test_round_trip(event: ev.Event) -> None:

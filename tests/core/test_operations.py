@@ -75,12 +75,23 @@ def test_the_same_journal_always_derives_the_same_status() -> None:
     assert operation_status(fold(recs), OP) == operation_status(fold(list(recs)), OP)
 
 
-def test_a_summarised_episode_keeps_its_result_and_times_but_not_its_seq() -> None:
-    recs = records(FULL_COMMIT)
+def test_a_summarised_episode_keeps_its_result_times_seq_and_boot_id() -> None:
+    """A status republished after compaction is the one published before it (docs/managed.md)."""
+    recs = records(with_boot(FULL_COMMIT))
+    before = operation_status(fold(recs), OP)
     snapshot = summarize_history(recs)
     st = operation_status(fold(records([snapshot], episode=ev.SNAPSHOT_EPISODE)), OP)
+    assert st == before
+    assert st is not None and st.journal_seq == len(recs) - 1 and st.phase == "Succeeded"
+    assert st.started_at == recs[0].wall_time and st.boot_id is not None
+
+
+def test_a_summary_written_before_seqs_were_kept_has_no_seq() -> None:
+    recs = records(FULL_COMMIT)
+    (summary,) = summarize_history(recs).episodes
+    old = ev.HistorySnapshot((attrs.evolve(summary, opened_seq=None, published_seq=None),))
+    st = operation_status(fold(records([old], episode=ev.SNAPSHOT_EPISODE)), OP)
     assert st is not None and (st.phase, st.result, st.journal_seq) == ("Succeeded", "committed", None)
-    assert st.started_at == recs[0].wall_time
 
 
 def test_every_result_value_maps_to_a_terminal_phase() -> None:

@@ -174,6 +174,8 @@ def variants(cls: type[Event], kind: str, folder: Folder, op: str = OP) -> list[
     elif cls is ev.StagedCandidateChecked:
         out += [("ok", ev.StagedCandidateChecked("op0", "green", CAND, CAND, "2.0.0")),
                 ("changed bytes", ev.StagedCandidateChecked("op0", "green", CAND, "f" * 64, "2.0.0"))]
+    elif cls is ev.TrustReset:  # legal only in a ``trust-reset`` episode: refused for KINDS
+        out.append(("ok", ev.TrustReset(5, (CAND,))))
     else:  # a new event class must be given plausible fields here
         raise AssertionError(f"no plausible fields for {cls.__name__}")
     return out

@@ -9,7 +9,8 @@ and :func:`agent.errors.describe_error` maps them to one line and an exit code i
   ``recover``;
 - :mod:`~agent.cli.commands.install`: ``install`` (and adoption);
 - :mod:`~agent.cli.commands.readers`: ``status``, ``history``, ``units``, ``host-root``;
-- :mod:`~agent.cli.commands.journal`: ``journal verify|dump|compact``;
+- :mod:`~agent.cli.commands.journal`: ``journal verify|dump|compact|quarantine``;
+- :mod:`~agent.cli.commands.trust`: ``trust reset``;
 - :mod:`~agent.cli.commands.removal`: ``reset``, ``uninstall``;
 - :mod:`~agent.cli.commands.demo`: ``demo``;
 - :mod:`~agent.cli.commands.operator`: ``operator`` (managed operations, docs/managed.md);
@@ -46,6 +47,7 @@ _WHERE = {
     "status": ("agent.cli.commands.readers", "cmd_status"),
     "history": ("agent.cli.commands.readers", "cmd_history"),
     "journal": ("agent.cli.commands.journal", "cmd_journal"),
+    "trust": ("agent.cli.commands.trust", "cmd_trust"),
     "units": ("agent.cli.commands.readers", "cmd_units"),
     "host-root": ("agent.cli.commands.readers", "cmd_host_root"),
     "reset": ("agent.cli.commands.removal", "cmd_reset"),

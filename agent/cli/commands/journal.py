@@ -11,10 +11,29 @@ import anyio
 from agent.cli.commands.common import rfc3339
 from agent.cli.commands.outcome import Outcome
 from agent.sanitize import MAX_LOG_LINE_CHARS, clean_text
-from agent.session.quarantine import HINT
+from agent.session.quarantine import HINT, CarriedOver
 from agent.session.session import Session
 from upgrade_core.codec import to_dict
 from upgrade_core.errors import JournalUnreadableError
+
+
+def carried_lines(carried: CarriedOver) -> list[str]:
+    """What ``journal quarantine`` says it kept of the old journal (docs/recovery.md)."""
+    watermark = "none" if carried.watermark is None else str(carried.watermark)
+    bad = ", ".join(sha[:12] for sha in carried.known_bad) or "none"
+    lines = [f"carried over: watermark {watermark}; known-bad releases: {bad}"]
+    if carried.source is not None:
+        why = carried.problem or "it is empty"
+        lines.append(
+            f"nothing of the old journal could be used ({why}); carried over from the earlier quarantined "
+            f"journal {carried.source} (through record {carried.read_through})"
+        )
+    elif carried.problem is not None:
+        lines.append(
+            f"the old journal was read through record {carried.read_through} only ({carried.problem}); "
+            "nothing after it was carried over"
+        )
+    return lines
 
 
 def cmd_journal(args: argparse.Namespace) -> Outcome:
@@ -25,6 +44,7 @@ def cmd_journal(args: argparse.Namespace) -> Outcome:
         lines = [f"journal moved to {done.quarantine_path}; a new journal records what the host shows:"]
         for label, slot in (("current", done.current), ("last-good", done.last_good)):
             lines.append(f"{label}: {slot.slot} {slot.version} {slot.sha256}")
+        lines.extend(carried_lines(done.carried))
         return Outcome(done.to_json(), "\n".join(lines))
     if args.action == "compact":
         count = anyio.run(session.compact)
