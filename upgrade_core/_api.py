@@ -25,12 +25,13 @@ from ._flows import (
     recover,
     resume_self_upgrade,
     rollback_target,
+    run_activate,
     run_install,
     run_rollback,
     run_upgrade,
     self_upgrade_prepare,
 )
-from ._fold import EpisodeView, Folder, JournalView, fold
+from ._fold import EpisodeView, Folder, JournalView, PendingActivation, fold
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, Verdict
 from ._history import summarize_history
 from ._operations import (
@@ -42,8 +43,10 @@ from ._operations import (
     operation_status,
     refused_status,
     waiting_status,
+    window_waiting_status,
 )
 from ._state import TRANSITIONS, EpisodeContext, EpisodeState, advance, diagram_mermaid, next_state
 from ._watermark import release_refusal, rollback_refusal
+from ._window import WindowVerdict, host_delay_s, window_verdict
 from .codec import EVENT_CODEC, EventCodec, EventDecodeError
 from .ports import Ports

@@ -146,7 +146,7 @@ def decide(view: JournalView, facts: HostFacts) -> Plan:
           :class:`ResumeHealth`; none -> :class:`Rollback` (an install, with nothing to roll back to,
           -> :class:`Abort`);
         - a terminal state not published -> :class:`PublishAndClose` (after ``UpgradeCommitted``: never
-          a rollback);
+          a rollback; after ``StagedForActivation``: ``staged``);
         - ``RollbackStarted`` without ``RolledBack`` -> :class:`FinishRollback`;
         - published, not closed -> :class:`CloseOnly`.
     """
@@ -175,7 +175,7 @@ def _decide_open(ep: EpisodeView, facts: HostFacts) -> Plan:
         assert ep.rollback_slot is not None
         open_attempt = ep.rollback_attempts_started > ep.rollback_attempts_failed
         return FinishRollback(ep.rollback_slot, ep.rollback_attempts_left, open_attempt)
-    if state in (_S.COMMITTED, _S.UNCHANGED, _S.ABORTED, _S.ROLLED_BACK, _S.NEEDS_ATTENTION):
+    if state in (_S.COMMITTED, _S.UNCHANGED, _S.ABORTED, _S.ROLLED_BACK, _S.NEEDS_ATTENTION, _S.READY):
         result = ep.terminal_result
         assert result is not None
         return PublishAndClose(result)

@@ -20,8 +20,10 @@ from typing import ClassVar, Literal, Protocol
 import attrs
 
 Slot = Literal["blue", "green"]
-ResultValue = Literal["committed", "rolled_back", "aborted", "noop", "needs_attention"]
-EpisodeKind = Literal["upgrade", "install", "self_upgrade", "quarantine", "rollback", "trust-reset"]
+ResultValue = Literal["committed", "rolled_back", "aborted", "noop", "needs_attention", "staged"]
+EpisodeKind = Literal[
+    "upgrade", "install", "self_upgrade", "quarantine", "rollback", "trust-reset", "activate"
+]
 Trigger = Literal["boot", "on-failure", "manual", "timer", "upgrade", "resume"]
 HealthTarget = Literal["candidate", "last_good"]
 
@@ -70,7 +72,8 @@ class UpgradeResult:
 
     Attributes:
         operation: the operation id, or None for a ``recover`` that found nothing open.
-        result: one of ``committed``, ``rolled_back``, ``aborted``, ``noop``, ``needs_attention``.
+        result: one of ``committed``, ``rolled_back``, ``aborted``, ``noop``, ``needs_attention``, or
+            ``staged`` (``upgrade --stage``: the candidate waits in the inactive slot for ``activate``).
         from_version: version running before the episode, if known.
         to_version: the candidate's reported version, if it got that far.
         slot: the slot ``current`` names at the end, or None on a bare host.
@@ -202,6 +205,56 @@ class LastGoodRepointed(Event):
 
     TAG: ClassVar[str] = "LastGoodRepointed"
     slot: Slot
+
+
+@attrs.frozen
+class StagedForActivation(Event):
+    """``upgrade --stage``: the installed candidate stays in its slot, switched to by a later ``activate``.
+
+    The last event of a staging episode before its result (``staged``). From here on the journal knows a
+    staged candidate (:attr:`upgrade_core.JournalView.staged`) until an episode installs other bytes, moves
+    ``current``, or finds the slot's bytes changed (:class:`StagedCandidateChecked`).
+
+    Attributes:
+        slot: the inactive slot the candidate was renamed onto (never what ``current`` or ``last-good``
+            names while it stays staged).
+        sha256: the member's digest (64 hex), what ``activate`` checks the slot's bytes against.
+        version: the version its version command reported.
+        archive_sha256: the digest of the archive as published (64 hex).
+    """
+
+    TAG: ClassVar[str] = "StagedForActivation"
+    slot: Slot
+    sha256: str
+    version: str
+    archive_sha256: str
+
+
+@attrs.frozen
+class StagedCandidateChecked(Event):
+    """``activate``: the staged slot's bytes were hashed again before the switch (a fact, match or not).
+
+    Attributes:
+        staged_by: the operation that staged the candidate (its ``StagedForActivation``).
+        slot: the staged slot.
+        staged_sha256: the digest staging recorded (64 hex).
+        sha256: what the slot's bytes hash to now (64 hex), or None when the slot is missing or empty.
+            Anything but ``staged_sha256`` forbids the switch: the episode aborts and the journal forgets
+            the staged candidate.
+        version: the version staging recorded for it.
+    """
+
+    TAG: ClassVar[str] = "StagedCandidateChecked"
+    staged_by: str
+    slot: Slot
+    staged_sha256: str
+    sha256: str | None
+    version: str
+
+    @property
+    def matches(self) -> bool:
+        """The bytes in the slot are still the ones staged."""
+        return self.sha256 == self.staged_sha256
 
 
 @attrs.frozen
@@ -511,6 +564,22 @@ class JournalFacts:
 
 
 @attrs.frozen
+class StagedSummary:
+    """What retention keeps of a staged candidate (``upgrade --stage``) whose staging episode is dropped.
+
+    Attributes:
+        operation: the staging episode.
+        slot / sha256 / version / archive_sha256: as its ``StagedForActivation`` recorded them.
+    """
+
+    operation: str
+    slot: Slot
+    sha256: str
+    version: str
+    archive_sha256: str
+
+
+@attrs.frozen
 class HistorySnapshot(Event):
     """Written by compaction before old segments are dropped: summaries of the dropped episodes, and the
     facts those records held (:class:`JournalFacts`: the watermark, known-bad marks, slot versions).
@@ -519,11 +588,16 @@ class HistorySnapshot(Event):
     (docs/recovery.md). Its episode id is the reserved ``"-"``; fold treats it as history, never as an open
     episode. ``facts`` is None in snapshots written before it existed (the fold then derives the watermark
     and known-bad memory from the summaries, as it always did).
+
+    ``staged`` is the candidate the dropped records leave staged for ``activate``, if any: the fold takes it
+    as staged unless a record it kept (newer than every dropped one) already said otherwise. None (the
+    default, omitted on disk) when nothing was staged, and in snapshots written before staging existed.
     """
 
     TAG: ClassVar[str] = "HistorySnapshot"
     episodes: tuple[EpisodeSummary, ...]
     facts: JournalFacts | None = None
+    staged: StagedSummary | None = None
 
 
 SNAPSHOT_EPISODE = "-"
@@ -556,4 +630,6 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     HistorySnapshot,
     JournalQuarantined,
     TrustReset,
+    StagedForActivation,
+    StagedCandidateChecked,
 )

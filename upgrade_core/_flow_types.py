@@ -61,6 +61,8 @@ class UpgradeRequest:
             archive source reads it, the core never journals it), or None for ``<archive>.minisig``.
         retry_known_bad: ``--retry-known-bad``: offer a candidate whose digest the journal knows as bad
             (docs/trust.md) anyway; otherwise it is refused after staging, before the switch.
+        stage: ``upgrade --stage``: stop once the verified candidate is installed in the inactive slot
+            (``StagedForActivation``, result ``staged``); ``activate`` switches to it later.
 
     Raises:
         ValueError: an operation id not matching :data:`OPERATION_ID_RE` (caller misuse: the agent
@@ -74,6 +76,7 @@ class UpgradeRequest:
     expected_version: str | None = None
     signature: str | None = None
     retry_known_bad: bool = False
+    stage: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not OPERATION_ID_RE.fullmatch(self.operation):

@@ -1,6 +1,6 @@
-"""The seven flows: upgrade, install, operator rollback, self-upgrade (prepare, then resume in the new
-process), recovery and the quarantine record (design §4.3-4.5, 7, 10). Against the ports of
-:mod:`upgrade_core.ports` only; no I/O of its own.
+"""The eight flows: upgrade (or its staging alone), activate, install, operator rollback, self-upgrade
+(prepare, then resume in the new process), recovery and the quarantine record (design §4.3-4.5, 7, 10).
+Against the ports of :mod:`upgrade_core.ports` only; no I/O of its own.
 
 Each flow settles what an earlier run left open, checks its preconditions, then strings together the steps
 of :class:`~upgrade_core._steps.FlowRun`. Every append goes through :mod:`upgrade_core._executor`, checked
@@ -31,7 +31,14 @@ from ._fold import Folder
 from ._health import Failed, Passed
 from ._steps import FlowRun
 from ._watermark import rollback_refusal
-from .errors import AlreadyInstalledError, NothingToRollBackError, NotInstalledError, SecurityVersionError
+from .errors import (
+    AlreadyInstalledError,
+    NothingStagedError,
+    NothingToRollBackError,
+    NotInstalledError,
+    SecurityVersionError,
+    StagedCandidateChangedError,
+)
 from .ports import Host, LinkState, Ports
 
 
@@ -57,6 +64,14 @@ async def _settle(run: FlowRun, op: str) -> UpgradeResult | None:
     return None
 
 
+async def _settled_run(
+    ports: Ports, policy: Policy, folder: Folder | None, op: str
+) -> tuple[FlowRun, UpgradeResult | None]:
+    """A flow's run over the folded journal, with :func:`_settle`'s answer for ``op`` (None: go on)."""
+    run = FlowRun(ports, policy, folder)
+    return run, await _settle(run, op)
+
+
 async def run_upgrade(
     ports: Ports, policy: Policy, request: UpgradeRequest, *, folder: Folder | None = None
 ) -> UpgradeResult:
@@ -72,8 +87,10 @@ async def run_upgrade(
 
     Returns:
         The terminal result: ``committed``, ``noop``, ``aborted`` (any error before the switch; the reason
-        names the URL (redacted) or file), ``rolled_back`` or ``needs_attention``. A closed operation id
-        returns its recorded result without doing anything.
+        names the URL (redacted) or file), ``rolled_back`` or ``needs_attention``; for ``request.stage``
+        (``upgrade --stage``) ``staged`` once the verified candidate is installed in the inactive slot,
+        nothing switched (or ``noop``/``aborted``). A closed operation id returns its recorded result
+        without doing anything.
 
     Raises:
         ValueError: ``folder`` does not end where the journal ends (caller misuse).
@@ -98,6 +115,78 @@ async def run_upgrade(
     with anyio.CancelScope(shield=True):
         await run.switch(request.operation, current)  # last-good names current by now (step 3)
         result = await run.after_switch(request.operation, run.ep(request.operation).health_attempts_left)
+    return result
+
+
+async def run_activate(
+    ports: Ports, policy: Policy, operation: str, *, folder: Folder | None = None
+) -> UpgradeResult:
+    """``activate``: switch to the candidate ``upgrade --stage`` left in the inactive slot, then restart and
+    health-check exactly as :func:`run_upgrade` does (the caller holds the host lock; docs/cli.md).
+
+    The journal's staged candidate (:attr:`JournalView.staged`) is the one switched to: an episode of kind
+    ``activate`` opens (source ``staged <slot> by <operation>``, the staged digest and version expected),
+    the slot's bytes are hashed again and the fact journaled (``StagedCandidateChecked``); only when they
+    still have the staged digest does the switch follow (``last-good`` joins ``current`` first should it
+    have moved), then mirrors, restarts, health attempts, commit or rollback, as in design §4.3 steps 5-9.
+    The version command is not run again: the digest proves the bytes are the ones staging verified.
+
+    Args:
+        ports, policy, folder: as :func:`run_upgrade`.
+        operation: the operation id.
+
+    Returns:
+        ``committed``, ``rolled_back`` or ``needs_attention`` as :func:`run_upgrade`; ``aborted`` when the
+        staged bytes changed (the reason names the slot and both digests; nothing switched, the staged
+        candidate forgotten) or on a signal before the switch. A closed operation id returns its recorded
+        result.
+
+    Raises:
+        NotInstalledError: ``current`` does not exist (exit 2), before any episode opened.
+        NothingStagedError: the journal knows no staged candidate, or a link names its slot (exit 2),
+            before any episode opened.
+        JournalError, HistoryError: as :func:`run_upgrade`.
+    """
+    run, settled = await _settled_run(ports, policy, folder, operation)
+    if settled is not None:
+        return settled
+    host = ports.host
+    links = _installed_links(host)
+    current = links.current
+    assert current is not None
+    staged = run.folder.view().staged
+    if staged is None:
+        raise NothingStagedError("nothing staged: run upgrade --stage first")
+    if staged.slot in (current, links.last_good):
+        which = "current" if staged.slot == current else "last-good"
+        raise NothingStagedError(f"nothing staged: {which} names slot {staged.slot}, where the staged "
+                                 f"candidate of operation {staged.operation} was")
+    label = f"staged {staged.slot} by {staged.operation}"
+    request = UpgradeRequest(operation, label, label, expected_sha256=staged.sha256,
+                             expected_version=staged.version)
+    await run.open_episode(request, "activate", current)
+
+    async def check() -> bool:
+        sha = await host.slot_sha256(staged.slot)
+        checked = ev.StagedCandidateChecked(staged.operation, staged.slot, staged.sha256, sha, staged.version)
+        await run.emit(operation, checked)
+        if not checked.matches:
+            now = sha[:12] if sha is not None else "missing or empty"
+            raise StagedCandidateChangedError(
+                f"staged candidate in slot {staged.slot} ({host.slot_path(staged.slot)}) changed: "
+                f"sha256 {now}, staged {staged.sha256[:12]}; stage it again"
+            )
+        if links.last_good != current:
+            await run.bracket(operation, lambda: host.point_last_good(current), ev.LastGoodRepointed(current),
+                              shield=True)
+        return True
+
+    done = await run.guard_pre_switch(operation, check)
+    if done is not None:
+        return done
+    with anyio.CancelScope(shield=True):
+        await run.switch(operation, current)
+        result = await run.after_switch(operation, run.ep(operation).health_attempts_left)
     return result
 
 
@@ -194,8 +283,7 @@ async def run_rollback(
         NotInstalledError, NothingToRollBackError: before any episode opened (exit 2), journal unchanged.
         JournalError, HistoryError: as :func:`run_upgrade`.
     """
-    run = FlowRun(ports, policy, folder)
-    settled = await _settle(run, operation)
+    run, settled = await _settled_run(ports, policy, folder, operation)
     if settled is not None:
         return settled
     host = ports.host
@@ -455,6 +543,7 @@ __all__ = [
     "recover",
     "resume_self_upgrade",
     "rollback_target",
+    "run_activate",
     "run_install",
     "run_rollback",
     "run_upgrade",

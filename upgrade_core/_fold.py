@@ -44,7 +44,7 @@ class EpisodeView:
     Attributes:
         episode_id: the episode id (= operation id).
         state: the state after the episode's last event.
-        kind: ``upgrade``, ``install``, ``self_upgrade``, ``quarantine`` or ``rollback``.
+        kind: ``upgrade``, ``install``, ``self_upgrade``, ``quarantine``, ``rollback`` or ``activate``.
         source: the redacted archive source (a ``rollback``: ``last-good <slot>``).
         expected_sha256 / expected_version: what the request demanded, if anything.
         from_slot / from_version: what ``current`` named (and its version) when the episode opened.
@@ -81,6 +81,8 @@ class EpisodeView:
         published_seq: the sequence number of its ``ResultPublished`` record, once there is one (a managed
             operation's status names it as ``journalSeq``: the exactly-once publication of docs/managed.md).
         below_watermark: ``EpisodeOpened.below_watermark``: a ``rollback`` run with ``--below-watermark``.
+        staged_by: an ``activate`` episode's ``StagedCandidateChecked.staged_by``: the operation that staged
+            its candidate.
     """
 
     episode_id: str
@@ -136,6 +138,7 @@ class EpisodeView:
     boot_id: str | None = None
     published_seq: int | None = None
     below_watermark: bool = False
+    staged_by: str | None = None
 
     # -- derived facts ---------------------------------------------------------------------------------
     @property
@@ -258,6 +261,12 @@ class EpisodeView:
                 self.episode_id, "committed", self.from_version, self.committed_version or
                 self.candidate_version, self.candidate_slot, None,
             )
+        if state is _S.READY:
+            return UpgradeResult(
+                self.episode_id, "staged", self.from_version, self.candidate_version, self.from_slot,
+                f"candidate {self.candidate_version} staged in slot {self.candidate_slot}; "
+                "activate switches to it",
+            )
         if state is _S.UNCHANGED:
             return UpgradeResult(
                 self.episode_id, "noop", self.from_version, self.unchanged_version, self.from_slot, None
@@ -301,6 +310,31 @@ class KnownBad:
 
 
 @attrs.frozen
+class PendingActivation:
+    """A candidate ``upgrade --stage`` left in the inactive slot for ``activate`` (docs/cli.md), as the
+    journal's durable records say: set by ``StagedForActivation``; forgotten once an episode installs other
+    bytes (``CandidateInstalled``), moves ``current`` (``SwitchIntended``, an ``activate``'s own included,
+    unless that ``activate`` then aborts with the switch never landed) or finds the slot's bytes changed
+    (``StagedCandidateChecked`` without a match).
+
+    Attributes:
+        operation: the staging episode.
+        slot: the slot it occupies (neither ``current`` nor ``last-good`` names it while it is staged).
+        sha256: the member's digest (64 hex).
+        version: the version its version command reported.
+        archive_sha256: the archive's digest as published (64 hex).
+        staged_at: wall-clock Unix seconds of the ``StagedForActivation`` record (informational).
+    """
+
+    operation: str
+    slot: Slot
+    sha256: str
+    version: str
+    archive_sha256: str
+    staged_at: float
+
+
+@attrs.frozen
 class JournalView:
     """Everything the journal says, folded.
 
@@ -328,6 +362,7 @@ class JournalView:
             compaction (an ``EpisodeSummary`` carries both), not across quarantine. Keyed by digest, not
             slot: an operator rollback looks up the bytes last-good's slot holds now, and refuses those below
             the watermark.
+        staged: the candidate waiting for ``activate`` (:class:`PendingActivation`), or None.
     """
 
     episodes: dict[str, EpisodeView]
@@ -340,6 +375,7 @@ class JournalView:
     security_watermark: int | None = None
     known_bad: dict[str, KnownBad] = attrs.Factory(dict)
     signed_security_versions: dict[str, int] = attrs.Factory(dict)
+    staged: PendingActivation | None = None
 
     def result_of(self, operation: str) -> UpgradeResult | None:
         """The recorded result of a closed episode ``operation``, or None."""
@@ -384,6 +420,11 @@ class Folder:
         self._raises: list[ev.WatermarkRaise] = []
         self._reset_seq: int | None = None
         self._signed: dict[str, int] = {}
+        self._staged: PendingActivation | None = None
+        # an activate's staged candidate from its SwitchIntended on: back in _staged if the switch never lands
+        self._activating: PendingActivation | None = None
+        self._staged_said = False  # a record (not a snapshot) set or cleared the staged candidate
+        self._wall = 0.0
         self._cache: JournalView | None = None
 
     @property
@@ -407,6 +448,7 @@ class Folder:
         event = record.event
         episode_id = record.episode_id
         self._cache = None
+        self._wall = record.wall_time
         if type(event) is ev.HistorySnapshot:
             self._snapshot(event)
             self._last_seq = seq
@@ -457,6 +499,7 @@ class Folder:
                     if m.failed is not None and self._counts(m.seq)
                 },
                 signed_security_versions=dict(self._signed),
+                staged=self._staged,
             )
         return self._cache
 
@@ -540,6 +583,12 @@ class Folder:
         return _Ep(episode_id, _OPENED, fields, ctx)
 
     def _snapshot(self, e: ev.HistorySnapshot) -> None:
+        # the snapshot comes after the records compaction kept, which are all newer than the ones it
+        # summarises: what those say about the staged candidate wins (design §5, journal compaction)
+        staged = e.staged
+        if staged is not None and not self._staged_said:
+            self._staged = PendingActivation(staged.operation, staged.slot, staged.sha256, staged.version,
+                                             staged.archive_sha256, self._wall)
         for summary in e.episodes:
             self._history.append(summary)
             self._closed[summary.operation] = summary.result
@@ -623,6 +672,8 @@ class Folder:
         f["installed"] = True
         _refresh(ep)
         f["staging_path"] = None
+        self._staged = None  # the inactive slot now holds these bytes, whatever was staged there before
+        self._staged_said = True
         self._slot_fact(ev.SlotVersion(seq, e.slot, f.get("candidate_version")))
 
     def _h_last_good(self, ep: _Ep, e: ev.LastGoodRepointed, seq: int) -> None:
@@ -633,6 +684,11 @@ class Folder:
         f["switch_intended"] = True
         f["switch_previous_slot"] = e.previous_slot
         f["switch_last_good"] = e.last_good
+        # current moves: a staged candidate is the one switched to, or no longer inactive; an activate that
+        # aborts before its switch took effect leaves it staged (_h_aborted)
+        self._activating = self._staged if f["kind"] == "activate" else None
+        self._staged = None
+        self._staged_said = True
         if f.get("last_good_slot") is None:
             f["last_good_slot"] = e.last_good
         if f["kind"] == "rollback":
@@ -645,8 +701,27 @@ class Folder:
                 self._slot_fact(ev.SlotVersion(seq, e.candidate_slot, version))
             _refresh(ep)
 
+    def _h_staged_for_activation(self, ep: _Ep, e: ev.StagedForActivation, seq: int) -> None:
+        self._staged = PendingActivation(
+            ep.episode_id, e.slot, e.sha256, e.version, e.archive_sha256, self._wall
+        )
+        self._staged_said = True
+
+    def _h_staged_checked(self, ep: _Ep, e: ev.StagedCandidateChecked, seq: int) -> None:
+        f = ep.fields
+        f["staged_by"] = e.staged_by
+        f["candidate_slot"] = e.slot
+        f["candidate_sha256"] = e.staged_sha256
+        f["candidate_version"] = e.version
+        f["installed"] = e.matches
+        if not e.matches:
+            self._staged = None  # the bytes are no longer the ones staged: nothing to activate
+            self._staged_said = True
+        _refresh(ep)
+
     def _h_switch_committed(self, ep: _Ep, e: ev.SwitchCommitted, seq: int) -> None:
         ep.fields["switch_landed"] = True
+        self._activating = None
 
     def _h_mirrors(self, ep: _Ep, e: ev.MirrorsSynced, seq: int) -> None:
         ep.fields["mirrors_synced"] = True
@@ -704,6 +779,9 @@ class Folder:
     def _h_aborted(self, ep: _Ep, e: ev.Aborted, seq: int) -> None:
         ep.fields["abort_reason"] = e.reason
         ep.fields["abort_cause"] = e.cause
+        if ep.fields["kind"] == "activate" and not ep.fields["switch_landed"] and self._activating:
+            self._staged = self._activating  # the switch never took effect: the slot holds those bytes
+        self._activating = None
         if e.cause == "verification":
             self._condemn(ep, "verification", seq)
         elif ep.fields.get("switch_landed") and ep.fields.get("health_failed_own"):
@@ -745,6 +823,8 @@ _HANDLERS: Final[dict[type[ev.Event], Callable[[Folder, _Ep, Any, int], None]]] 
     ev.LastGoodRepointed: Folder._h_last_good,
     ev.SwitchIntended: Folder._h_switch_intended,
     ev.SwitchCommitted: Folder._h_switch_committed,
+    ev.StagedForActivation: Folder._h_staged_for_activation,
+    ev.StagedCandidateChecked: Folder._h_staged_checked,
     ev.MirrorsSynced: Folder._h_mirrors,
     ev.RestartRequested: Folder._h_restart,
     ev.RestartObserved: Folder._h_observed,

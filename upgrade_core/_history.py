@@ -8,7 +8,8 @@ security version, the seqs of its opening and published result and its boot id (
 republished operation status). Beside the summaries the snapshot keeps the facts of the dropped records
 (:class:`~upgrade_core.JournalFacts`: the anti-rollback watermark and trust resets, the known-bad marks, each
 slot's version, docs/trust.md), so nothing that ``status``, a trust decision or the next episode reads is
-lost with them, whatever ``journal.keep_episodes`` is.
+lost with them, whatever ``journal.keep_episodes`` is; and the candidate the dropped records leave staged for
+``activate`` (docs/cli.md).
 """
 
 from __future__ import annotations
@@ -54,4 +55,8 @@ def summarize_history(records: Sequence[ev.Recorded]) -> ev.HistorySnapshot:
             )
         )
     summaries.sort(key=lambda s: s.opened_seq or 0)
-    return ev.HistorySnapshot(tuple(summaries), folder.facts())
+    staged = view.staged
+    kept = None if staged is None else ev.StagedSummary(
+        staged.operation, staged.slot, staged.sha256, staged.version, staged.archive_sha256
+    )
+    return ev.HistorySnapshot(tuple(summaries), folder.facts(), kept)

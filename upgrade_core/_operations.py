@@ -7,18 +7,20 @@ between the result and its acknowledgement republishes exactly the same fields (
 same times, same boot id) and never runs host effects again.
 
 Phases follow the ``UpgradeOperation`` status contract of design §10: ``Pending`` (seen, not started),
-``InProgress`` (its episode is open), and the terminal ``Succeeded`` (``committed`` or ``noop``),
+``InProgress`` (its episode is open), and the terminal ``Succeeded`` (``committed``, ``noop``, or ``staged``
+for an operation that asked only for staging),
 ``Failed`` (``aborted``, or refused before any episode opened), ``RolledBack`` and ``NeedsAttention``.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Final, Literal
 
 import attrs
 
 from ._events import ResultValue, UpgradeResult
-from ._fold import JournalView, OperationStep
+from ._fold import EpisodeView, JournalView, OperationStep
 
 __all__ = [
     "PHASE_OF_RESULT",
@@ -29,6 +31,7 @@ __all__ = [
     "operation_status",
     "refused_status",
     "waiting_status",
+    "window_waiting_status",
 ]
 
 OperationPhase = Literal["Pending", "InProgress", "Succeeded", "Failed", "RolledBack", "NeedsAttention"]
@@ -41,6 +44,7 @@ PHASE_OF_RESULT: Final[dict[ResultValue, OperationPhase]] = {
     "aborted": "Failed",
     "rolled_back": "RolledBack",
     "needs_attention": "NeedsAttention",
+    "staged": "Succeeded",
 }
 """The terminal phase of each published result (design §7 result values -> design §10 phases)."""
 
@@ -62,7 +66,8 @@ class OperationStatus:
         started_at / finished_at: Unix seconds of ``EpisodeOpened`` / ``EpisodeClosed`` (wall clock,
             informational), None when unknown.
         step: where a running operation stands (:attr:`~upgrade_core.EpisodeView.step`; ``Waiting`` before
-            its episode opens).
+            its episode opens, and while it waits for its maintenance window, docs/configuration.md
+            ``[schedule]``; ``Staged`` once the operator staged its candidate outside the window).
         attempt: the latest health attempt's number (from 1; :attr:`~upgrade_core.EpisodeView.attempt`),
             None before the first one.
         bytes_fetched: the archive's size in bytes once ``ArchiveFetched`` is journaled, None before (the
@@ -103,6 +108,10 @@ def _terminal(result: UpgradeResult, operation: str) -> OperationStatus:
 def operation_status(view: JournalView, operation: str) -> OperationStatus | None:
     """The status of ``operation`` as the journal tells it; pure.
 
+    An operation the operator staged outside its maintenance window (its episode published ``staged``) is
+    ``InProgress`` with step ``Staged`` until an ``activate`` episode switches to that staging; from then
+    on its status is that episode's (its result, ``journal_seq`` and boot id; the operation's start time).
+
     Returns:
         A terminal status once the episode's result is published (``journal_seq`` names that record; for
         an episode compaction has summarised, the summary keeps it, the boot id and the times: a republished
@@ -111,14 +120,25 @@ def operation_status(view: JournalView, operation: str) -> OperationStatus | Non
     """
     ep = view.episodes.get(operation)
     if ep is not None:
+        started_at = ep.opened_at
+        if ep.published is not None and ep.published.result == "staged":
+            # staged for its maintenance window: the operation goes on in the activate episode that
+            # switched to this staging (StagedCandidateChecked.staged_by), once there is one
+            activation = _activation_of(view, operation)
+            if activation is None:
+                return OperationStatus(
+                    operation, "InProgress", from_version=ep.from_version, to_version=ep.candidate_version,
+                    message=ep.published.reason, boot_id=ep.boot_id, started_at=started_at, step="Staged",
+                )
+            ep = activation
         if ep.published is not None:
             return attrs.evolve(
                 _terminal(ep.published, operation), journal_seq=ep.published_seq, boot_id=ep.boot_id,
-                started_at=ep.opened_at, finished_at=ep.closed_at,
+                started_at=started_at, finished_at=ep.closed_at,
             )
         return OperationStatus(
             operation, "InProgress", from_version=ep.from_version, to_version=ep.candidate_version,
-            boot_id=ep.boot_id, started_at=ep.opened_at, step=ep.step, attempt=ep.attempt,
+            boot_id=ep.boot_id, started_at=started_at, step=ep.step, attempt=ep.attempt,
             bytes_fetched=ep.archive_size,
         )
     for summary in reversed(view.history):
@@ -139,6 +159,39 @@ def waiting_status(operation: str, at: float) -> OperationStatus:
         at: Unix seconds it was accepted (``started_at``).
     """
     return OperationStatus(operation, "InProgress", started_at=at, step="Waiting")
+
+
+def _activation_of(view: JournalView, staged_by: str) -> EpisodeView | None:
+    """The latest ``activate`` episode that switched to the candidate operation ``staged_by`` staged."""
+    found = None
+    for ep in view.episodes.values():
+        if ep.kind == "activate" and ep.staged_by == staged_by:
+            found = ep
+    return found
+
+
+def window_waiting_status(
+    operation: str, opens_at: float | None, at: float, staged: OperationStatus | None = None
+) -> OperationStatus:
+    """The ``InProgress`` status of an operation waiting for its maintenance window (step ``Waiting``); the
+    message says when this host's part of the next window opens (Unix seconds ``opens_at``, None when the
+    expression names no later start).
+
+    Args:
+        at: Unix seconds the wait was noticed (``started_at``) when nothing of it is journaled.
+        staged: its status once its candidate is staged (step ``Staged``): versions, boot id and start kept.
+    """
+    when = "no later window" if opens_at is None else f"the next opens at {_utc(opens_at)}"
+    message = f"waiting for the maintenance window: {when}"
+    if staged is not None:
+        said = f"{message}; {staged.message}" if staged.message else message
+        return attrs.evolve(staged, message=said, step="Waiting")
+    return OperationStatus(operation, "InProgress", message=message, started_at=at, step="Waiting")
+
+
+def _utc(unix_s: float) -> str:
+    """RFC 3339 UTC to the second."""
+    return datetime.fromtimestamp(int(unix_s), UTC).isoformat().replace("+00:00", "Z")
 
 
 def refused_status(operation: str, reason: str, at: float) -> OperationStatus:

@@ -51,6 +51,7 @@ class EpisodeState(enum.Enum):
     FETCHED = "fetched"
     STAGED = "staged"
     VERIFIED = "verified"
+    READY = "ready"
     SWITCHING = "switching"
     SWITCHED = "switched"
     RESTARTED = "restarted"
@@ -94,6 +95,12 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     # rollback (operator, ``upgrade-agent rollback``): nothing is fetched or staged; the last-good slot's
     # version command is run (next_state: only a rollback episode verifies straight after opening).
     (S.OPENED, ev.CandidateVerified.TAG): S.VERIFIED,
+    # ``upgrade --stage``: the installed candidate waits in its slot for ``activate``; the episode ends here
+    # with the result ``staged`` (next_state: an ``upgrade`` episode, for the installed candidate).
+    (S.VERIFIED, ev.StagedForActivation.TAG): S.READY,
+    # ``activate``: the staged slot's bytes are hashed again; the episode then switches as an upgrade does
+    # (next_state: an ``activate`` episode only; a mismatch can only abort, SwitchIntended needs a match).
+    (S.OPENED, ev.StagedCandidateChecked.TAG): S.VERIFIED,
     # -- the switch: intent, then completion; a switch that never landed is aborted ---------------------
     (S.VERIFIED, ev.SwitchIntended.TAG): S.SWITCHING,
     (S.SWITCHING, ev.SwitchCommitted.TAG): S.SWITCHED,
@@ -133,6 +140,7 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     (S.UNCHANGED, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.ROLLED_BACK, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.NEEDS_ATTENTION, ev.ResultPublished.TAG): S.PUBLISHED,
+    (S.READY, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.PUBLISHED, ev.EpisodeClosed.TAG): S.CLOSED,
 }
 # A recovery may take over an open episode in any state, any number of times (crashes inside recovery).
@@ -142,7 +150,9 @@ for _s in _OPEN_STATES:
 TRANSITIONS: Final[dict[tuple[EpisodeState, str], EpisodeState]] = _T
 """The lifecycle: ``(state, event TAG) -> next state``. Anything absent is illegal."""
 
-TERMINAL_STATES: Final = frozenset({S.COMMITTED, S.UNCHANGED, S.ABORTED, S.ROLLED_BACK, S.NEEDS_ATTENTION})
+TERMINAL_STATES: Final = frozenset(
+    {S.COMMITTED, S.UNCHANGED, S.ABORTED, S.ROLLED_BACK, S.NEEDS_ATTENTION, S.READY}
+)
 """States holding a terminal result that still has to be published."""
 
 
@@ -235,12 +245,13 @@ class EpisodeContext:
 
     Attributes:
         episode_id: the episode the next event belongs to.
-        kind: ``upgrade``, ``install``, ``self_upgrade``, ``quarantine``, ``rollback`` or
-            ``trust-reset``; None before ``EpisodeOpened``.
+        kind: ``upgrade``, ``install``, ``self_upgrade``, ``quarantine``, ``rollback``, ``trust-reset`` or
+            ``activate``; None before ``EpisodeOpened``.
         candidate_slot / candidate_sha256: what ``CandidateStaged`` recorded (slot, 64 hex), or None; for a
             ``rollback`` episode the last-good slot its ``SwitchIntended`` names and the digest its
-            ``EpisodeOpened`` expected.
-        installed: ``CandidateInstalled`` was journaled.
+            ``EpisodeOpened`` expected; for an ``activate`` episode the staged slot and digest its
+            ``StagedCandidateChecked`` names.
+        installed: ``CandidateInstalled`` was journaled (an ``activate``: the staged bytes matched).
         attempts_started: candidate health attempts begun (``HealthAttemptStarted``, target candidate).
         rollback_attempts_started: last-good health attempts begun during the rollback.
         verified_version: the version ``CandidateVerified`` recorded, or None.
@@ -270,6 +281,7 @@ class EpisodeContext:
 # (design §9 ``journal.replay``).
 _OPENED: Final = S.OPENED
 _UNCHANGED: Final = S.UNCHANGED
+_READY: Final = S.READY
 _ROLLING_BACK: Final = S.ROLLING_BACK
 _ACTIVE: Final = (S.SWITCHED, S.RESTARTED)
 
@@ -324,6 +336,30 @@ def _release_trusted_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Re
     return None
 
 
+def _staged_for_activation_rule(
+    state: EpisodeState, ctx: EpisodeContext, event: ev.StagedForActivation
+) -> str | None:
+    """``upgrade --stage`` (docs/cli.md): only an ``upgrade`` episode stages for a later ``activate``, and
+    only the candidate it installed, with the version it reported."""
+    if ctx.kind != "upgrade":
+        return f"StagedForActivation in a {ctx.kind} episode"
+    if not ctx.installed or event.slot != ctx.candidate_slot or event.sha256 != ctx.candidate_sha256:
+        return "StagedForActivation does not match the installed candidate"
+    if event.version != ctx.verified_version:
+        return (f"StagedForActivation for version {event.version}, "
+                f"the candidate reported {ctx.verified_version}")
+    return None
+
+
+def _staged_checked_rule(
+    state: EpisodeState, ctx: EpisodeContext, event: ev.StagedCandidateChecked
+) -> str | None:
+    """Only an ``activate`` episode checks a staged candidate (docs/cli.md ``activate``)."""
+    if ctx.kind != "activate":
+        return f"StagedCandidateChecked in a {ctx.kind} episode"
+    return None
+
+
 def _switch_intended_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.SwitchIntended) -> str | None:
     """design §4.3 step 5: only an installed candidate is switched to, in its own slot. A ``rollback`` episode
     switches ``current`` to the slot ``last-good`` names, away from another slot (docs/recovery.md)."""
@@ -353,7 +389,8 @@ def _aborted_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Aborted) -
 
 def _verified_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.CandidateVerified) -> str | None:
     """Only a ``rollback`` verifies without staging (the last-good slot is already installed), and it never
-    stages."""
+    stages; an ``activate`` never runs the version command (staging ran it, and the digest check proves the
+    bytes are those)."""
     if (state is _OPENED) != (ctx.kind == "rollback"):
         return f"CandidateVerified in state {state.value} of a {ctx.kind} episode"
     return None
@@ -361,9 +398,12 @@ def _verified_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Candidate
 
 def _rollback_kind_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Event) -> str | None:
     """A ``rollback`` episode fetches nothing and never moves ``last-good`` (docs/recovery.md: a failed
-    rollback leaves both links as they were; a committed one leaves both naming the rolled-back-to slot)."""
+    rollback leaves both links as they were; a committed one leaves both naming the rolled-back-to slot).
+    An ``activate`` fetches nothing either: its candidate was staged by an earlier episode."""
     if ctx.kind == "rollback":
         return f"{event.TAG} in a rollback episode"
+    if ctx.kind == "activate" and type(event) is ev.ArchiveFetched:
+        return "ArchiveFetched in an activate episode"
     return None
 
 
@@ -386,6 +426,8 @@ def _published_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.ResultPu
     """design §4.3 step 4: an unchanged candidate publishes ``noop``, nothing else."""
     if state is _UNCHANGED and event.result.result != "noop":
         return f"{event.result.result} published for an unchanged candidate"
+    if (state is _READY) != (event.result.result == "staged"):
+        return f"{event.result.result} published in state {state.value}"
     return None
 
 
@@ -414,6 +456,8 @@ _RULES: Final[dict[type[ev.Event], _Rule]] = {
     ev.CandidateVerified: _verified_rule,
     ev.ArchiveFetched: _rollback_kind_rule,
     ev.LastGoodRepointed: _rollback_kind_rule,
+    ev.StagedForActivation: _staged_for_activation_rule,
+    ev.StagedCandidateChecked: _staged_checked_rule,
 }
 """The rules beyond the table, by event class: each returns why the event breaks it, or None."""
 

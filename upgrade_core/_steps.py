@@ -180,6 +180,22 @@ class FlowRun(StepExecutor):
         await self.bracket(op, lambda: host.install_staged(staged), installed, shield=True)
         return True
 
+    async def stage_for_activation(self, req: UpgradeRequest, slot: Slot, links: LinkState) -> bool:
+        """``upgrade --stage``: steps 3-4 of :meth:`stage_and_verify`, then ``StagedForActivation`` and the
+        result ``staged`` instead of the switch. Always False (the episode is closed: staged or noop)."""
+        op = req.operation
+        if not await self.stage_and_verify(req, slot, links):
+            return False
+        ep = self.ep(op)
+        assert ep.candidate_slot is not None and ep.candidate_sha256 is not None
+        assert ep.candidate_version is not None and ep.archive_sha256 is not None
+        staged = ev.StagedForActivation(ep.candidate_slot, ep.candidate_sha256, ep.candidate_version,
+                                        ep.archive_sha256)
+        with anyio.CancelScope(shield=True):
+            await self.emit(op, staged)
+            await self.publish_close(op)
+        return False
+
     def trusted_release(self, release: ev.ReleaseTrusted, version: str) -> ev.ReleaseTrusted:
         """A signed release is for this agent and this version, or it is refused before the switch
         (docs/trust.md).
@@ -205,13 +221,15 @@ class FlowRun(StepExecutor):
         return release
 
     async def pre_switch(self, req: UpgradeRequest, slot: Slot, links: LinkState) -> UpgradeResult | None:
-        """Steps 3-4 under the phase rule: a terminal result (aborted/noop), or None to go on to the switch.
+        """Steps 3-4 under the phase rule: a terminal result (aborted/noop, or ``staged`` for a
+        ``req.stage`` request), or None to go on to the switch.
 
         Before ``SwitchIntended`` any exception aborts the open episode (``Aborted`` published, closed): an
         :class:`UpgradeError` returns that result; a cancellation or a bug is re-raised after the abort. A
         :class:`JournalError` passes through (nothing can be journaled).
         """
-        return await self.guard_pre_switch(req.operation, lambda: self.stage_and_verify(req, slot, links))
+        steps = self.stage_for_activation if req.stage else self.stage_and_verify
+        return await self.guard_pre_switch(req.operation, lambda: steps(req, slot, links))
 
     async def guard_pre_switch(self, op: str, steps: Callable[[], Awaitable[bool]]) -> UpgradeResult | None:
         """Run the pre-switch ``steps`` of ``op`` under the phase rule of :meth:`pre_switch` (the one copy);

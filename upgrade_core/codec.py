@@ -62,7 +62,7 @@ def _make_converter() -> cattrs.Converter:
         ),
     )
     conv.register_unstructure_hook(
-        HistorySnapshot, make_dict_unstructure_fn(HistorySnapshot, conv, facts=omit)
+        HistorySnapshot, make_dict_unstructure_fn(HistorySnapshot, conv, facts=omit, staged=omit)
     )
     conv.register_unstructure_hook(HealthFailed, make_dict_unstructure_fn(HealthFailed, conv, cause=omit))
     conv.register_unstructure_hook(Aborted, make_dict_unstructure_fn(Aborted, conv, cause=omit))

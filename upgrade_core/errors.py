@@ -179,6 +179,20 @@ class NothingToRollBackError(HostError):
     exit_code: ClassVar[int] = 2
 
 
+class NothingStagedError(HostError):
+    """``activate`` where the journal knows no staged candidate (``upgrade --stage`` was never run, or its
+    candidate was replaced, switched to or found changed since), or where ``current`` or ``last-good``
+    names the staged slot: refused before any episode opens, the journal unchanged. Exit 2."""
+
+    exit_code: ClassVar[int] = 2
+
+
+class StagedCandidateChangedError(HostError):
+    """``activate`` found the staged slot's bytes no longer hashing to the digest staging recorded (or the
+    slot missing or empty): the episode aborts before the switch, the host unchanged, and the journal
+    forgets the staged candidate. Exit 1 (aborted)."""
+
+
 class AlreadyInstalledError(HostError):
     """``install`` on a host whose slot holds a different binary: "already installed; use upgrade". Exit 2."""
 

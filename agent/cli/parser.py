@@ -15,7 +15,7 @@ from agent.logline import PROG
 __all__ = ["EXIT_CODES_HELP", "UsageExit", "build_parser", "own_version"]
 
 EXIT_CODES_HELP = """exit codes:
-  0    committed or noop; recover left no open episode
+  0    committed, noop or staged; recover left no open episode
   1    rolled_back or aborted: the host runs its previous good binary
   2    usage, configuration, not installed, already installed
   3    needs_attention; journal corrupt, newer or poisoned; a failure after the switch;
@@ -23,6 +23,9 @@ EXIT_CODES_HELP = """exit codes:
   4    the host refused: permission, ownership, file type, read-only file system; nothing was changed
   75   busy: another process holds the host lock (or the journal)
   130  interrupted twice"""
+
+
+_NOW_HELP = "switch even outside the [schedule] maintenance window (someone is at the console)"
 
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -142,6 +145,14 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--retry-known-bad", action="store_true", help=_RETRY_HELP)
     p.add_argument("--operation", metavar="ID", help=_OPERATION_HELP)
     p.add_argument("--preflight", action="store_true", help="print the plan; fetch nothing, change nothing")
+    p.add_argument(
+        "--stage", action="store_true",
+        help="fetch, verify and install into the inactive slot, switch nothing (result staged); see activate",
+    )
+    p.add_argument("--now", action="store_true", help=_NOW_HELP)
+    p = cmd("activate", "switch to the candidate upgrade --stage installed, restart, health-check")
+    p.add_argument("--operation", metavar="ID")
+    p.add_argument("--now", action="store_true", help=_NOW_HELP)
     p = cmd("rollback", "switch current to last-good as its own episode, restart, health-check")
     p.add_argument(
         "--below-watermark", action="store_true",

@@ -356,6 +356,12 @@ FAST_SCHEMA: dict[str, dict[str, Callable[[Any], bool]]] = {
         "command_probe": lambda v: _argv(v) and (not v or v[0] != ""),
     },
     "journal": {"keep_episodes": _pos_int},
+    # a window expression is checked by systemd-analyze: the full loader's business
+    "schedule": {
+        "window": lambda v: v == "",
+        "window_s": lambda v: type(v) in (int, float) and 0 <= v < float("inf"),
+        "jitter_s": lambda v: type(v) in (int, float) and 0 <= v < float("inf"),
+    },
     # the boot-time no-op reads no signature; a signed host's configuration must not cost it the full loader
     "trust": {
         "root_keys": _root_keys,

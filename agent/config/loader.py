@@ -402,6 +402,30 @@ class OperationsSection:
 
 
 @attrs.frozen
+class ScheduleSection:
+    """``[schedule]`` (docs/configuration.md): the maintenance window in which a switch may happen.
+
+    Attributes:
+        window: "" (a switch may happen any time) or a systemd calendar expression (systemd.time(7), what
+            ``OnCalendar=`` takes) naming when a window starts; checked by the real ``systemd-analyze
+            calendar`` when the configuration is loaded (:func:`parse_config`).
+        window_s: the window's length, seconds; > 0 when ``window`` is set.
+        jitter_s: the most a host waits into each window before it switches, seconds, ``< window_s``; each
+            host's own delay derives from its machine id (:func:`upgrade_core._window.host_delay_s`).
+    """
+
+    window: str = ""
+    window_s: float = attrs.field(default=0.0, validator=_non_negative_seconds)
+    jitter_s: float = attrs.field(default=0.0, validator=_non_negative_seconds)
+
+    def __attrs_post_init__(self) -> None:
+        if self.window and self.window_s <= 0:
+            raise _BadValue("window_s", "must be more than 0 when window is set")
+        if self.window and self.jitter_s >= self.window_s:
+            raise _BadValue("jitter_s", f"must be less than window_s ({self.window_s:g})")
+
+
+@attrs.frozen
 class MirrorEntry:
     """One ``[[mirrors]]`` entry: an absolute path that receives a verified copy of the current slot.
 
@@ -429,6 +453,7 @@ class AgentConfig:
         source: the file it was loaded from (for messages).
         agent, host, download, limits, verify, health, journal: the sections of design §3.
         trust, operations: the sections of design §10.
+        schedule: the maintenance window (docs/configuration.md).
         mirrors: the ``[[mirrors]]`` entries, in file order.
     """
 
@@ -441,6 +466,7 @@ class AgentConfig:
     journal: JournalSection = attrs.Factory(JournalSection)
     trust: TrustSection = attrs.Factory(TrustSection)
     operations: OperationsSection = attrs.Factory(OperationsSection)
+    schedule: ScheduleSection = attrs.Factory(ScheduleSection)
     mirrors: tuple[MirrorEntry, ...] = ()
     source: str = ""
 
@@ -621,7 +647,7 @@ def parse_config(doc: Mapping[str, Any], source: str, machine: str | None = None
         ConfigError: ``source: dotted.key: message`` for the first problem in file order (unknown key,
             missing ``agent.name``, wrong type, bad value, ``{arch}`` on an unsupported machine), then the
             cross-key path rules of design §10 (a system directory, ``host.root``/``host.state_dir`` overlap,
-            a lock inside ``host.root``).
+            a lock inside ``host.root``), then ``schedule.window`` as ``systemd-analyze calendar`` judges it.
     """
     if "source" in doc:
         raise ConfigError(f"{source}: source: unknown key")
@@ -637,6 +663,10 @@ def parse_config(doc: Mapping[str, Any], source: str, machine: str | None = None
         raise ConfigError(f"{source}: {key}: {message}{more}") from None
     try:
         check_agent_unit(cfg.agent.name, cfg.agent.unit)
+        if cfg.schedule.window:
+            from agent.systemd.calendar import check_calendar
+
+            check_calendar(cfg.schedule.window)
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
     return cfg

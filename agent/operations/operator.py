@@ -35,10 +35,11 @@ is published first (design §4.3 step 10, as the CLI).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal
 
 import anyio
+import attrs
 
 from agent.crashhook import crash_point
 from agent.errors import ConfigError, UsageError
@@ -54,13 +55,16 @@ from agent.operations.model import (
 )
 from agent.session.request import DeltaPlan, make_delta_request
 from agent.session.session import Session
+from agent.session.window import window_now
 from upgrade_core import (
     JournalView,
     OperationStatus,
     UpgradeRequest,
+    WindowVerdict,
     operation_status,
     refused_status,
     waiting_status,
+    window_waiting_status,
 )
 from upgrade_core.errors import (
     EpisodeLeftOpenError,
@@ -106,13 +110,19 @@ async def open_source(session: Session) -> OperationSource:
     )
 
 
+def _runnable(status: OperationStatus | None) -> bool:
+    """The journal knows nothing of the operation yet, or it is staged and waits for its window."""
+    return status is None or status.step == "Staged"
+
+
 class Operator:
     """The managed-operations loop (see the module docstring).
 
     Args:
         session: the embedding session of this configuration (it runs every episode).
         source: where operations come from and where their status goes.
-        wall: Unix-seconds clock for the times of refusals (tests pass their own).
+        wall: Unix-seconds clock for the times of refusals and for the maintenance window (tests pass their
+            own).
     """
 
     def __init__(
@@ -185,7 +195,7 @@ class Operator:
             unacknowledged = [op for op in ops if not held_terminal(op)]
             if unacknowledged:
                 view = await self._publish_known(unacknowledged)
-                todo = [op for op in unacknowledged if operation_status(view, op.operation) is None]
+                todo = [op for op in unacknowledged if _runnable(operation_status(view, op.operation))]
                 outcome = "skipped"
                 for op in todo:  # the oldest one that can be taken; one whose status cannot be written
                     if self._stopping:  # (a symlink where it goes...) never blocks those behind it
@@ -196,7 +206,9 @@ class Operator:
                 if outcome == "done":
                     self._stalled = 0
                     continue  # look at the source again before the next one
-                if outcome == "wait" or (todo and not once):
+                if outcome == "window" and once:
+                    break  # staged, waiting for its maintenance window: nothing more to do now
+                if outcome in ("wait", "window") or (todo and not once):
                     self._stalled += 1  # nothing could be taken: back off further each time
                     await self._pause()
                     continue
@@ -350,23 +362,63 @@ class Operator:
             if await self._publish(op, status):
                 last = status
 
-    async def _run_one(self, op: Operation) -> Literal["done", "skipped", "wait"]:
+    async def _run_one(self, op: Operation) -> Literal["done", "skipped", "wait", "window"]:
         """Refuse or run ``op`` and publish its status: ``done`` (something was decided and reported),
         ``skipped`` (its status could not be written: nothing was run; try the next one), ``wait`` (the host
-        lock is busy: back off before trying anything)."""
+        lock is busy: back off before trying anything), ``window`` (it waits for its maintenance window:
+        back off, or with ``--once`` stop).
+
+        Outside the ``[schedule]`` window (docs/configuration.md) an operation is staged (``upgrade
+        --stage`` under its own id: fetched, verified, installed in the inactive slot, nothing switched) and
+        reported ``Waiting``; inside it a staged operation is activated, any other one upgraded at once."""
+        staged = operation_status(self.session.view(), op.operation)
+        if staged is not None and staged.step == "Staged":
+            return await self._activate_staged(op, staged)
         checked = self._check(op)
         if isinstance(checked, str):
             reported = await self._publish(op, refused_status(op.operation, checked, self._wall()))
             return "done" if reported else "skipped"
         request, delta = checked
+        window = window_now(self.session.config, self._wall())
+        if not window.open:
+            request = attrs.evolve(request, stage=True)  # staging may happen any time; the switch may not
         started = waiting_status(op.operation, self._wall())
         if not await self._publish(op, started):
             return "skipped"  # never run what could not be reported as started
-        log(f"operator: {op.name}: upgrade {op.operation} from {request.source_redacted}")
+        what = "stage" if request.stage else "upgrade"
+        log(f"operator: {op.name}: {what} {op.operation} from {request.source_redacted}")
+        return await self._run_flow(op, lambda: self._upgrade_reporting(op, request, delta, started), window)
+
+    async def _activate_staged(
+        self, op: Operation, staged: OperationStatus
+    ) -> Literal["done", "skipped", "wait", "window"]:
+        """An operation staged outside its window: ``Waiting`` while the window is closed, then ``activate``
+        (under a fresh operation id; the journal links it to ``op`` through the staging it switches to)."""
+        window = window_now(self.session.config, self._wall())
+        if not window.open:
+            waiting = window_waiting_status(op.operation, window.opens_at, self._wall(), staged)
+            await self._publish(op, waiting)
+            return "window"
+        current = self.session.view().staged
+        if current is None or current.operation != op.operation:
+            why = "its staged candidate was replaced, switched to or changed before its maintenance window"
+            reported = await self._publish(op, refused_status(op.operation, why, self._wall()))
+            return "done" if reported else "skipped"
+        activation = self.session.activate_operation(None)
+        if not await self._publish(op, attrs.evolve(staged, step=None)):
+            return "skipped"
+        log(f"operator: {op.name}: activate {activation}: the candidate {op.operation} staged")
+        return await self._run_flow(op, lambda: self.session.activate(activation), window)
+
+    async def _run_flow(
+        self, op: Operation, flow: Callable[[], Awaitable[object]], window: WindowVerdict
+    ) -> Literal["done", "skipped", "wait", "window"]:
+        """Run ``op``'s episode (``flow``) under the stop rules, then publish its status: terminal, or
+        ``Waiting`` when it was staged for a closed window."""
         try:
             with self._scope() as scope:  # a stop during the InProgress publication aborts it at once
                 self._op_scope = scope
-                await self._upgrade_reporting(op, request, delta, started)
+                await flow()
         except LockBusyError as exc:
             self._errors += 1
             log(f"operator: {op.name}: {exc}; trying again later")
@@ -388,4 +440,8 @@ class Operator:
         status = operation_status(self.session.view(), op.operation)
         if status is not None and status.terminal:
             await self._publish(op, status)  # a failure here is retried by the next pass's gate
+        elif status is not None and status.step == "Staged":
+            waiting = window_waiting_status(op.operation, window.opens_at, self._wall(), status)
+            await self._publish(op, waiting)
+            return "window"
         return "done"

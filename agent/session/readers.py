@@ -19,7 +19,7 @@ from agent.host.ownership import check_host_root, check_state
 from agent.host.provision import Provisioner
 from agent.session.converge import lock_holder, next_step, unit_drift
 from agent.session.frame import require_installed, untrusted
-from agent.session.reports import EpisodeInfo, KnownBad, Preflight, ServiceInfo, SlotInfo, Status
+from agent.session.reports import EpisodeInfo, KnownBad, Preflight, ServiceInfo, SlotInfo, StagedInfo, Status
 from agent.session.wiring import journal_dir, service_manager
 from agent.systemd.units import recover_timer_name
 from journal import JournalCorruptError, replay
@@ -254,6 +254,10 @@ class Readers:
             service_error=error,
             security_watermark=view.security_watermark,
             known_bad=tuple(KnownBad(sha, bad.operation) for sha, bad in sorted(view.known_bad.items())),
+            staged=None if view.staged is None else StagedInfo(
+                view.staged.operation, view.staged.slot, view.staged.sha256, view.staged.version,
+                view.staged.archive_sha256,
+            ),
         )
 
     def host_root(self) -> str:

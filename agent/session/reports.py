@@ -80,6 +80,26 @@ class KnownBad:
 
 
 @attrs.frozen
+class StagedInfo:
+    """The candidate ``upgrade --stage`` left in the inactive slot for ``activate`` (docs/cli.md), as the
+    journal records it (:attr:`upgrade_core.JournalView.staged`).
+
+    Attributes:
+        operation: the staging operation.
+        slot: the slot it occupies (neither link names it).
+        sha256: its member digest (64 lowercase hex), checked again by ``activate``.
+        version: the version its version command reported.
+        archive_sha256: the archive's digest as published (64 lowercase hex).
+    """
+
+    operation: str
+    slot: Slot
+    sha256: str
+    version: str
+    archive_sha256: str
+
+
+@attrs.frozen
 class Status:
     """What ``status`` reports (design §7), from the journal and the links; no binary is run.
 
@@ -97,6 +117,7 @@ class Status:
             (docs/trust.md), None when none was.
         known_bad: release digests refused when offered again, each with the operation that condemned it
             (docs/trust.md), sorted by digest.
+        staged: the candidate waiting for ``activate``, or None (docs/cli.md ``upgrade --stage``).
     """
 
     agent: str
@@ -110,9 +131,11 @@ class Status:
     service_error: str | None = None
     security_watermark: int | None = None
     known_bad: tuple[KnownBad, ...] = ()
+    staged: StagedInfo | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """The design §7 ``status`` JSON object (design §10 adds ``security_watermark`` and ``known_bad``)."""
+        """The design §7 ``status`` JSON object (design §10 adds ``security_watermark`` and ``known_bad``;
+        ``upgrade --stage`` adds ``staged``)."""
         doc = attrs.asdict(self)
         doc.pop("service_error")
         return doc

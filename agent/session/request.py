@@ -88,6 +88,7 @@ def make_request(
     signature: str | None = None,
     retry_known_bad: bool = False,
     option: str = "--archive",
+    stage: bool = False,
 ) -> UpgradeRequest:
     """Build a checked :class:`~upgrade_core.UpgradeRequest` from what an operator or a caller typed.
 
@@ -104,6 +105,7 @@ def make_request(
             ``<archive>.minisig`` when ``[trust]`` has keys.
         retry_known_bad: ``--retry-known-bad``: offer a release the journal knows as bad anyway.
         option: the option ``archive`` came from, named in refusals (``--archive``, ``--delta``).
+        stage: ``--stage``: stop once the candidate is verified and installed in the inactive slot.
 
     Returns:
         The request; its ``source_redacted`` is the only form of ``archive`` that is journaled.
@@ -124,7 +126,9 @@ def make_request(
     ):
         shown = expect_version[:_MAX_VERSION_CHARS].encode("unicode_escape").decode("ascii")
         raise UsageError(f"--expect-version \"{shown}\": not a version such as 1.2.3 or v1.2.3-rc.1+build.7")
-    return UpgradeRequest(op, archive, source_redacted, digest, expect_version, signature, retry_known_bad)
+    return UpgradeRequest(
+        op, archive, source_redacted, digest, expect_version, signature, retry_known_bad, stage
+    )
 
 
 @attrs.frozen
@@ -155,6 +159,7 @@ def make_delta_request(
     expect_version: str | None = None,
     signature: str | None = None,
     retry_known_bad: bool = False,
+    stage: bool = False,
 ) -> tuple[UpgradeRequest, DeltaPlan]:
     """``upgrade --delta SRC --delta-sha256 HEX --member-sha256 HEX [--archive SRC [--sha256 HEX]]``, checked
     like :func:`make_request`; the request's source is the delta, its fall-back the archive.
@@ -185,6 +190,6 @@ def make_delta_request(
         fallback_sha256 = parse_sha256(sha256)
     request = make_request(
         delta, allow_http=allow_http, sha256=digests[0], operation=operation, expect_version=expect_version,
-        signature=signature, retry_known_bad=retry_known_bad, option="--delta",
+        signature=signature, retry_known_bad=retry_known_bad, option="--delta", stage=stage,
     )
     return request, DeltaPlan(str(digests[1]), archive, fallback_sha256)

@@ -83,11 +83,18 @@ from upgrade_core import (
     recover,
     resume_self_upgrade,
     rollback_target,
+    run_activate,
     run_rollback,
     run_upgrade,
     self_upgrade_prepare,
 )
-from upgrade_core.errors import JournalDurabilityError, LockBusyError, NothingToRollBackError, UpgradeError
+from upgrade_core.errors import (
+    JournalDurabilityError,
+    LockBusyError,
+    NothingStagedError,
+    NothingToRollBackError,
+    UpgradeError,
+)
 
 __all__ = [
     "BUSY_REASON", "Cleanup", "EpisodeInfo", "JournalCheck", "KnownBad", "Preflight", "Quarantined",
@@ -148,6 +155,7 @@ class Session:
         expect_version: str | None = None,
         signature: str | None = None,
         retry_known_bad: bool = False,
+        stage: bool = False,
     ) -> UpgradeRequest:
         """A checked request (see :func:`agent.session.request.make_request`); nothing is locked or created.
 
@@ -162,6 +170,7 @@ class Session:
             expect_version=expect_version,
             signature=signature,
             retry_known_bad=retry_known_bad,
+            stage=stage,
         )
 
     # -- what a signal handler needs -------------------------------------------------------------------
@@ -210,8 +219,9 @@ class Session:
         (docs/delta.md).
 
         Returns:
-            The terminal result (``committed``, ``noop``, ``aborted``, ``rolled_back``, ``needs_attention``);
-            a closed operation id returns its recorded result and does nothing.
+            The terminal result (``committed``, ``noop``, ``aborted``, ``rolled_back``, ``needs_attention``;
+            for a ``request.stage`` request ``staged``: verified and installed in the inactive slot, nothing
+            switched or restarted); a closed operation id returns its recorded result and does nothing.
 
         Raises:
             NotInstalledError, LayoutConflictError: checked before the lock (exit 2).
@@ -272,6 +282,46 @@ class Session:
         return await self._frame.write(
             lambda p, pol, f: run_rollback(p, pol, operation, folder=f, below_watermark=below_watermark),
             operation=operation,
+        )
+
+    def activate_operation(self, operation: str | None = None) -> str:
+        """A checked operation id for :meth:`activate` (a fresh uuid4 hex when None), refused when there is
+        nothing to activate; reads the journal, takes no lock and touches nothing.
+
+        Raises:
+            UsageError: not ``[A-Za-z0-9._-]{1,64}`` (exit 2).
+            NotInstalledError, LayoutConflictError: no ``current`` link, or a real file in its place (exit 2).
+            NothingStagedError: the journal knows no staged candidate, no episode is open that a recovery
+                might settle first, and ``operation`` did not close before (its result would be printed).
+        """
+        op = operation_id(operation)
+        require_installed(self.host)
+        view = self.view()
+        if view.staged is None and view.open_episode is None and view.result_of(op) is None:
+            raise NothingStagedError("nothing staged: run upgrade --stage first")
+        return op
+
+    async def activate(self, operation: str) -> UpgradeResult:
+        """``activate`` (docs/cli.md): switch to the candidate ``upgrade --stage`` left in the inactive slot,
+        after hashing its bytes again, then restart and health-check as :meth:`upgrade` does.
+
+        Args:
+            operation: from :meth:`activate_operation` (checked again here).
+
+        Returns:
+            ``committed``, ``rolled_back`` or ``needs_attention`` as :meth:`upgrade`; ``aborted`` when the
+            staged bytes changed (nothing switched; the journal forgets the staged candidate) or a signal came
+            before the switch; a closed operation id returns its recorded result.
+
+        Raises:
+            NotInstalledError, LayoutConflictError: checked before the lock (exit 2).
+            NothingStagedError: the journal knows no staged candidate (exit 2; checked before the lock from
+                the journal as it stands, and again under it): nothing locked, created or journaled.
+            LockBusyError, EpisodeLeftOpenError, JournalError: as :meth:`upgrade`.
+        """
+        self.activate_operation(operation)
+        return await self._frame.write(
+            lambda p, pol, f: run_activate(p, pol, operation, folder=f), operation=operation,
         )
 
     async def recover(self, trigger: Trigger = "manual") -> UpgradeResult | HandedOff:

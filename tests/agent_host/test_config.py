@@ -411,6 +411,7 @@ def test_fast_schema_names_exactly_the_full_loaders_keys() -> None:
         "journal": config_mod.JournalSection,
         "operations": config_mod.OperationsSection,
         "trust": config_mod.TrustSection,
+        "schedule": config_mod.ScheduleSection,
     }
     assert set(FAST_SCHEMA) == set(sections)
     for section, cls in sections.items():

@@ -31,6 +31,8 @@ EVENTS: list[ev.Event] = [
     ev.RecoveryStarted("boot"),
     ev.ReleaseTrusted("0123456789ABCDEF", "agent", "2.0.0", 7),
     ev.HistorySnapshot((SUMMARY,)),
+    ev.StagedForActivation("green", "c" * 64, "2.0.0", "a" * 64),
+    ev.StagedCandidateChecked("op0", "green", "c" * 64, "f" * 64, "2.0.0"),
 ]
 
 

@@ -29,9 +29,18 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from upgrade_core import HandedOff, UpgradeRequest, UpgradeResult, fold, recover, run_rollback, run_upgrade
+from upgrade_core import (
+    HandedOff,
+    UpgradeRequest,
+    UpgradeResult,
+    fold,
+    recover,
+    run_activate,
+    run_rollback,
+    run_upgrade,
+)
 from upgrade_core import _events as ev
-from upgrade_core.errors import NothingToRollBackError
+from upgrade_core.errors import NothingStagedError, NothingToRollBackError
 
 from ..sim.host import (
     CRASH_METHODS,
@@ -48,6 +57,7 @@ LONG = os.environ.get("UPGRADE_CORE_LONG") == "1"
 FIRED: set[tuple[str, str, str]] = set()
 RESULTS: set[str] = set()
 ROLLBACK_RESULTS: set[str] = set()
+STAGING_RESULTS: set[str] = set()  # results of upgrade --stage and of activate ("activate committed", ...)
 
 BEHAVIORS: dict[str, Behavior | None] = {
     "good": Behavior("good"),
@@ -131,7 +141,9 @@ class CrashMachine(RuleBasedStateMachine):
     # -- rules -------------------------------------------------------------------------------------------
     @rule(nature=st.sampled_from(sorted(BEHAVIORS)), repeat=st.booleans(), inside_unit=st.booleans(),
           plan=crash_plans)
-    def upgrade(self, nature: str, repeat: bool, inside_unit: bool, plan: CrashPlan | None) -> None:
+    def upgrade(
+        self, nature: str, repeat: bool, inside_unit: bool, plan: CrashPlan | None, stage: bool = False
+    ) -> None:
         if repeat and self.started:
             op = self.started[-1]
         else:
@@ -149,13 +161,51 @@ class CrashMachine(RuleBasedStateMachine):
             self.nature[op] = nature
             self.started.append(op)
         self.w.inside_unit = inside_unit
-        request = UpgradeRequest(op, f"src-{op}", f"src-{op}")
+        request = UpgradeRequest(op, f"src-{op}", f"src-{op}", stage=stage)
         ok, result = self._run(plan, run_upgrade, self.w.ports(), SIM_POLICY, request)
         self.w.inside_unit = False
         if ok:
             self.completed.add(op)
             RESULTS.add(result.result)
+            if stage:
+                STAGING_RESULTS.add(f"stage {result.result}")
             hypothesis.event(f"result {result.result}")
+            self._settled()
+
+    @rule(nature=st.sampled_from(sorted(BEHAVIORS)), plan=crash_plans)
+    def stage(self, nature: str, plan: CrashPlan | None) -> None:
+        """``upgrade --stage``: fetch, verify, install in the inactive slot; no switch (docs/cli.md)."""
+        self.upgrade(nature, False, False, plan, stage=True)
+
+    @rule(inside_unit=st.booleans(), plan=crash_plans)
+    def activate(self, inside_unit: bool, plan: CrashPlan | None) -> None:
+        """``activate``: switch to the staged candidate as an upgrade does; refused (nothing journaled for
+        it) when nothing is staged."""
+        self.counter += 1
+        op = f"op{self.counter}"
+
+        async def flow() -> UpgradeResult | None:
+            try:
+                return await run_activate(self.w.ports(), SIM_POLICY, op)
+            except NothingStagedError:
+                return None
+
+        self.w.inside_unit = inside_unit
+        ok, result = self._run(plan, flow)
+        self.w.inside_unit = False
+        if ok and result is None:
+            assert fold(self.w.replay()).result_of(op) is None
+            hypothesis.event("activate refused: nothing staged")
+            return
+        if fold(self.w.replay()).episodes.get(op) is None:
+            return  # crashed before its episode opened (perhaps while recovering an older one)
+        self.nature[op] = "activate"
+        self.started.append(op)
+        if ok:
+            self.completed.add(op)
+            RESULTS.add(result.result)
+            STAGING_RESULTS.add(f"activate {result.result}")
+            hypothesis.event(f"activate result {result.result}")
             self._settled()
 
     @rule(method=st.sampled_from(CRASH_METHODS), when=st.sampled_from(["before", "after"]),
@@ -236,7 +286,9 @@ class CrashMachine(RuleBasedStateMachine):
             ep = view.episodes[op]
             value = result.result
             if not ep.switch_landed:
-                assert value in ("aborted", "noop"), (op, nature, value)
+                assert value in ("aborted", "noop", "staged"), (op, nature, value)
+                if value == "staged":
+                    assert ep.kind == "upgrade" and ep.installed, (op, nature)
             else:
                 # Judge by what actually ran: a "same" request may stage another digest by then.
                 assert ep.candidate_sha256 is not None
@@ -295,3 +347,4 @@ def test_every_crash_point_fired() -> None:
     assert not missing, f"crash points never exercised: {missing}"
     assert {"committed", "rolled_back", "aborted"} <= RESULTS, RESULTS
     assert "committed" in ROLLBACK_RESULTS, ROLLBACK_RESULTS
+    assert {"stage staged", "activate committed", "activate rolled_back"} <= STAGING_RESULTS, STAGING_RESULTS

@@ -46,12 +46,19 @@ pytestmark = pytest.mark.anyio
 S = EpisodeState
 OP = "op1"
 CAND = "c" * 64
-KINDS = ("upgrade", "install", "self_upgrade", "rollback")
-# A rollback episode (docs/recovery.md) fetches and stages nothing: never fetched, staged or unchanged.
-UNREACHABLE = {"rollback": {S.FETCHED, S.STAGED, S.UNCHANGED}}
+KINDS = ("upgrade", "install", "self_upgrade", "rollback", "activate")
+# A rollback episode (docs/recovery.md) fetches and stages nothing: never fetched, staged or unchanged; nor
+# does an activate (its candidate was staged by an earlier upgrade --stage). Only an upgrade stages for a
+# later activate (ready).
+UNREACHABLE = {
+    "rollback": {S.FETCHED, S.STAGED, S.UNCHANGED, S.READY},
+    "activate": {S.FETCHED, S.STAGED, S.UNCHANGED, S.READY},
+    "install": {S.READY},
+    "self_upgrade": {S.READY},
+}
 RESULT_OF_STATE = {
     S.COMMITTED: "committed", S.UNCHANGED: "noop", S.ABORTED: "aborted", S.ROLLED_BACK: "rolled_back",
-    S.NEEDS_ATTENTION: "needs_attention",
+    S.NEEDS_ATTENTION: "needs_attention", S.READY: "staged",
 }
 
 
@@ -81,7 +88,10 @@ def variants(cls: type[Event], kind: str, folder: Folder, op: str = OP) -> list[
     if cls is ev.EpisodeOpened:
         from_slot = None if kind == "install" else "blue"
         def opened(operation: str) -> Event:
-            source, expected = ("last-good green", CAND) if kind == "rollback" else ("file:///a.tar.gz", None)
+            source, expected = (
+                ("last-good green", CAND) if kind == "rollback"
+                else ("staged green by op0", CAND) if kind == "activate" else ("file:///a.tar.gz", None)
+            )
             return ev.EpisodeOpened(operation, kind, source, expected, None,  # type: ignore[arg-type]
                                     from_slot, None, 3, 1.0, 3.0)
         out += [("ok", opened(op)), ("names another operation", opened("other"))]
@@ -156,6 +166,14 @@ def variants(cls: type[Event], kind: str, folder: Folder, op: str = OP) -> list[
         out.append(("ok", ev.HistorySnapshot(())))
     elif cls is ev.JournalQuarantined:  # legal only in a ``quarantine`` episode: refused for KINDS
         out.append(("ok", ev.JournalQuarantined("/q/journal", "blue", CAND, "1.0.0", "blue", CAND, "1.0.0")))
+    elif cls is ev.StagedForActivation:
+        version = ctx.verified_version or "2.0.0"
+        out += [("ok", ev.StagedForActivation(slot, sha, version, "a" * 64)),
+                ("other bytes", ev.StagedForActivation(slot, "f" * 64, version, "a" * 64)),
+                ("another version", ev.StagedForActivation(slot, sha, version + ".1", "a" * 64))]
+    elif cls is ev.StagedCandidateChecked:
+        out += [("ok", ev.StagedCandidateChecked("op0", "green", CAND, CAND, "2.0.0")),
+                ("changed bytes", ev.StagedCandidateChecked("op0", "green", CAND, "f" * 64, "2.0.0"))]
     elif cls is ev.TrustReset:  # legal only in a ``trust-reset`` episode: refused for KINDS
         out.append(("ok", ev.TrustReset(5, (CAND,))))
     else:  # a new event class must be given plausible fields here

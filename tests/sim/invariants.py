@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from upgrade_core import EpisodeView, HostFacts, JournalView, decide, fold
+from upgrade_core import EpisodeView, HandedOff, HostFacts, JournalView, decide, fold, recover
 from upgrade_core import _events as ev
 from upgrade_core.ports import LinkState
 
-from .host import World
+from .host import SIM_POLICY, FaultKind, World
 
 INTERRUPTED = "attempt interrupted before its verdict"
 
@@ -24,6 +24,8 @@ def good_digests(world: World, by_episode: dict[str, list[ev.Event]]) -> set[str
     for events in by_episode.values():
         if any(isinstance(e, ev.UpgradeCommitted) for e in events):
             good.update(e.sha256 for e in events if isinstance(e, ev.CandidateInstalled))
+            # an activate commits the candidate an earlier upgrade --stage installed
+            good.update(e.staged_sha256 for e in events if isinstance(e, ev.StagedCandidateChecked))
     return good
 
 
@@ -39,6 +41,9 @@ def check_always(world: World) -> JournalView:
     by_episode = events_by_episode(world)
     good = good_digests(world, by_episode)
     assert world.slot_sha(world.last_good) in good, "last-good names an unproven slot"
+    # A staged candidate (upgrade --stage) waits in a slot neither link names.
+    if view.staged is not None:
+        assert view.staged.slot not in (world.current, world.last_good), "a link names the staged slot"
     # 4. One-way commit: nothing after UpgradeCommitted rolls back (also enforced by the table).
     for op, events in by_episode.items():
         tags = [e.TAG for e in events]
@@ -81,7 +86,7 @@ def check_settled(world: World) -> JournalView:
     last = _last_episode(view)
     if last is not None and last.published is not None:
         result = last.published.result
-        if result in ("aborted", "noop") and last.kind != "install":
+        if result in ("aborted", "noop", "staged") and last.kind != "install":
             assert world.current == last.from_slot, f"{last.episode_id}: {result} but current moved"
         elif result == "committed":
             assert world.current == last.candidate_slot
@@ -100,3 +105,27 @@ def _last_episode(view: JournalView) -> EpisodeView | None:
 
 def world_links(world: World) -> LinkState:
     return LinkState(world.current, world.last_good)
+
+
+def assert_cut_verdict(world: World, cut: list[str], result: str, candidate_kind: str) -> None:
+    """C22, for an episode cut after its last journaled record ``cut[-1]`` and then recovered: before the
+    switch took effect the old slot (blue) stays and the result is ``aborted``; after it a good candidate, or
+    one with a durable commit, ends ``committed`` on green; any other ``rolled_back`` on blue."""
+    where = (len(cut), cut[-1])
+    if "SwitchCommitted" not in cut:  # a cut right after SwitchIntended: the flip never happened
+        assert result == "aborted" and world.current == "blue", where
+    elif "UpgradeCommitted" in cut or candidate_kind == "good":
+        assert result == "committed" and world.current == "green", where
+    else:
+        assert result == "rolled_back" and world.current == "blue", where
+
+
+async def settle_after_fault(world: World, fault: FaultKind) -> JournalView:
+    """After a process crashed with ``fault``: the instant invariants, then the recovery that follows (a
+    power cut boots: ``boot``, then the handed-off ``manual`` check), then the settled invariants."""
+    world.crash(fault)
+    check_always(world)
+    trigger = "boot" if fault == "power" else "manual"
+    if isinstance(await recover(world.ports(), SIM_POLICY, trigger), HandedOff):
+        await recover(world.ports(), SIM_POLICY, "manual")
+    return check_settled(world)

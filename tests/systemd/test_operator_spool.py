@@ -23,6 +23,7 @@ import secrets
 import subprocess
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -282,3 +283,35 @@ def test_sigkill_at_every_kill_point_publishes_exactly_once(make_env: Any) -> No
                                                         "EpisodeClosed#1", "operator-terminal")]
     assert all(r["phase"] == "Succeeded" for r in committed_late), committed_late
     assert not bad, "\n".join(json.dumps(r) for r in bad)
+
+
+def test_outside_its_window_an_operation_is_staged_then_switched_when_the_window_opens(make_env: Any) -> None:
+    """``[schedule]`` (docs/configuration.md): outside the window the operation is fetched, verified and
+    staged under its own id, reported ``InProgress``/``Waiting`` with the unit untouched; once the window is
+    open the operator activates the staging: ``Succeeded``, the host serves the new version, and the status
+    names the activation's ``ResultPublished`` record."""
+    env, v1 = spool_env(make_env)
+    v2 = env.release("1.1.0")
+    base = env.config.read_text()
+    later = datetime.now(UTC) + timedelta(hours=3)
+    env.config.write_text(base + f'\n[schedule]\nwindow = "*-*-* {later:%H:%M}:00 UTC"\nwindow_s = 60\n')
+    pid = env.assert_running("blue", v1)
+    put(env, "op-window", spec(env, v2))
+    out = operator_once(env)
+    assert out.code == 0, out.stderr
+    st = status(env, "op-window")
+    assert st is not None and (st["phase"], st["step"], st["result"]) == ("InProgress", "Waiting", None), st
+    assert st["message"].startswith("waiting for the maintenance window: the next opens at "), st
+    assert env.assert_running("blue", v1) == pid  # nothing switched or restarted
+    assert env.slot_sha256("green") == v2.member_sha256
+    assert env.events("op-window")[-3:] == ["StagedForActivation", "ResultPublished", "EpisodeClosed"]
+
+    env.config.write_text(base + '\n[schedule]\nwindow = "*-*-* *:*:00"\nwindow_s = 120\n')  # open now
+    out = operator_once(env)
+    assert out.code == 0, out.stderr
+    st = status(env, "op-window")
+    assert st is not None and (st["phase"], st["result"], st["step"]) == ("Succeeded", "committed", None), st
+    env.assert_running("green", v2)
+    activations = [r for r in env.journal() if r["event"]["_type"] == "StagedCandidateChecked"]
+    assert [r["event"]["staged_by"] for r in activations] == ["op-window"]
+    assert st["journal_seq"] == env.published_seq(activations[0]["episode"])

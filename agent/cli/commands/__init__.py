@@ -44,6 +44,7 @@ _WHERE = {
     "upgrade": ("agent.cli.commands.upgrade", "cmd_upgrade"),
     "recover": ("agent.cli.commands.upgrade", "cmd_recover"),
     "rollback": ("agent.cli.commands.upgrade", "cmd_rollback"),
+    "activate": ("agent.cli.commands.upgrade", "cmd_activate"),
     "status": ("agent.cli.commands.readers", "cmd_status"),
     "history": ("agent.cli.commands.readers", "cmd_history"),
     "journal": ("agent.cli.commands.journal", "cmd_journal"),

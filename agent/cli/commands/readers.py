@@ -38,6 +38,11 @@ def cmd_status(args: argparse.Namespace) -> Outcome:
             "none" if info is None else f"{info.slot} {info.version or '?'} {info.sha256 or 'missing'}"
         )
         lines.append(f"{key}: {described}")
+    if status.staged is not None:
+        st = status.staged
+        lines.append(
+            f"staged: {st.slot} {st.version} {st.sha256} (operation {st.operation}; activate switches)"
+        )
     svc = status.service
     state = "unknown" if svc.active_state is None else f"{svc.active_state}/{svc.sub_state}"
     lines.append(f"service: {state}" + (f" pid {svc.main_pid}" if svc.main_pid else ""))

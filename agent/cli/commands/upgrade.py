@@ -1,5 +1,5 @@
-"""``upgrade`` (and ``upgrade --preflight``), ``rollback`` (and ``--preflight``) and ``recover``: the commands
-that run an episode's flow."""
+"""``upgrade`` (and ``upgrade --preflight``, ``upgrade --stage``), ``activate``, ``rollback`` (and
+``--preflight``) and ``recover``: the commands that run an episode's flow."""
 
 from __future__ import annotations
 
@@ -12,17 +12,22 @@ from agent.cli.commands.outcome import Outcome, result_outcome, result_payload
 from agent.errors import UsageError
 from agent.session.request import make_delta_request
 from agent.session.session import BUSY_REASON, Preflight
+from agent.session.window import refuse_outside_window
 from upgrade_core import HandedOff, UpgradeResult
 from upgrade_core.errors import LockBusyError
 
 
 def cmd_upgrade(args: argparse.Namespace) -> Outcome:
-    """``upgrade`` (design §4.3) and ``upgrade --preflight``.
+    """``upgrade`` (design §4.3), ``upgrade --preflight`` and ``upgrade --stage`` (docs/cli.md: fetch, verify
+    and install into the inactive slot, switch nothing; result ``staged``, exit 0). Outside the
+    ``[schedule]`` maintenance window a switch is refused unless ``--now`` (``--stage`` is always allowed).
 
     Raises:
         ConfigError, UsageError: bad configuration, source, ``--sha256``, ``--operation`` or
             ``--expect-version``, neither ``--archive`` nor ``--delta``, a ``--delta`` without its two
-            digests (exit 2): nothing locked, created or journaled.
+            digests, or outside the maintenance window without ``--now``
+            (:class:`~agent.session.window.OutsideWindowError`) (exit 2): nothing locked, created or
+            journaled.
         NotInstalledError: no ``current`` link (exit 2).
         LockBusyError: another process holds the host lock (exit 75).
         EpisodeLeftOpenError: a failure after ``switch intended`` (exit 3; ``recover`` finishes it).
@@ -36,7 +41,7 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
             member_sha256=args.member_sha256,
             archive=args.archive, sha256=args.sha256, operation=args.operation,
             expect_version=args.expect_version, signature=args.signature,
-            retry_known_bad=args.retry_known_bad,
+            retry_known_bad=args.retry_known_bad, stage=args.stage,
         )
     elif args.archive is None:
         raise UsageError("upgrade needs --archive SRC or --delta SRC")
@@ -45,10 +50,12 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
     else:
         request = session.request(
             args.archive, sha256=args.sha256, operation=args.operation, expect_version=args.expect_version,
-            signature=args.signature, retry_known_bad=args.retry_known_bad,
+            signature=args.signature, retry_known_bad=args.retry_known_bad, stage=args.stage,
         )
     if args.preflight:
         return _preflight_outcome(session.preflight(request))
+    if not args.stage and not args.now:
+        refuse_outside_window(session.config, "upgrade")
     return result_outcome(run_writing(session, args, lambda: session.upgrade(request, delta)))
 
 
@@ -72,6 +79,25 @@ def cmd_rollback(args: argparse.Namespace) -> Outcome:
     return result_outcome(
         run_writing(session, args, lambda: session.rollback(operation, below_watermark=below))
     )
+
+
+def cmd_activate(args: argparse.Namespace) -> Outcome:
+    """``activate`` (docs/cli.md): switch to the candidate ``upgrade --stage`` installed, after hashing its
+    bytes again; restart and health-check as ``upgrade``. Exit 0 committed, 1 rolled_back or aborted (the
+    staged bytes changed: nothing switched), 3 needs_attention. Outside the ``[schedule]`` maintenance
+    window it is refused (exit 2) unless ``--now``.
+
+    Raises:
+        ConfigError, UsageError: bad configuration or ``--operation`` (exit 2): nothing locked or journaled.
+        NotInstalledError, NothingStagedError: no ``current``; nothing staged (exit 2), before any episode
+            opens.
+        LockBusyError, EpisodeLeftOpenError, JournalError: as ``upgrade``.
+    """
+    session = cli_session(args)
+    operation = session.activate_operation(args.operation)
+    if not args.now:
+        refuse_outside_window(session.config, "activate")
+    return result_outcome(run_writing(session, args, lambda: session.activate(operation)))
 
 
 def _preflight_outcome(pre: Preflight) -> Outcome:
