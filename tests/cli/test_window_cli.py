@@ -114,7 +114,11 @@ def test_the_operator_reports_an_operation_waiting_for_its_window(installed_rig:
     try:
         status_file = spool / "op1.status.json"
         deadline = time.monotonic() + 30
-        while not status_file.exists() or json.loads(status_file.read_text()).get("step") != "Waiting":
+        # the first InProgress (step Waiting: accepted, not yet journaled) comes before the window's
+        def message() -> str:
+            return (json.loads(status_file.read_text()).get("message") or "") if status_file.exists() else ""
+
+        while not message().endswith("activate switches to it"):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "no status written"
             time.sleep(0.05)

@@ -21,7 +21,7 @@ from upgrade_core import (
     run_activate,
     run_upgrade,
     summarize_history,
-    waiting_status,
+    window_waiting_status,
 )
 from upgrade_core import _events as ev
 from upgrade_core.errors import NothingStagedError
@@ -267,7 +267,7 @@ async def test_a_managed_operation_staged_for_its_window_takes_its_activations_s
     staged = operation_status(fold(w.replay()), "st1")
     assert staged is not None and (staged.phase, staged.step, staged.result) == ("InProgress", "Staged", None)
     assert staged.to_version == w.archives["a"].version
-    waiting = waiting_status("st1", 1_764_640_800.0, 5.0, staged)
+    waiting = window_waiting_status("st1", 1_764_640_800.0, 5.0, staged)
     assert (waiting.phase, waiting.step, waiting.started_at) == ("InProgress", "Waiting", staged.started_at)
     assert waiting.message == ("waiting for the maintenance window: the next opens at 2025-12-02T02:00:00Z; "
                                f"{staged.message}")
