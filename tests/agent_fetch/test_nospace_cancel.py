@@ -52,7 +52,7 @@ def test_c05_staging_filesystem_full_half_way(tmp_path: Path) -> None:
     mnt.mkdir()
     staging = mnt / f".{MEMBER}-green.stage-00ff"
     script = (
-        f"mount -t tmpfs -o size=1m tmpfs {mnt} && "
+        f"mount -t tmpfs -o size=1m,mode=0755 tmpfs {mnt} && "  # tmpfs is 1777 by default: never an agent dir
         f"{sys.executable} -c '{_CHILD}' {archive} {staging} {MEMBER}"
     )
     env = dict(os.environ, PYTHONPATH=str(ROOT))

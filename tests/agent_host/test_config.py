@@ -240,7 +240,7 @@ def test_bad_value_message_is_exactly_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(path)
     assert str(info.value) == (
-        f"{path}: agent.member_policy: must be \"exact\", \"select\" or \"none\", got 'any'"
+        f"{path}: agent.member_policy: must be \"exact\", \"select\" or \"none\", got \"any\""
     )
 
 
