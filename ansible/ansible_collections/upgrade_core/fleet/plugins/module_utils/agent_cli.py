@@ -145,7 +145,8 @@ def preflight(module: Any, executable: str, args: list[str], timeout_s: float) -
     run = run_agent(executable, module.params["config"], [*args, "--preflight"], timeout_s)
     if run.code != 0 or run.doc is None or not run.doc.get("preflight"):
         module.fail_json(msg=run.error_line(), exit_code=run.code, agent=run.doc or {}, stderr=run.stderr)
-    assert run.doc is not None
+    if run.doc is None:  # fail_json exits; a stand-in module that returns gets an error, not None
+        raise RuntimeError(run.error_line())
     return run.doc
 
 
@@ -164,7 +165,8 @@ def finish(module: Any, run: AgentRun, changed: bool | None = None, extra: dict[
     doc = run.doc
     if doc is None or "result" not in doc or run.timed_out:
         module.fail_json(msg=run.error_line(), exit_code=run.code, agent=doc or {}, stderr=run.stderr)
-    assert doc is not None
+    if doc is None:  # fail_json exits; a stand-in module that returns gets an error, not None
+        raise RuntimeError(run.error_line())
     fields = {key: doc.get(key) for key in RESULT_KEYS}
     if doc["result"] in FAILED_RESULTS or run.code != 0:
         reason = doc.get("reason") or run.error_line()

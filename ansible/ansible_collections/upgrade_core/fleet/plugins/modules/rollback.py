@@ -4,15 +4,6 @@
 
 from __future__ import annotations
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli import (
-    agent_argument_spec,
-    checked_executable,
-    finish,
-    preflight,
-    run_agent,
-)
-
 DOCUMENTATION = r"""
 ---
 module: rollback
@@ -29,7 +20,7 @@ description:
   - The C(upgrade_core.fleet.rollout) playbook runs it on the hosts of a wave that broke its failure budget
     and had committed the release.
 author:
-  - upgrade-core developers
+  - upgrade-core developers (@upgrade-core)
 extends_documentation_fragment:
   - upgrade_core.fleet.agent
 options:
@@ -51,6 +42,7 @@ options:
     default: 600
 attributes:
   check_mode:
+    description: Can run in check mode and report the plan, changing nothing.
     support: full
     details: Runs C(rollback --preflight), which changes nothing, and returns the plan.
 seealso:
@@ -111,6 +103,15 @@ plan:
   type: list
   elements: str
 """
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli import (
+    agent_argument_spec,
+    checked_executable,
+    finish,
+    preflight,
+    run_agent,
+)
 
 
 def main() -> None:

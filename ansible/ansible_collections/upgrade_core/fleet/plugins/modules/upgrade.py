@@ -4,18 +4,6 @@
 
 from __future__ import annotations
 
-from typing import Any, NoReturn
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli import (
-    AgentRun,
-    agent_argument_spec,
-    checked_executable,
-    finish,
-    preflight,
-    run_agent,
-)
-
 DOCUMENTATION = r"""
 ---
 module: upgrade
@@ -164,6 +152,19 @@ preflight:
   returned: in check mode
   type: dict
 """
+
+from typing import Any, NoReturn
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.upgrade_core.fleet.plugins.module_utils.agent_cli import (
+    AgentRun,
+    agent_argument_spec,
+    checked_executable,
+    finish,
+    preflight,
+    run_agent,
+)
+
 
 def _request_args(params: dict[str, Any]) -> list[str]:
     """The ``upgrade`` options for the module's parameters (those given, in a fixed order)."""
