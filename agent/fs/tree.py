@@ -34,9 +34,11 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import ParamSpec, TypeVar
 
 from journal import JournalRefusedError, safefs
 
@@ -458,10 +460,27 @@ def _conflict(message: str) -> Exception:
     return LayoutConflictError(message)
 
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def _host_refusals(fn: Callable[P, T]) -> Callable[P, T]:
+    """``fn`` with the walk's :class:`~journal.JournalRefusedError` raised as the agent's
+    :class:`~upgrade_core.errors.HostRefusedError` (exit 4), same path, same words."""
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except JournalRefusedError as exc:
+            raise _converted(exc) from None
+    return wrapper
+
+
 def _parts(path: str) -> list[str]:
     return [p for p in path.split("/") if p]
 
 
+@_host_refusals
 def open_dir(
     path: str,
     *,
@@ -496,23 +515,6 @@ def open_dir(
         HostRefusedError: a component fails its rule (exit 4); nothing was created after it.
         OSError: a directory cannot be opened or created (EACCES, EROFS, ENOSPC).
     """
-    try:
-        return _open_dir(path, owned_from=owned_from, create=create, parents=parents, confined=confined,
-                         made=made, own_link=own_link)
-    except JournalRefusedError as exc:
-        raise _converted(exc) from None
-
-
-def _open_dir(
-    path: str,
-    *,
-    owned_from: str | None = None,
-    create: int | None = None,
-    parents: int = 0o755,
-    confined: bool = False,
-    made: list[str] | None = None,
-    own_link: bool = False,
-) -> Dir | None:
     path = os.path.normpath(path)
     if not path.startswith("/"):
         raise ValueError(f"{path}: not an absolute path")
@@ -603,10 +605,7 @@ def check_ancestors(path: str) -> None:
         HostRefusedError: an ancestor fails the rule (exit 4).
         OSError: a directory cannot be opened (EACCES).
     """
-    try:
-        fd = safefs.walk_to(os.path.dirname(os.path.normpath(path)))
-    except JournalRefusedError as exc:
-        raise _converted(exc) from None
+    fd = _host_refusals(safefs.walk_to)(os.path.dirname(os.path.normpath(path)))
     if fd is not None:
         os.close(fd)
 
