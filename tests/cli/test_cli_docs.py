@@ -69,7 +69,7 @@ def _complete(generated: Path, *words: str) -> list[str]:
 
 def test_bash_completes_commands_and_their_options(generated: Path) -> None:
     assert _complete(generated, "upgrade-agent", "u") == ["uninstall", "units", "upgrade"]
-    assert _complete(generated, "upgrade-agent", "upgrade", "--s") == ["--sha256", "--signature"]
+    assert _complete(generated, "upgrade-agent", "upgrade", "--s") == ["--sha256", "--signature", "--stage"]
     assert _complete(generated, "upgrade-agent", "journal", "") == ["compact", "dump", "quarantine", "verify"]
     assert _complete(generated, "upgrade-agent", "recover", "--trigger", "o") == ["on-failure"]
 
