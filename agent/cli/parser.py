@@ -151,7 +151,7 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     )
     p.add_argument("--now", action="store_true", help=_NOW_HELP)
     p = cmd("activate", "switch to the candidate upgrade --stage installed, restart, health-check")
-    p.add_argument("--operation", metavar="ID")
+    p.add_argument("--operation", metavar="ID", help=_OPERATION_HELP)
     p.add_argument("--now", action="store_true", help=_NOW_HELP)
     p = cmd("rollback", "switch current to last-good as its own episode, restart, health-check")
     p.add_argument(
@@ -188,7 +188,7 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--runtime", metavar="URL", help="the runtime tar.gz (http(s) URL); required")
     p.add_argument("--runtime-sha256", metavar="HEX", help="the runtime tar.gz's sha256")
     p = cmd("delta", "make a delta: a zstd frame of NEW against OLD as a raw-content dictionary")
-    p.add_argument("action", choices=["make"])
+    p.add_argument("action", choices=["make"], help="make: write a zstd patch-from delta of NEW against OLD")
     p.add_argument("--from", dest="old", metavar="OLD", required=True, help="the binary hosts run now")
     p.add_argument("--to", dest="new", metavar="NEW", required=True, help="the target binary")
     p.add_argument("-o", dest="out", metavar="OUT", required=True, help="the delta file to write")
