@@ -69,8 +69,10 @@ def test_the_first_boot_unit_retries_until_the_release_server_answers(
     root_sec, root_pub = keypair(keys, "root")
     sec, pub = keypair(keys, "publisher")
     port = free_port()  # nothing listens here until the server starts
+    # one download attempt per run: the retries under test are systemd's (the unit's Restart=), not the
+    # download's own ([download] retry_deadline_s, which would otherwise wait out the refused port itself)
     trust = (f'[trust]\nroot_keys = ["{root_pub}"]\n'
-             f'keyring = "http://127.0.0.1:{port}/keyring.json"\n')
+             f'keyring = "http://127.0.0.1:{port}/keyring.json"\n\n[download]\nretry_deadline_s = 0\n')
     env = make_env(inside=True, extra_config=trust)
     rel = env.release("1.0.0")
     sign(sec, rel.path, f"name={env.name} version=1.0.0 security_version=1")
@@ -109,10 +111,10 @@ def test_the_first_boot_unit_retries_until_the_release_server_answers(
         handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(served))
         server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        failed_runs = restarts()
 
         poll(marker.exists, 90.0, "the first-boot install to succeed once the server answers")
-        assert restarts() >= failed_runs
+        # (NRestarts is not read again: the unit's own last step, `systemctl disable`, reloads the manager,
+        # which may reset the counter; the two failed runs above are the retries' evidence)
         poll(lambda: env.show(unit, "ActiveState")["ActiveState"] == "inactive", 30.0, "the unit to finish")
         state = env.show(unit, "Result", "NRestarts")
         assert state["Result"] == "success", state
