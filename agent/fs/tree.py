@@ -47,6 +47,7 @@ __all__ = [
     "Dir",
     "check_ancestors",
     "iter_entries",
+    "open_ancestor",
     "open_dir",
     "open_parent",
     "refusal",
@@ -608,6 +609,19 @@ def check_ancestors(path: str) -> None:
     fd = _host_refusals(safefs.walk_to)(os.path.dirname(os.path.normpath(path)))
     if fd is not None:
         os.close(fd)
+
+
+@_host_refusals
+def open_ancestor(path: str) -> Dir | None:
+    """The directory ``path`` reached by the ancestor rule all the way (:func:`journal.safefs.walk_to`:
+    root's, not writable by others unless sticky and root-owned), for acting on an agent's own top
+    directory that lies in it: removing the host root or ``state_dir`` itself. None when it is missing.
+
+    Raises:
+        HostRefusedError: a component fails the rule (exit 4).
+    """
+    fd = safefs.walk_to(path)
+    return None if fd is None else Dir(fd, os.path.normpath(path))
 
 
 def open_parent(path: str, *, owned_from: str | None = None, create: int | None = None) -> Dir | None:

@@ -49,7 +49,7 @@ import attrs
 from agent.fs import durable
 from agent.fs.regular import read_text
 from agent.fs.statefile import read_state_file, remove_state_file, write_state_file
-from agent.fs.tree import Dir, open_dir
+from agent.fs.tree import Dir, open_ancestor, open_dir
 from agent.host.layout import Layout
 from agent.systemd.units import unit_owner
 from upgrade_core.errors import HostError
@@ -354,19 +354,19 @@ class Remover:
     # -- removals ------------------------------------------------------------------------------------------
     def _parent(self, path: str) -> Dir | None:
         """The checked handle of ``path``'s directory, walked from ``/`` with the own-directory rule from the
-        host root or the unit directory down (whichever holds ``path``); None when it is gone.
+        host root or the unit directory down (whichever holds ``path``), else by the ancestor rule (the
+        parent of the host root); None when it is gone.
 
         Raises:
             HostRefusedError: a directory on the way is not the agent's (exit 4).
             OSError: it cannot be opened.
         """
         parent = os.path.dirname(path) or "/"
-        own = parent
         for top in (self.layout.root, self.unit_dir):
             if top and (parent == top or parent.startswith(top.rstrip("/") + "/")):
-                own = top
-                break
-        return open_dir(parent, owned_from=own, own_link=own == self.layout.root)
+                return open_dir(parent, owned_from=top, own_link=top == self.layout.root)
+        # the host root itself (or a directory install made above it): its parent is an ancestor
+        return open_ancestor(parent)
 
     def remove(self, entries: Iterable[Entry]) -> Cleanup:
         """Remove the listed ``file``/``link``/``dir`` entries (newest first) by the rules; ``unit`` entries
@@ -503,7 +503,7 @@ def remove_state_files(state_dir: str, *, keep_record: bool = False) -> Cleanup:
     out = Cleanup()
     state_parent = os.path.dirname(state_dir) or "/"
     try:
-        top = open_dir(state_parent)
+        top = open_ancestor(state_parent)  # above state_dir: the ancestor rule
     except (OSError, HostError) as e:
         out.errors.append(f"{state_dir}: cannot remove: {_why(e)}")
         return out
