@@ -466,6 +466,24 @@ class Remover:
             _rmdir_if_empty(parent, name, d, out)
 
 
+def _open_for_removal(parent: Dir, name: str, out: Cleanup, what: str) -> Dir | None:
+    """The checked handle of the directory ``parent/name`` that a removal is about to empty; None (with the
+    reason in ``out``) when it is absent, not a directory (kept: ``what`` names what it should have been),
+    or refused by its checks."""
+    path = parent.join(name)
+    st = parent.lstat(name)
+    if st is None:
+        return None
+    if not stat.S_ISDIR(st.st_mode):
+        out.kept.append(f"{path}: kept: {_kind_of(st.st_mode)}, not {what}")
+        return None
+    try:
+        return parent.child(name)
+    except (OSError, HostError) as e:
+        out.errors.append(f"{path}: cannot remove: {_why(e)}")
+        return None
+
+
 def _why(e: BaseException) -> str:
     return getattr(e, "strerror", None) or str(e)
 
@@ -511,34 +529,12 @@ def remove_state_files(state_dir: str, *, keep_record: bool = False) -> Cleanup:
         return out
     with top:
         name = os.path.basename(state_dir)
-        st = top.lstat(name)
-        if st is None:
-            return out
-        if not stat.S_ISDIR(st.st_mode):
-            out.kept.append(f"{state_dir}: kept: {_kind_of(st.st_mode)}, not the state directory")
-            return out
-        try:
-            state = top.child(name)
-        except (OSError, HostError) as e:
-            out.errors.append(f"{state_dir}: cannot remove: {_why(e)}")
-            return out
+        state = _open_for_removal(top, name, out, "the state directory")
         if state is None:
             return out
         with state:
             for sub, pattern in (("journal", _JOURNAL_FILE_RE), ("results", _RESULT_FILE_RE)):
-                directory = state.join(sub)
-                sub_st = state.lstat(sub)
-                if sub_st is None:
-                    continue
-                if not stat.S_ISDIR(sub_st.st_mode):
-                    kind = _kind_of(sub_st.st_mode)
-                    out.kept.append(f"{directory}: kept: {kind}, not the agent's directory")
-                    continue
-                try:
-                    d = state.child(sub)
-                except (OSError, HostError) as e:
-                    out.errors.append(f"{directory}: cannot remove: {_why(e)}")
-                    continue
+                d = _open_for_removal(state, sub, out, "the agent's directory")
                 if d is None:
                     continue
                 with d:
