@@ -24,6 +24,7 @@ import errno
 import os
 import stat
 
+from agent.fs.regular import sha256_fd
 from agent.fs.tree import Dir, open_dir, open_parent
 
 __all__ = [
@@ -78,11 +79,11 @@ def file_sha256(path: str) -> str:
     Raises:
         OSError: the file cannot be read (``ELOOP`` for a symlink).
     """
-    import hashlib  # on use: OpenSSL's import costs the lean no-op recovery path milliseconds
-
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+    try:
+        return sha256_fd(fd)
+    finally:
+        os.close(fd)
 
 
 def _conflict(message: str) -> Exception:

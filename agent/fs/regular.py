@@ -6,7 +6,15 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["NotARegularFileError", "UntrustedFileError", "list_names", "read_regular_file", "read_text"]
+__all__ = [
+    "NotARegularFileError",
+    "UntrustedFileError",
+    "list_names",
+    "read_fd",
+    "read_regular_file",
+    "read_text",
+    "sha256_fd",
+]
 
 
 class NotARegularFileError(OSError):
@@ -61,12 +69,27 @@ def read_regular_file(
             raise UntrustedFileError(
                 0, f"mode {stat.S_IMODE(st.st_mode):04o}: a private key must not be readable by group or "
                    "others (chmod 0600)", path)
-        if limit is not None:
-            return os.read(fd, limit)
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read()
+        return read_fd(fd, limit)
     finally:
         os.close(fd)
+
+
+def read_fd(fd: int, limit: int | None = None) -> bytes:
+    """The bytes of the open regular file ``fd`` from its current offset, at most ``limit`` (one ``read``),
+    else to its end; ``fd`` stays open (the caller's)."""
+    if limit is not None:
+        return os.read(fd, limit)
+    with os.fdopen(os.dup(fd), "rb") as f:
+        return f.read()
+
+
+def sha256_fd(fd: int) -> str:
+    """sha256 (64 lowercase hex) of the open file ``fd`` from its current offset to its end; ``fd`` stays
+    open (the caller's)."""
+    import hashlib  # on use: OpenSSL's import costs the lean no-op recovery milliseconds
+
+    with os.fdopen(os.dup(fd), "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def read_text(path: str, *, follow: bool = True, limit: int | None = None) -> str | None:

@@ -40,6 +40,7 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
 
+from agent.fs.regular import read_fd, sha256_fd
 from journal import JournalRefusedError, safefs
 
 __all__ = [
@@ -284,20 +285,17 @@ class Dir:
         :meth:`open_regular`)."""
         fd = self.open_regular(name)
         try:
-            if limit is not None:
-                return os.read(fd, limit)
-            with os.fdopen(os.dup(fd), "rb") as f:
-                return f.read()
+            return read_fd(fd, limit)
         finally:
             os.close(fd)
 
     def sha256(self, name: str) -> str:
         """sha256 (64 lowercase hex) of the regular file ``name`` (see :meth:`open_regular`)."""
-        import hashlib  # on use: OpenSSL's import costs the lean no-op recovery milliseconds
-
         fd = self.open_regular(name)
-        with os.fdopen(fd, "rb") as f:
-            return hashlib.file_digest(f, "sha256").hexdigest()
+        try:
+            return sha256_fd(fd)
+        finally:
+            os.close(fd)
 
     def create(self, name: str, mode: int) -> int:
         """Create ``name`` with ``O_CREAT | O_EXCL | O_NOFOLLOW`` and ``mode`` (``fchmod``-ed, so the umask
