@@ -1032,15 +1032,18 @@ class DeltaBase:
     Attributes:
         content: the current slot's bytes (at most ``limits.max_member_bytes``): zstd's raw-content
             dictionary, which libzstd needs as one contiguous buffer (a match may reach any offset of it).
-        sha256: 64 lowercase hex of ``content``, named when the delta does not apply to it.
         label: what to call it in messages, e.g. ``slot a (/usr/local/lib/demo/demo-a)``.
         member_sha256: 64 lowercase hex the rebuilt member must have (``--member-sha256``).
     """
 
     content: bytes
-    sha256: str
     label: str
     member_sha256: str
+
+    @property
+    def sha256(self) -> str:
+        """64 lowercase hex of ``content``, hashed only when a refusal names it (a good stage never does)."""
+        return hashlib.sha256(self.content).hexdigest()
 
 
 def delta_window_limit(limits: ExtractLimits) -> int:

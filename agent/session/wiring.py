@@ -253,7 +253,6 @@ def delta_source(
     needs a dictionary as one buffer); the delta's signature is ``<delta>.minisig``; ``archive`` (with
     ``--signature``) is the fall-back when ``delta.archive`` is set.
     """
-    import hashlib
 
     from agent.logline import log
     from agent.redact import redact_url
@@ -276,7 +275,7 @@ def delta_source(
                 f"{label} is larger than limits.max_member_bytes = {limit} bytes: too large for a "
                 "delta's base"
             )
-        return DeltaBase(content, hashlib.sha256(content).hexdigest(), label, delta.member_sha256)
+        return DeltaBase(content, label, delta.member_sha256)
 
     def on_fallback(reason: str) -> None:
         shown = redact_url(delta.archive or "")

@@ -64,7 +64,7 @@ def _zstd_patch(tmp: Path, old: bytes, new: bytes, *extra: str) -> bytes:
 
 
 def _base(content: bytes, member_sha256: str) -> DeltaBase:
-    return DeltaBase(content, _sha(content), "slot blue (test)", member_sha256)
+    return DeltaBase(content, "slot blue (test)", member_sha256)
 
 
 def _source(limits: ExtractLimits | None = None) -> ArchiveSourceImpl:
