@@ -203,7 +203,7 @@ class Walk:
                 raise _refuse(shown, f"a symlink to {full}, which does not exist")
 
 
-def walk_to(path: str, *, create: int | None = None, made: list[str] | None = None) -> int | None:
+def walk_to(path: str, *, create: int | None = None) -> int | None:
     """The descriptor of the directory ``path``, reached by a :class:`Walk` (every component, ``path``
     included, by the ancestor rule); missing directories are created with mode ``create`` when given.
 
@@ -214,7 +214,7 @@ def walk_to(path: str, *, create: int | None = None, made: list[str] | None = No
         JournalRefusedError: a component fails the rule.
         OSError: a directory cannot be created (EROFS, ENOSPC).
     """
-    walk = Walk(made)
+    walk = Walk(None)
     try:
         shown = "/"
         for part in [p for p in os.path.normpath(path).split("/") if p]:
