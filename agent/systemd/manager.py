@@ -15,6 +15,7 @@ import contextlib
 import os
 import re
 import shlex
+import stat
 import subprocess
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -24,7 +25,8 @@ import anyio
 
 from agent.crashhook import crash_point
 from agent.fs import durable
-from agent.fs.regular import list_names, read_regular_file, read_text
+from agent.fs.regular import read_regular_file, read_text
+from agent.fs.tree import Dir, open_dir
 from agent.logline import log
 from agent.process import BoundedRunTimeout, Finished, run_bounded
 from agent.systemd.units import check_abs, check_unit
@@ -540,23 +542,36 @@ class SystemdServiceManager:
         for name in wanted:
             check_unit(name, "unit file name")
 
+        def remove_in(d: Dir, removed: list[str]) -> None:
+            """Each wanted name in the checked directory ``d``, with ``unlinkat``; ``d`` fsynced after."""
+            before = len(removed)
+            for name in wanted:
+                try:
+                    if d.remove(name, sync=False):
+                        removed.append(d.join(name))
+                except OSError as exc:
+                    raise ServiceError(f"cannot remove unit file {d.join(name)}: {exc}") from exc
+            if len(removed) > before:
+                d.fsync()
+
         def remove() -> list[str]:
             removed: list[str] = []
-            dirs = {self.unit_dir}
-            candidates = [self.unit_dir / n for n in wanted]
-            with contextlib.suppress(OSError):
-                for sub in list_names(str(self.unit_dir)):
-                    if sub.endswith((".wants", ".requires")) and (self.unit_dir / sub).is_dir():
-                        candidates += [self.unit_dir / sub / n for n in wanted]
-            for path in candidates:
-                try:
-                    if durable.remove_if_present(str(path), sync_dir=False):
-                        removed.append(str(path))
-                        dirs.add(path.parent)
-                except OSError as exc:
-                    raise ServiceError(f"cannot remove unit file {path}: {exc}") from exc
-            for d in dirs if removed else ():
-                durable.fsync_dir(str(d))
+            # One checked handle of unit_dir; its *.wants/*.requires directories are opened through it and
+            # never followed when they are links (agent/fs/tree.py).
+            top = open_dir(str(self.unit_dir))
+            if top is None:
+                return removed
+            with top:
+                remove_in(top, removed)
+                for sub in top.names():
+                    st = top.lstat(sub)
+                    if not (sub.endswith((".wants", ".requires")) and st is not None
+                            and stat.S_ISDIR(st.st_mode)):
+                        continue
+                    d = top.child(sub)
+                    if d is not None:
+                        with d:
+                            remove_in(d, removed)
             return removed
 
         with anyio.CancelScope(shield=True):

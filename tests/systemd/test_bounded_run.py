@@ -94,3 +94,21 @@ async def test_unit_files_refuse_path_names(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not a valid systemd unit name"):
         await _manager(tmp_path, []).remove_units(["sub/x.service"])
     assert list(tmp_path.iterdir()) == []
+
+
+async def test_removing_units_never_follows_a_wants_directory_that_is_a_link(tmp_path: Path) -> None:
+    """A ``*.wants`` entry that is a symlink to another directory (planted, or an administrator's) is not
+    entered: the same-named file in the directory it names keeps its bytes; the real ``*.wants`` link and
+    the unit file are removed through the checked handle of the unit directory."""
+    units = tmp_path / "units"
+    (units / "multi-user.target.wants").mkdir(parents=True)
+    (units / "x.service").write_text("[Service]\n")
+    os.symlink("../x.service", units / "multi-user.target.wants" / "x.service")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "x.service").write_text("someone else's\n")
+    os.symlink(elsewhere, units / "timers.target.wants")
+    removed = await _manager(units, []).remove_units(["x.service"])
+    assert sorted(removed) == [str(units / "multi-user.target.wants" / "x.service"), str(units / "x.service")]
+    assert (elsewhere / "x.service").read_text() == "someone else's\n"
+    assert os.path.islink(units / "timers.target.wants")
