@@ -38,6 +38,9 @@ CONFIG_ENV = "UPGRADE_AGENT_CONFIG"
 CONFIG_DIR = "/etc/upgrade-agent"
 DEFAULT_STATE_DIR = "/var/lib/upgrade-agent/{name}"
 DEFAULT_LOCK_PATH = "/run/upgrade-agent/{name}.lock"
+STATE_SUBDIRS = ("journal", "results", "trust")
+"""The directories the agent keeps in ``state_dir`` (design §10): each is checked like ``state_dir`` by every
+writer (:func:`agent.host.ownership.check_state`) and by the boot-time no-op answer."""
 DEFAULT_ROOT = "/opt/upgrade-agent"
 DEFAULT_UNIT_DIR = "/etc/systemd/system"
 MIN_POLL_S = 0.1

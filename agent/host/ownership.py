@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 import stat
 
+from agent.config.boot import STATE_SUBDIRS
 from agent.errors import ConfigError, journal_error
 from agent.fs.statefile import check_ancestors, open_state_dir, refused
 from agent.fs.tree import open_dir
@@ -60,7 +61,7 @@ __all__ = [
 
 
 def _check_subdirs(state_fd: int, state_dir: str) -> None:
-    for name in ("journal", "results", "trust"):
+    for name in STATE_SUBDIRS:
         fd = safefs.open_dir(os.path.join(state_dir, name), dir_fd=state_fd, name=name)
         if fd is not None:
             os.close(fd)

@@ -17,7 +17,8 @@ import os
 import stat
 
 import journal
-from agent.config.boot import discover_config_path, quick_paths
+from agent.config.boot import STATE_SUBDIRS, discover_config_path, quick_paths
+from journal import safefs
 from upgrade_core.wire import surely_closes
 
 __all__ = ["nothing_open"]
@@ -34,17 +35,17 @@ def _shared(directory: str) -> bool:
 
 
 def _plainly_ours(directory: str) -> bool:
-    """True when ``directory`` is missing, or a real directory of root's (or the effective user's) that group
-    and others cannot write: what :func:`agent.host.ownership.check_state` demands of ``state_dir``'s
-    subdirectories and the lock's directory. A look (``lstat``), so the boot path stays lean; anything else
-    sends the caller to the full path, which refuses with the path named (exit 4)."""
+    """True when ``directory`` is missing, or passes :func:`journal.safefs.check_owned` (the rule
+    :func:`agent.host.ownership.check_state` applies to ``state_dir`` and its subdirectories). A look
+    (``lstat``), so the boot path stays lean; anything else sends the caller to the full path, which refuses
+    with the path named (exit 4)."""
     try:
-        st = os.lstat(directory)
+        safefs.check_owned(os.lstat(directory), directory, directory=True)
     except FileNotFoundError:
         return True
-    except OSError:
+    except (OSError, journal.JournalRefusedError):
         return False
-    return (stat.S_ISDIR(st.st_mode) and st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022)
+    return True
 
 
 def nothing_open(config_path: str | None) -> bool:
@@ -61,7 +62,7 @@ def nothing_open(config_path: str | None) -> bool:
         state_dir, lock_path = paths[1], paths[2]
         # A directory the writers would refuse is refused by the full path too, with nothing to do or not:
         # the journal's own walk checks state_dir, these the rest of what check_state checks.
-        owned = (state_dir, *(os.path.join(state_dir, sub) for sub in ("results", "trust")),
+        owned = (state_dir, *(os.path.join(state_dir, sub) for sub in STATE_SUBDIRS),
                  os.path.dirname(lock_path) or "/")
         if not all(_plainly_ours(d) for d in owned):
             return False
