@@ -38,9 +38,7 @@ from upgrade_core import (
     Folder,
     HistorySnapshot,
     JournalFacts,
-    KnownBadMark,
     Slot,
-    WatermarkRaise,
     summarize_history,
 )
 from upgrade_core.errors import HistoryError, UpgradeError
@@ -185,10 +183,8 @@ class CarriedOver:
     Attributes:
         snapshot: the ``HistorySnapshot`` to seed the new journal with: the old journal's closed episodes'
             summaries (their sequence numbers dropped: they name records of the old journal) and its facts
-            (the watermark as one raise and each known-bad mark, all at seq 0: older than any record of the
+            (watermark raises, known-bad marks and slot versions, all at seq 0: older than any record of the
             new journal).
-        watermark: the watermark carried over (None: none).
-        known_bad: the known-bad release digests carried over, sorted.
         read_through: the sequence number of the last record used (of ``source`` when set; 0: none).
         problem: why reading the old journal stopped before the end (one line naming the file and offset, or
             the rule), None when the whole old journal was read.
@@ -197,11 +193,21 @@ class CarriedOver:
     """
 
     snapshot: HistorySnapshot
-    watermark: int | None
-    known_bad: tuple[str, ...]
     read_through: int
     problem: str | None
     source: str | None
+
+    @property
+    def watermark(self) -> int | None:
+        """The watermark carried over (the highest raise the snapshot keeps), None when none."""
+        raises = self.snapshot.facts.raises if self.snapshot.facts is not None else ()
+        return max((r.security_version for r in raises), default=None)
+
+    @property
+    def known_bad(self) -> tuple[str, ...]:
+        """The digests carried over as known-bad (marks still condemning), sorted."""
+        marks = self.snapshot.facts.known_bad if self.snapshot.facts is not None else ()
+        return tuple(sorted(m.sha256 for m in marks if m.failed is not None))
 
 
 def _readable(directory: str) -> tuple[list[Any], str | None]:
@@ -265,21 +271,19 @@ def carry_over(directory: str, state_dir: str) -> CarriedOver:
             if found:
                 legal, source = found, earlier
                 break
-    folder = Folder()
-    folder.apply_all(legal)
-    view = folder.view()
-    summaries = tuple(
-        attrs.evolve(s, opened_seq=None, published_seq=None) for s in summarize_history(legal).episodes
-    )
-    watermark = view.security_watermark
-    facts = JournalFacts(
+    snapshot = summarize_history(legal)  # legal: _readable folded them without an error
+    facts = snapshot.facts
+    assert facts is not None  # summarize_history always keeps the facts
+    # Every fact and summary moves to seq 0: older than any record of the new journal, which restarts at 1
+    # (its sequence numbers name records of the old journal; a reset before them is already applied).
+    carried = JournalFacts(
         through_seq=0,
-        raises=() if watermark is None else (WatermarkRaise(0, watermark),),
-        known_bad=tuple(
-            KnownBadMark(0, sha, bad.operation, bad.failed) for sha, bad in sorted(view.known_bad.items())
-        ),
+        raises=tuple(attrs.evolve(r, seq=0) for r in facts.raises),
+        known_bad=tuple(attrs.evolve(m, seq=0) for m in facts.known_bad),
+        slot_versions=tuple(attrs.evolve(v, seq=0) for v in facts.slot_versions),
     )
+    summaries = tuple(attrs.evolve(s, opened_seq=None, published_seq=None) for s in snapshot.episodes)
     return CarriedOver(
-        HistorySnapshot(summaries, facts), watermark, tuple(sorted(view.known_bad)),
-        legal[-1].seq if legal else 0, problem, source,
+        attrs.evolve(snapshot, episodes=summaries, facts=carried), legal[-1].seq if legal else 0, problem,
+        source,
     )
