@@ -379,7 +379,7 @@ class Operator:
             reported = await self._publish(op, refused_status(op.operation, checked, self._wall()))
             return "done" if reported else "skipped"
         request, delta = checked
-        window = window_now(self.session.config, self._wall())
+        window = await self._window()
         if not window.open:
             request = attrs.evolve(request, stage=True)  # staging may happen any time; the switch may not
         started = waiting_status(op.operation, self._wall())
@@ -389,12 +389,18 @@ class Operator:
         log(f"operator: {op.name}: {what} {op.operation} from {request.source_redacted}")
         return await self._run_flow(op, lambda: self._upgrade_reporting(op, request, delta, started), window)
 
+    async def _window(self) -> WindowVerdict:
+        """:func:`~agent.session.window.window_now` in a worker thread: it runs ``systemd-analyze calendar``,
+        which must not hold up the event loop (the operator's stop signals, the status publications)."""
+        config, now = self.session.config, self._wall()
+        return await anyio.to_thread.run_sync(lambda: window_now(config, now))
+
     async def _activate_staged(
         self, op: Operation, staged: OperationStatus
     ) -> Literal["done", "skipped", "wait", "window"]:
         """An operation staged outside its window: ``Waiting`` while the window is closed, then ``activate``
         (under a fresh operation id; the journal links it to ``op`` through the staging it switches to)."""
-        window = window_now(self.session.config, self._wall())
+        window = await self._window()
         if not window.open:
             waiting = window_waiting_status(op.operation, window.opens_at, self._wall(), staged)
             await self._publish(op, waiting)

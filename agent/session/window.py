@@ -8,6 +8,7 @@ applies to a switch a person asks for (``upgrade``, ``activate``) without ``--no
 
 from __future__ import annotations
 
+import functools
 import socket
 import time
 from datetime import UTC, datetime
@@ -31,8 +32,10 @@ class OutsideWindowError(UsageError):
     journaled. Exit 2 (the message says when the next window opens for this host)."""
 
 
+@functools.cache
 def machine_id() -> str:
-    """The host's machine id (machine-id(5)), or its host name when the file cannot be read."""
+    """The host's machine id (machine-id(5)), or its host name when the file cannot be read; read once per
+    process (it does not change while the system runs)."""
     try:
         text = read_regular_file(MACHINE_ID_PATH, limit=256).decode("ascii", "replace").strip()
     except (OSError, ValueError):
