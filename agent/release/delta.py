@@ -26,7 +26,7 @@ import attrs
 
 from agent.fs import durable
 from agent.fs.regular import read_regular_file
-from agent.release.extract import DeltaBase
+from agent.release.extract import DeltaBase, first_line
 from agent.release.source import ArchiveSourceImpl
 from upgrade_core.errors import CandidateError, FetchError
 from upgrade_core.ports import StagedCandidate
@@ -87,8 +87,7 @@ class DeltaSource:
         except (CandidateError, FetchError) as exc:
             if self.fallback is None or self.fallback_source is None:
                 raise
-            lines = str(exc).strip().splitlines()
-            reason = lines[0] if lines else type(exc).__name__
+            reason = first_line(exc)
         if self.on_fallback is not None:
             self.on_fallback(reason)
         staged = await self.fallback.stage(self.fallback_source, self.fallback_sha256, staging_path, slot)

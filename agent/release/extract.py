@@ -115,6 +115,7 @@ __all__ = [
     "delta_window_limit",
     "extract",
     "extract_sync",
+    "first_line",
     "member_parts",
 ]
 
@@ -1116,7 +1117,7 @@ def _stage_delta(
             raise
         raise DeltaBaseError(
             f"{shown}: the delta does not apply to {base.label} (sha256 {base.sha256}): it was made "
-            f"against another base ({_first_line(exc)})"
+            f"against another base ({first_line(exc)})"
         ) from None
     delta_sha256 = _check_digest(raw, expected_sha256, shown, "delta")
     rebuilt = member.hexdigest()
@@ -1139,7 +1140,8 @@ def _stage_delta(
     )
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, or its class name when it has none (a reason in one line)."""
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 

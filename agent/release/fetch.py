@@ -73,6 +73,7 @@ import httpx
 from agent.errors import UsageError
 from agent.https import Transport, tls_failure
 from agent.redact import redact_url
+from agent.sanitize import clean_text
 from upgrade_core.errors import (
     ArchiveLimitError,
     FetchCertificateError,
@@ -501,7 +502,7 @@ def _translate_httpx(exc: Exception, url: str, policy: FetchPolicy, received: in
             tls += "; set download.client_cert and download.client_key"
         return FetchError(f"{shown}: {tls}")
     if isinstance(exc, httpx.ProxyError):  # the proxy's status line, e.g. "407 Proxy Authentication Required"
-        status = "".join(c for c in " ".join(str(exc).split()) if c.isprintable())[:80] or "no status"
+        status = clean_text(" ".join(str(exc).split()), 80) or "no status"
         proxy = policy.transport.shown_proxy
         return FetchError(f"{shown}: download.proxy {proxy} refused the tunnel ({status})")
     if policy.transport.proxy is not None and isinstance(exc, httpx.ConnectError) and received is None:
