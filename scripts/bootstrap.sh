@@ -39,6 +39,8 @@ if [ "$demo" = 0 ]; then
 command -v cc >/dev/null || need_apt+=(gcc)
 [ -e /usr/include/stdio.h ] || need_apt+=(libc6-dev)
 command -v script >/dev/null || need_apt+=(bsdutils)
+# tests/cli/test_cli_docs.py parses the generated zsh completion with zsh itself
+command -v zsh >/dev/null || need_apt+=(zsh)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -292,7 +292,8 @@ async def test_an_operation_edited_in_place_wakes_the_idle_wait(tmp_path: Path) 
     await source.snapshot()
 
     async def edit_later() -> None:
-        await anyio.sleep(0.3)
+        while not _watching():  # the watch is armed (a write before it would be the rescan's to find)
+            await anyio.sleep(0.01)
         with open(path, "r+b") as f:
             f.write(b"!")  # no longer JSON
 

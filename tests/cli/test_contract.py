@@ -388,7 +388,8 @@ def test_the_fast_path_loads_neither_re_nor_json_typing_or_tomllib(rig: Rig) -> 
         f"import sys; sys.path.insert(0, {str(Path(cli.__file__).parents[2])!r})\n"
         "from agent.cli.main import main\n"
         f"code = main(['recover', '--config', {str(rig.config)!r}, '--trigger', 'boot'])\n"
-        "heavy = ('re', 'json', 'typing', 'tomllib', 'enum', 'datetime', 'attrs', 'anyio', 'contextlib', 'functools')\n"
+        "heavy = ('re', 'json', 'typing', 'tomllib', 'enum', 'datetime', 'attrs', 'anyio', 'contextlib',\n"
+        "         'functools')\n"
         "print(code, sorted(m for m in heavy if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60)

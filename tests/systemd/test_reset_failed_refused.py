@@ -152,8 +152,12 @@ def test_a_binary_switched_during_the_wait_is_not_started(rig: Rig, sandbox: Pri
     green.chmod(0o755)
     refused = refusing_prefix(rig.root, list(sandbox.prefix))
 
+    first_read = anyio.Event()  # the manager has read the selection once, before its start-limit wait
+
     async def selection() -> str:
-        return os.readlink(rig.current)
+        target = os.readlink(rig.current)
+        first_read.set()
+        return target
 
     manager = SystemdServiceManager(
         rig.unit, unit_dir=sandbox.unit_dir, recover_exe=str(rig.recover_exe), config_path=str(rig.config),
@@ -169,7 +173,8 @@ def test_a_binary_switched_during_the_wait_is_not_started(rig: Rig, sandbox: Pri
                  "the unit to crash-loop into its start limit")
         async with anyio.create_task_group() as tg:
             async def switch() -> None:
-                await anyio.sleep(1.0)
+                with anyio.fail_after(30):
+                    await first_read.wait()  # flip only after the first read: then the wait must see it
                 tmp = rig.current.with_name("tmp-link")
                 tmp.symlink_to(green.name)
                 tmp.replace(rig.current)
