@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import select
 
@@ -57,7 +58,9 @@ def fs_type(path: str) -> str:
     return kind
 
 
+@functools.cache
 def _libc() -> ctypes.CDLL:
+    """The C library this process already has loaded, looked up once."""
     return ctypes.CDLL(None, use_errno=True)
 
 
