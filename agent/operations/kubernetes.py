@@ -124,6 +124,7 @@ def _lean_import() -> types.SimpleNamespace:
         CustomObjectsApi=custom.CustomObjectsApi,
         ConfigException=config.ConfigException,
         load_kube_config=config.load_kube_config,
+        KubeConfigLoader=importlib.import_module(f"{pkg}.config.kube_config").KubeConfigLoader,
         load_incluster_config=config.load_incluster_config,
     )
 
@@ -137,16 +138,10 @@ def _one_line(text: object, limit: int = 200) -> str:
 _MAX_KUBECONFIG_BYTES = 1024 * 1024  # a kubeconfig is a few KiB; a larger one is left to the loader
 
 
-def _credential_files(kubeconfig: str) -> list[tuple[str, str]]:
-    """``(path, what)`` of the files the kubeconfig's current context reads credentials from: the user's
-    ``tokenFile`` and ``client-key`` (relative to the kubeconfig's directory, as the loader resolves them).
-    A kubeconfig that cannot be read or parsed names none here: the loader then says why."""
-    try:
-        doc = yaml.safe_load(read_regular_file(kubeconfig, limit=_MAX_KUBECONFIG_BYTES))
-    except (OSError, yaml.YAMLError):
-        return []
-    if not isinstance(doc, Mapping):
-        return []
+def _credential_files(kubeconfig: str, doc: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(path, what)`` of the files the kubeconfig ``doc`` (read from ``kubeconfig``) has its current
+    context read credentials from: the user's ``tokenFile`` and ``client-key`` (relative to the
+    kubeconfig's directory, as the loader resolves them)."""
 
     def named(key: str, name: object) -> Mapping[str, Any]:
         for entry in doc.get(key) or ():
@@ -161,19 +156,31 @@ def _credential_files(kubeconfig: str) -> list[tuple[str, str]]:
             if isinstance(user.get(key), str) and user[key]]
 
 
-def check_kubeconfig_files(kubeconfig: str) -> None:
+def check_kubeconfig_files(kubeconfig: str) -> Mapping[str, Any] | None:
     """Refuse a kubeconfig, or a token or client key it names, that group or others may read or write, or
-    that another user owns (:func:`agent.fs.secrets.check_credential_file`).
+    that another user owns (:func:`agent.fs.secrets.check_credential_file`), and return the kubeconfig as
+    read then: the one read the client is configured from (a file swapped after the check is not read).
 
     The in-cluster service account token is not checked: the kubelet projects it into the pod's own mount
     namespace with the mode the pod's volume asks for.
+
+    Returns:
+        The parsed kubeconfig, or None when it cannot be read or parsed as a mapping (the loader then says
+        why).
 
     Raises:
         HostRefusedError: exit 4, one line naming the file.
     """
     check_credential_file(kubeconfig, "[operations] kubeconfig")
-    for path, what in _credential_files(kubeconfig):
+    try:
+        doc = yaml.safe_load(read_regular_file(kubeconfig, limit=_MAX_KUBECONFIG_BYTES))
+    except (OSError, yaml.YAMLError):
+        return None
+    if not isinstance(doc, Mapping):
+        return None
+    for path, what in _credential_files(kubeconfig, doc):
         check_credential_file(path, what)
+    return doc
 
 
 def _service_account_namespace() -> str:
@@ -214,10 +221,14 @@ async def _configuration(kube: types.SimpleNamespace, operations: Any) -> Any:
     configuration = kube.Configuration()
     path = operations.kubeconfig
     if path:
-        check_kubeconfig_files(path)
+        doc = check_kubeconfig_files(path)
         try:
-            await kube.load_kube_config(config_file=path, client_configuration=configuration,
-                                        persist_config=False)
+            if doc is None:  # unreadable or not a mapping: the loader words why
+                await kube.load_kube_config(config_file=path, client_configuration=configuration,
+                                            persist_config=False)
+            else:  # what was checked is what configures the client (relative paths from its directory)
+                loader = kube.KubeConfigLoader(config_dict=dict(doc), config_base_path=os.path.dirname(path))
+                await loader.load_and_set(configuration)
         except Exception as exc:  # the loader raises OSError, YAML errors, KeyError, ConfigException...
             raise ConfigError(
                 f"{path}: [operations] kubeconfig: not a usable kubeconfig: {type(exc).__name__}: "
