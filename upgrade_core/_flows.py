@@ -30,7 +30,6 @@ from ._flow_types import HandedOff, Policy, RestartScheduled, ResumeOutcome, Upg
 from ._fold import Folder
 from ._health import Failed, Passed
 from ._steps import FlowRun
-from ._watermark import rollback_refusal
 from .errors import (
     AlreadyInstalledError,
     NothingStagedError,
@@ -298,7 +297,7 @@ async def run_rollback(
     label = f"last-good {target}"
     request = UpgradeRequest(operation, label, label, expected_sha256=sha)
     view = run.folder.view()
-    refusal = rollback_refusal(view.security_watermark, target, view.signed_security_versions.get(sha))
+    refusal = view.rollback_refusal(target, sha)
     # journaled only when it overrides a refusal: the episode says the operator went below the watermark
     overridden = refusal is not None and below_watermark
     await run.open_episode(request, "rollback", current, below_watermark=overridden)

@@ -21,6 +21,7 @@ import attrs
 from . import _events as ev
 from ._events import EpisodeKind, Slot, UpgradeResult
 from ._state import TERMINAL_STATES, EpisodeContext, EpisodeState, next_state
+from ._watermark import rollback_refusal as _rollback_refusal
 from .errors import HistoryError
 
 _S = EpisodeState
@@ -376,6 +377,13 @@ class JournalView:
     known_bad: dict[str, KnownBad] = attrs.Factory(dict)
     signed_security_versions: dict[str, int] = attrs.Factory(dict)
     staged: PendingActivation | None = None
+
+    def rollback_refusal(self, slot: Slot, sha256: str | None) -> str | None:
+        """Why an operator rollback to ``slot``, whose bytes hash to ``sha256`` (None: unknown), is refused by
+        the anti-rollback watermark (:func:`~upgrade_core.rollback_refusal`, docs/trust.md), None when it
+        is not: the level signed for those bytes is looked up by digest, so it survives compaction."""
+        level = self.signed_security_versions.get(sha256) if sha256 is not None else None
+        return _rollback_refusal(self.security_watermark, slot, level)
 
     def result_of(self, operation: str) -> UpgradeResult | None:
         """The recorded result of a closed episode ``operation``, or None."""

@@ -32,7 +32,6 @@ from upgrade_core import (
     UpgradeRequest,
     fold,
     other_slot,
-    rollback_refusal,
     rollback_target,
 )
 from upgrade_core.errors import HistoryError, UpgradeError
@@ -178,8 +177,7 @@ class Readers:
             assert current is not None  # rollback_target refuses a host without current
             versions = view.slot_versions
             sha = self.host.slot_sha256_sync(target)
-            level = view.signed_security_versions.get(sha) if sha is not None else None
-            refusal = rollback_refusal(view.security_watermark, target, level)
+            refusal = view.rollback_refusal(target, sha)
             if refusal is not None:
                 plan.append(f"override, journaled (--below-watermark): {refusal}" if below_watermark
                             else f"refuse (aborted, exit 1): {refusal}")
