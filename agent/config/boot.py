@@ -260,16 +260,20 @@ def _plain_service(v: object) -> bool:
             and _SERVICE_CHARS.issuperset(stem))
 
 
+def _after_http_scheme(v: object) -> str | None:
+    """What follows ``http://`` or ``https://`` in ``v``, None when ``v`` is not a string starting so."""
+    if isinstance(v, str):
+        for scheme in ("http://", "https://"):
+            if v.startswith(scheme):
+                return v[len(scheme):]
+    return None
+
+
 def _http_url(v: object) -> bool:
     """``https?://`` then a non-empty authority without ``@`` or blanks, then optionally a path, query or
     fragment without blanks (``str.isspace``, the ``\\s`` of :mod:`re`)."""
-    if not isinstance(v, str):
-        return False
-    for scheme in ("http://", "https://"):
-        if v.startswith(scheme):
-            rest = v[len(scheme):]
-            break
-    else:
+    rest = _after_http_scheme(v)
+    if rest is None:
         return False
     end = len(rest)
     for mark in "/?#":
@@ -289,13 +293,8 @@ def _proxy(v: object) -> bool:
     ``/``; anything else is the full loader's to judge."""
     if v == "":
         return True
-    if not isinstance(v, str):
-        return False
-    for scheme in ("http://", "https://"):
-        if v.startswith(scheme):
-            rest = v[len(scheme):]
-            break
-    else:
+    rest = _after_http_scheme(v)
+    if rest is None:
         return False
     rest = rest[:-1] if rest.endswith("/") else rest
     host, colon, port = rest.partition(":")
