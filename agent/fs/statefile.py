@@ -11,13 +11,11 @@ A failed check is :class:`~upgrade_core.errors.HostRefusedError` (exit 4). Stand
 
 from __future__ import annotations
 
-import contextlib
 import os
-import stat
 
 from agent.fs import tree
 from agent.fs.regular import read_regular_file
-from agent.fs.tree import open_dir
+from agent.fs.tree import Dir, open_dir
 from journal import JournalRefusedError, safefs
 from upgrade_core.errors import HostRefusedError
 
@@ -99,45 +97,22 @@ def read_regular(path: str, *, follow: bool, limit: int | None = None) -> bytes 
 
 
 def write_checked_file(dir_fd: int, path: str, data: bytes) -> bool:
-    """Replace ``path`` (in the checked directory ``dir_fd``) with ``data``, durably; identical content
-    (a regular file of ours, mode 0600) is not rewritten (the file and directory are fsynced anyway).
+    """Replace ``path`` (in the checked directory ``dir_fd``) with ``data``, durably, mode 0600
+    (:meth:`agent.fs.tree.Dir.replace`: temp ``O_EXCL``, fsync, ``renameat``, directory fsync); identical
+    content is not rewritten. Whatever stands there first must be a regular file of ours
+    (:func:`journal.safefs.check_entry`): a state file is never written over someone else's file.
 
     Returns:
         True when the file was (re)written, False when it already held exactly ``data``.
+
+    Raises:
+        JournalRefusedError: something other than a regular file of ours stands at ``path``.
+        OSError: the write failed (ENOSPC, EROFS...).
     """
     name = os.path.basename(path)
-    if safefs.check_entry(dir_fd, name, path):
-        fd = safefs.open_file(dir_fd, name, os.O_RDONLY, path)
-        try:
-            same = (os.pread(fd, len(data) + 1, 0) == data
-                    and stat.S_IMODE(os.fstat(fd).st_mode) == STATE_FILE_MODE)
-            if same:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        if same:
-            os.fsync(dir_fd)
-            return False
-    tmp = f".{name}.tmp-{os.urandom(8).hex()}"
-    tmp_path = os.path.join(os.path.dirname(path), tmp)
-    fd = safefs.open_file(dir_fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, tmp_path, STATE_FILE_MODE)
-    try:
-        try:
-            os.fchmod(fd, STATE_FILE_MODE)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        safefs.check_entry(dir_fd, name, path)  # still nothing foreign at the target
-        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dir_fd)
-        raise
-    os.fsync(dir_fd)
-    return True
+    safefs.check_entry(dir_fd, name, path)
+    # ``dir_fd`` stays the caller's: the handle is only borrowed, never closed here
+    return Dir(dir_fd, os.path.dirname(path)).replace(name, data, STATE_FILE_MODE)
 
 
 def _state_subdir(state_dir: str, sub: str, *, create: bool) -> int | None:
