@@ -24,7 +24,7 @@ import errno
 import os
 import stat
 
-from agent.fs.regular import sha256_fd
+from agent.fs.regular import sha256_fd, write_all
 from agent.fs.tree import Dir, open_dir, open_parent
 
 __all__ = [
@@ -33,8 +33,6 @@ __all__ = [
     "copy_file_durable",
     "create_exclusive",
     "file_sha256",
-    "fsync_dir",
-    "fsync_file",
     "make_dirs",
     "missing_dirs",
     "remove_if_present",
@@ -42,35 +40,6 @@ __all__ = [
 ]
 
 _CHUNK = 1 << 20  # bytes per read/write when copying or hashing
-
-
-def fsync_dir(path: str) -> None:
-    """fsync a directory so that renames, creations and removals inside it survive a power cut.
-
-    Args:
-        path: the directory.
-
-    Raises:
-        OSError: the directory cannot be opened or the fsync failed (never retried, see module docstring).
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_file(path: str) -> None:
-    """fsync an existing regular file's data and metadata (an O_RDONLY descriptor is enough on Linux).
-
-    Raises:
-        OSError: the file cannot be opened or the fsync failed.
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def file_sha256(path: str) -> str:
@@ -92,12 +61,6 @@ def _conflict(message: str) -> Exception:
     from upgrade_core.errors import LayoutConflictError
 
     return LayoutConflictError(message)
-
-
-def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 def _parent(path: str, owned_from: str | None) -> Dir:
@@ -288,7 +251,7 @@ def copy_file_durable(
                 try:
                     while chunk := os.read(in_fd, _CHUNK):
                         digest.update(chunk)
-                        _write_all(out_fd, chunk)
+                        write_all(out_fd, chunk)
                     os.fsync(out_fd)
                 finally:
                     os.close(out_fd)

@@ -6,6 +6,8 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from agent.fs.regular import write_all
+
 __all__ = ["memory_file"]
 
 
@@ -30,9 +32,7 @@ def memory_file(data: bytes, name: str) -> Iterator[str]:
     """
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
+        write_all(fd, data)
         yield f"/proc/self/fd/{fd}"
     finally:
         os.close(fd)

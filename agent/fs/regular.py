@@ -14,6 +14,7 @@ __all__ = [
     "read_regular_file",
     "read_text",
     "sha256_fd",
+    "write_all",
 ]
 
 
@@ -81,6 +82,17 @@ def read_fd(fd: int, limit: int | None = None) -> bytes:
         return os.read(fd, limit)
     with os.fdopen(os.dup(fd), "rb") as f:
         return f.read()
+
+
+def write_all(fd: int, data: bytes | memoryview) -> None:
+    """Write all of ``data`` to the open file ``fd`` (``os.write`` may write less than asked).
+
+    Raises:
+        OSError: as ``write(2)`` (ENOSPC, EIO...).
+    """
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def sha256_fd(fd: int) -> str:

@@ -40,7 +40,7 @@ import stat
 from collections.abc import Callable, Iterator
 from typing import ParamSpec, TypeVar
 
-from agent.fs.regular import read_fd, sha256_fd
+from agent.fs.regular import read_fd, sha256_fd, write_all
 from journal import JournalRefusedError, safefs
 
 __all__ = [
@@ -348,9 +348,7 @@ class Dir:
         fd = self.create(tmp, mode)
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view):]
+                write_all(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)

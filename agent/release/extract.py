@@ -81,6 +81,7 @@ import zstandard
 
 from agent.errors import ConfigError
 from agent.fs import durable
+from agent.fs.regular import write_all
 from agent.groups import leaves, sole_error
 from agent.release.fetch import ChunkSink, CodingSink
 from upgrade_core.errors import (
@@ -842,13 +843,10 @@ def _kind(info: tarfile.TarInfo) -> str:
 
 
 def _write_all(fd: int, data: bytes, staging_path: str) -> None:
-    view = memoryview(data)
-    while view:
-        try:
-            written = os.write(fd, view)
-        except OSError as exc:
-            raise _staging_error(exc, staging_path, "write") from None
-        view = view[written:]
+    try:
+        write_all(fd, data)
+    except OSError as exc:
+        raise _staging_error(exc, staging_path, "write") from None
 
 
 def _staging_error(exc: OSError, staging_path: str, what: str) -> HostError:
