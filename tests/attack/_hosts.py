@@ -30,6 +30,7 @@ import attrs
 from hypothesis import HealthCheck, settings
 
 from tests.cli._rig import PYTHON, REPO, Rig, Run, cli_env, version_script
+from tests.cli.test_signed_releases import keypair, sign
 
 NOBODY = 65534
 NAME = "atk"
@@ -78,18 +79,6 @@ def rig_at(base: Path) -> Rig:
     return rig
 
 
-def _keypair(d: Path, name: str) -> tuple[Path, str]:
-    pub, sec = d / f"{name}.pub", d / f"{name}.key"
-    subprocess.run(["minisign", "-G", "-W", "-p", str(pub), "-s", str(sec)], check=True,
-                   capture_output=True, timeout=30)
-    return sec, pub.read_text().splitlines()[1]
-
-
-def _sign(sec: Path, path: Path, comment: str) -> None:
-    subprocess.run(["minisign", "-S", "-s", str(sec), "-m", str(path), "-t", comment], check=True,
-                   capture_output=True, timeout=30)
-
-
 def _config_extra(host: Path, release: Path, root_pub: str) -> str:
     return (
         f'[operations]\nsource = "spool"\nspool_dir = "{host / "spool"}"\nnode_name = "n1"\npoll_s = 0.1\n\n'
@@ -104,17 +93,17 @@ def _release(base: Path) -> tuple[Path, str]:
     executable, ``member_policy = "none"``) signed by it. Returns (candidate, root public key)."""
     release = base / "release"
     release.mkdir()
-    root_sec, root_pub = _keypair(release, "root")
-    sec, pub = _keypair(release, "sign1")
+    root_sec, root_pub = keypair(release, "root")
+    sec, pub = keypair(release, "sign1")
     ring = release / "keyring.json"
     ring.write_text(json.dumps({"serial": 1, "expires": "2099-01-01T00:00:00Z",
                                 "keys": [{"public_key": pub, "expires": "2099-01-01T00:00:00Z"}],
                                 "revoked": []}))
-    _sign(root_sec, ring, "keyring")
+    sign(root_sec, ring, "keyring")
     candidate = release / "candidate"
     candidate.write_bytes(version_script("2.0.0"))
     candidate.chmod(0o755)
-    _sign(sec, candidate, f"name={NAME} version=2.0.0 security_version=1")
+    sign(sec, candidate, f"name={NAME} version=2.0.0 security_version=1")
     return candidate, root_pub
 
 

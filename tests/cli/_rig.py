@@ -119,6 +119,7 @@ class Rig:
         self.name = name
         self.root = base / "root"
         self.state_dir = base / "state"
+        self.journal_dir = self.state_dir / "journal"
         self.lock_path = base / "run" / f"{name}.lock"
         self.unit_dir = base / "units"
         self.config = base / "etc" / f"{name}.toml"

@@ -41,13 +41,9 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _journal_dir(rig: Rig) -> Path:
-    return rig.state_dir / "journal"
-
-
 def _closed_journal(rig: Rig) -> Any:
     return write_journal(
-        _journal_dir(rig),
+        rig.journal_dir,
         [("op-commit", committed_episode("op-commit", rig.name)), ("op-abort", aborted_episode("op-abort"))],
     )
 
@@ -272,7 +268,7 @@ def test_upgrade_while_the_lock_is_held_exits_75(rig: Rig, tmp_path: Path) -> No
 
 def test_recover_of_an_open_episode_while_the_lock_is_held_exits_75(rig: Rig) -> None:
     rig.install_by_hand()
-    write_journal(_journal_dir(rig), [("op-open", aborted_episode("op-open")[:1])])
+    write_journal(rig.journal_dir, [("op-open", aborted_episode("op-open")[:1])])
     with HostLock(str(rig.lock_path)):
         before = snapshot(rig.base)
         run = rig.cli("recover", "--trigger", "boot")
@@ -402,7 +398,7 @@ def test_recover_with_an_open_episode_is_not_answered_by_the_fast_path(rig: Rig)
     aborts the episode (nothing was switched), so the fast path's silence above means something."""
     rig.install_by_hand()
     opened = aborted_episode("op-open")[:1]
-    write_journal(_journal_dir(rig), [("op-open", opened)])
+    write_journal(rig.journal_dir, [("op-open", opened)])
     facts = rig.host_facts()
     run = rig.cli("recover")
     assert run.code == 0, run
@@ -416,9 +412,9 @@ def test_recover_with_an_open_episode_is_not_answered_by_the_fast_path(rig: Rig)
 
 def test_after_compaction_history_survives_and_recover_stays_on_the_fast_path(rig: Rig) -> None:
     rig.write_config("[journal]\nkeep_episodes = 1\n")
-    write_journal(_journal_dir(rig), [("op-commit", committed_episode("op-commit", rig.name))])
+    write_journal(rig.journal_dir, [("op-commit", committed_episode("op-commit", rig.name))])
     assert rig.cli("journal", "compact").code == 0  # seals the segment holding op-commit
-    write_journal(_journal_dir(rig), [("op-abort", aborted_episode("op-abort"))], start=T0 + 3600)
+    write_journal(rig.journal_dir, [("op-abort", aborted_episode("op-abort"))], start=T0 + 3600)
     history = rig.cli("history").payload()
     assert [e["operation"] for e in history["episodes"]] == ["op-abort", "op-commit"]
     compact = rig.cli("journal", "compact")  # op-commit is now old: its segment goes, a summary stays

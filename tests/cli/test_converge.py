@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 from agent.host.lock import HostLock
 
@@ -29,12 +28,8 @@ from ._journals import aborted_episode, committed_episode, write_journal
 from ._rig import Rig, snapshot
 
 
-def _journal_dir(rig: Rig) -> Path:
-    return rig.state_dir / "journal"
-
-
 def _open_episode(rig: Rig, op: str = "op-open") -> None:
-    write_journal(_journal_dir(rig), [("op-done", committed_episode("op-done", rig.name)),
+    write_journal(rig.journal_dir, [("op-done", committed_episode("op-done", rig.name)),
                                       (op, aborted_episode(op)[:1])])
 
 

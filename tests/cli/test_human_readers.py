@@ -3,8 +3,6 @@ episode's kind and reason in ``history`` (human and JSON), and the kind kept thr
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ._journals import T0, aborted_episode, committed_episode, write_journal
 from ._rig import Rig
 from .test_release_memory_cli import rolled_back, signed_commit
@@ -12,13 +10,9 @@ from .test_release_memory_cli import rolled_back, signed_commit
 BAD_SHA = "3" * 64
 
 
-def _journal_dir(rig: Rig) -> Path:
-    return rig.state_dir / "journal"
-
-
 def test_human_status_shows_the_watermark_and_each_known_bad_release(installed_rig: Rig) -> None:
     rig = installed_rig
-    write_journal(_journal_dir(rig), [("op-high", signed_commit("op-high", rig.name, 5)),
+    write_journal(rig.journal_dir, [("op-high", signed_commit("op-high", rig.name, 5)),
                                       ("op-bad", rolled_back("op-bad", rig.name, BAD_SHA))])
     run = rig.cli("status", json_out=False)
     assert run.code == 0, run
@@ -38,7 +32,7 @@ def test_human_status_says_when_there_is_no_watermark_and_nothing_known_bad(inst
 
 def test_history_shows_each_episode_kind_and_reason(installed_rig: Rig) -> None:
     rig = installed_rig
-    write_journal(_journal_dir(rig), [("op-commit", committed_episode("op-commit", rig.name)),
+    write_journal(rig.journal_dir, [("op-commit", committed_episode("op-commit", rig.name)),
                                       ("op-abort", aborted_episode("op-abort"))])
     rows = rig.cli("history").payload()["episodes"]
     assert [(r["operation"], r["kind"], r["result"], r["reason"]) for r in rows] == [
@@ -56,9 +50,9 @@ def test_history_shows_each_episode_kind_and_reason(installed_rig: Rig) -> None:
 def test_the_episode_kind_survives_compaction(installed_rig: Rig) -> None:
     rig = installed_rig
     rig.write_config("[journal]\nkeep_episodes = 1\n")
-    write_journal(_journal_dir(rig), [("op-commit", committed_episode("op-commit", rig.name))])
+    write_journal(rig.journal_dir, [("op-commit", committed_episode("op-commit", rig.name))])
     assert rig.cli("journal", "compact").code == 0  # seals the segment holding op-commit
-    write_journal(_journal_dir(rig), [("op-abort", aborted_episode("op-abort"))], start=T0 + 3600)
+    write_journal(rig.journal_dir, [("op-abort", aborted_episode("op-abort"))], start=T0 + 3600)
     assert rig.cli("journal", "compact").code == 0  # op-commit's segment goes, a summary stays
     dumped = rig.cli("journal", "dump").payload()["records"]
     assert any(r["event"]["_type"] == "HistorySnapshot" for r in dumped), dumped

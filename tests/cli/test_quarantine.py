@@ -36,10 +36,6 @@ from ._rig import Rig, snapshot
 QUARANTINE = "upgrade-agent journal quarantine"
 
 
-def _journal_dir(rig: Rig) -> Path:
-    return rig.state_dir / "journal"
-
-
 def _green_current(rig: Rig) -> None:
     rig.install_by_hand(blue="1.0.0", green="2.0.0")
     os.unlink(rig.agent_dir / f"{rig.name}-current")
@@ -47,7 +43,7 @@ def _green_current(rig: Rig) -> None:
 
 
 def _corrupt_journal(rig: Rig) -> Path:
-    written = write_journal(_journal_dir(rig), [("op-c", committed_episode("op-c", rig.name))])
+    written = write_journal(rig.journal_dir, [("op-c", committed_episode("op-c", rig.name))])
     start, end = written.record_span(5)
     data = bytearray(written.segment.read_bytes())
     data[(start + end) // 2] ^= 0x40
@@ -83,7 +79,7 @@ def test_corrupt_journal_errors_name_the_quarantine_command(installed_rig: Rig) 
 def test_quarantine_moves_the_journal_aside_and_records_the_host(rig: Rig) -> None:
     _green_current(rig)
     _corrupt_journal(rig)
-    old = _tree_bytes(_journal_dir(rig))
+    old = _tree_bytes(rig.journal_dir)
     facts = rig.host_facts()
     run = rig.cli("journal", "quarantine")
     assert run.code == 0, run
@@ -102,7 +98,7 @@ def test_quarantine_moves_the_journal_aside_and_records_the_host(rig: Rig) -> No
 
     carried = out["carried_over"]  # records 1-5 read; record 6 is the corrupt one; op-c never closed
     assert (carried["security_watermark"], carried["known_bad"], carried["read_through_seq"]) == (None, [], 5)
-    assert str(_journal_dir(rig) / "00000000000000000001.jnl") in carried["problem"], carried
+    assert str(rig.journal_dir / "00000000000000000001.jnl") in carried["problem"], carried
 
     seeded, *records = rig.cli("journal", "dump").payload()["records"]
     assert (seeded["seq"], seeded["episode"], seeded["event"]) == (1, "-", {
@@ -135,7 +131,7 @@ def test_quarantine_moves_the_journal_aside_and_records_the_host(rig: Rig) -> No
 
 def test_quarantine_of_a_healthy_journal_is_allowed(installed_rig: Rig) -> None:
     rig = installed_rig
-    write_journal(_journal_dir(rig), [("op-a", aborted_episode("op-a"))])
+    write_journal(rig.journal_dir, [("op-a", aborted_episode("op-a"))])
     run = rig.cli("journal", "quarantine")
     assert run.code == 0, run
     assert rig.cli("status").payload()["current"]["version"] == "1.0.0"
@@ -194,11 +190,11 @@ def test_quarantine_while_the_lock_is_held_is_75(installed_rig: Rig) -> None:
 
 def _sealed_history(rig: Rig) -> Path:
     """One sealed segment (op-c) and a live segment holding a closed episode (op-a)."""
-    write_journal(_journal_dir(rig), [("op-c", committed_episode("op-c", rig.name))])
+    write_journal(rig.journal_dir, [("op-c", committed_episode("op-c", rig.name))])
     assert rig.cli("journal", "compact").code == 0
-    write_journal(_journal_dir(rig), [("op-a", aborted_episode("op-a"))])
+    write_journal(rig.journal_dir, [("op-a", aborted_episode("op-a"))])
     os.unlink(rig.lock_path)
-    (sealed,) = sorted(_journal_dir(rig).glob("*.jnl.zst"))
+    (sealed,) = sorted(rig.journal_dir.glob("*.jnl.zst"))
     return sealed
 
 

@@ -20,10 +20,6 @@ from ._rig import Rig, version_script
 from .test_signed_releases import keypair, release, sign, trust_root
 
 
-def _journal_dir(rig: Rig) -> Path:
-    return rig.state_dir / "journal"
-
-
 def refused_before_switch(rig: Rig, op: str, archive: Path, reason: str, *extra: str) -> None:
     """``upgrade --operation op``: exit 1, aborted with ``reason`` in its reason, the host unchanged."""
     before = rig.host_facts()
@@ -73,7 +69,7 @@ def test_a_signed_release_below_the_watermark_is_refused(installed_rig: Rig, tmp
     rig = installed_rig
     sec, pub = keypair(tmp_path, "publisher")
     trust_root(rig, pub)
-    write_journal(_journal_dir(rig), [("op-high", signed_commit("op-high", rig.name, 5))])
+    write_journal(rig.journal_dir, [("op-high", signed_commit("op-high", rig.name, 5))])
     status = rig.cli("status").payload()
     assert (status["security_watermark"], status["known_bad"]) == (5, []), status
     archive = release(rig, tmp_path, "3.0.0")
@@ -85,7 +81,7 @@ def test_a_signed_release_below_the_watermark_is_refused(installed_rig: Rig, tmp
 def test_a_rolled_back_release_is_refused_unless_retry_known_bad(installed_rig: Rig, tmp_path: Path) -> None:
     rig = installed_rig
     sha = hashlib.sha256(version_script("2.0.0")).hexdigest()  # the member release() packs
-    write_journal(_journal_dir(rig), [("op-bad", rolled_back("op-bad", rig.name, sha))])
+    write_journal(rig.journal_dir, [("op-bad", rolled_back("op-bad", rig.name, sha))])
     status = rig.cli("status").payload()
     assert status["known_bad"] == [{"sha256": sha, "operation": "op-bad"}], status
     assert status["security_watermark"] is None
@@ -113,7 +109,7 @@ def test_an_unsigned_release_is_refused_on_a_host_with_a_watermark(
     one committed."""
     rig = installed_rig
     _sec, pub = keypair(tmp_path, "publisher")
-    write_journal(_journal_dir(rig), [("op-high", signed_commit("op-high", rig.name, 5))])
+    write_journal(rig.journal_dir, [("op-high", signed_commit("op-high", rig.name, 5))])
     archive = release(rig, tmp_path, "3.0.0")  # no .minisig beside it
     configs = {
         "optional": f'[trust]\nroot_keys = ["{pub}"]\nrequire_signatures = false\n',
@@ -161,7 +157,7 @@ def test_a_rollback_below_the_watermark_is_refused_unless_below_watermark(
     def digest(slot: str) -> str:  # last-good's level is looked up by the bytes its slot holds
         return hashlib.sha256(rig.slot(slot).read_bytes()).hexdigest()
 
-    write_journal(_journal_dir(rig), [
+    write_journal(rig.journal_dir, [
         ("op-three", _staging(_swapped(signed_commit("op-three", rig.name, 3)), digest("blue"))),
         ("op-five", _staging(signed_commit("op-five", rig.name, 5), digest("green"))),
     ])

@@ -41,15 +41,11 @@ from .test_signed_releases import keypair, release, sign, trust_root
 BAD_SHA = hashlib.sha256(version_script("2.0.0")).hexdigest()  # the member release(rig, d, "2.0.0") packs
 
 
-def _journal_dir(rig: Rig) -> Path:
-    return rig.state_dir / "journal"
-
-
 def _trust_history(rig: Rig) -> int:
     """op-high (signed, security version 5, committed) and op-bad (BAD_SHA rolled back); returns how many
     records that is."""
     high, bad = signed_commit("op-high", rig.name, 5), rolled_back("op-bad", rig.name, BAD_SHA)
-    write_journal(_journal_dir(rig), [("op-high", high), ("op-bad", bad)])
+    write_journal(rig.journal_dir, [("op-high", high), ("op-bad", bad)])
     return len(high) + len(bad)
 
 
@@ -69,7 +65,7 @@ def _quarantine_keeps_trust(rig: Rig, tmp_path: Path, corrupt: bool) -> None:
     rig.write_config(extra=f'[trust]\nroot_keys = ["{pub}"]\n[journal]\nkeep_episodes = 1\n')
     kept = _trust_history(rig)
     if corrupt:  # a third episode whose second record is damaged: the first two episodes still read
-        written = write_journal(_journal_dir(rig), [("op-c", committed_episode("op-c", rig.name))])
+        written = write_journal(rig.journal_dir, [("op-c", committed_episode("op-c", rig.name))])
         start, end = written.record_span(1)  # offsets of this write's records
         data = bytearray(written.segment.read_bytes())
         data[(start + end) // 2] ^= 0x40
@@ -117,9 +113,9 @@ def test_a_quarantine_interrupted_after_its_move_loses_nothing(installed_rig: Ri
     trust_root(rig, pub)
     _trust_history(rig)
     first = rig.cli("journal", "quarantine").payload()["quarantined"]
-    for path in _journal_dir(rig).iterdir():  # as if the first run had stopped right after its move
+    for path in rig.journal_dir.iterdir():  # as if the first run had stopped right after its move
         path.unlink()
-    write_journal(_journal_dir(rig), [])
+    write_journal(rig.journal_dir, [])
     run = rig.cli("journal", "quarantine", json_out=False)
     assert run.code == 0, run
     assert run.stdout.splitlines()[-2:] == [
@@ -136,7 +132,7 @@ def _records_in(journal_dir: str) -> int:
 
 def test_a_journal_unreadable_from_its_start_carries_nothing_and_says_why(installed_rig: Rig) -> None:
     rig = installed_rig
-    written = write_journal(_journal_dir(rig), [("op-high", signed_commit("op-high", rig.name, 5))])
+    written = write_journal(rig.journal_dir, [("op-high", signed_commit("op-high", rig.name, 5))])
     data = bytearray(written.segment.read_bytes())
     data[3] ^= 0xFF  # the segment header: nothing after it can be trusted
     written.segment.write_bytes(bytes(data))
@@ -171,7 +167,7 @@ def test_a_short_retention_keeps_versions_and_history_order(installed_rig: Rig, 
     episodes = (("op-1", committed_episode("op-1", rig.name)), ("op-2", operator_rollback("op-2", rig.name)),
                 ("op-3", committed_episode("op-3", rig.name)), ("op-4", aborted_episode("op-4")))
     for op, events in episodes:
-        write_journal(_journal_dir(rig), [(op, events)])
+        write_journal(rig.journal_dir, [(op, events)])
         assert rig.cli("journal", "compact").code == 0
     dumped = rig.cli("journal", "dump").payload()["records"]
     assert {r["episode"] for r in dumped} == {"-", "op-4"}  # op-1 to op-3 live on in snapshots only
