@@ -6,8 +6,10 @@ import bz2
 import gzip
 import io
 import lzma
+import subprocess
 import tarfile
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 
 import attrs
 import zstandard
@@ -118,4 +120,15 @@ def tree(root: str) -> dict[str, tuple[int, int]]:
             p = os.path.join(dirpath, n)
             st = os.lstat(p)
             out[os.path.relpath(p, root)] = (st.st_mode, st.st_size)
+    return out
+
+
+def zstd_patch(base: bytes, target: bytes, out: Path, *extra: str) -> Path:
+    """``zstd --patch-from`` (the publishers' own tool, docs/delta.md): a delta of ``target`` against
+    ``base`` written to ``out`` (beside it ``OUT.base`` and ``OUT.target``); ``extra`` goes to zstd first."""
+    base_file, target_file = out.with_name(f"{out.name}.base"), out.with_name(f"{out.name}.target")
+    base_file.write_bytes(base)
+    target_file.write_bytes(target)
+    subprocess.run(["zstd", "-q", "-f", *extra, "--patch-from", str(base_file), str(target_file),
+                    "-o", str(out)], check=True, timeout=60)
     return out

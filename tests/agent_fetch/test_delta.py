@@ -26,6 +26,7 @@ from upgrade_core.errors import (
     FetchHTTPError,
 )
 
+from ._archives import zstd_patch
 from ._servers import LoopbackServer, body
 
 pytestmark = [
@@ -53,16 +54,6 @@ def _patched(old: bytes, seed: int) -> bytes:
     return bytes(new) + rng.randbytes(4096)
 
 
-def _zstd_patch(tmp: Path, old: bytes, new: bytes, *extra: str) -> bytes:
-    (tmp / "old").write_bytes(old)
-    (tmp / "new").write_bytes(new)
-    subprocess.run(
-        ["zstd", "-q", "-f", *extra, "--patch-from", str(tmp / "old"), str(tmp / "new"),
-         "-o", str(tmp / "d")], check=True, timeout=60,
-    )
-    return (tmp / "d").read_bytes()
-
-
 def _base(content: bytes, member_sha256: str) -> DeltaBase:
     return DeltaBase(content, "slot blue (test)", member_sha256)
 
@@ -88,7 +79,7 @@ def pair(tmp_path: Path) -> tuple[bytes, bytes, bytes]:
     """(old, new, delta): 1 MiB binaries a patch apart and the real ``zstd --patch-from`` delta."""
     old = _binary(1, MIB)
     new = _patched(old, 2)
-    return old, new, _zstd_patch(tmp_path, old, new)
+    return old, new, zstd_patch(old, new, tmp_path / "d").read_bytes()
 
 
 async def test_a_zstd_patch_from_delta_rebuilds_the_exact_target(

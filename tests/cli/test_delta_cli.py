@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from tests.agent_fetch._archives import zstd_patch
+
 from ._rig import Rig, version_script
 
 pytestmark = pytest.mark.skipif(
@@ -39,16 +41,6 @@ def _installed(rig: Rig) -> bytes:
     blue = _binary("1.0.0")
     rig.slot("blue").write_bytes(blue)
     return blue
-
-
-def _patch_from(tmp: Path, base: bytes, target: bytes, name: str) -> Path:
-    (tmp / f"{name}.base").write_bytes(base)
-    (tmp / f"{name}.target").write_bytes(target)
-    out = tmp / f"{name}.zst"
-    base, target_file = tmp / f"{name}.base", tmp / f"{name}.target"
-    subprocess.run(["zstd", "-q", "-f", "--patch-from", str(base), str(target_file), "-o", str(out)],
-                   check=True, timeout=60)
-    return out
 
 
 def _refused(
@@ -77,7 +69,7 @@ def test_a_delta_against_another_base_is_refused_naming_the_current_slot(
     # made from a base that shares its bulk with the target, so the delta refers to it throughout
     junk = random.Random(12).randbytes(len(JUNK))
     target = _binary("2.0.0", junk)
-    delta = _patch_from(tmp_path, _binary("1.0.0", junk), target, "other")
+    delta = zstd_patch(_binary("1.0.0", junk), target, tmp_path / "other.zst")
     reason = _refused(rig, delta, _sha(target), "another base")
     assert f"slot blue ({rig.slot('blue')}) (sha256 {_sha(blue)})" in reason
 
@@ -85,7 +77,7 @@ def test_a_delta_against_another_base_is_refused_naming_the_current_slot(
 def test_a_corrupt_delta_is_refused_by_its_digest(rig: Rig, tmp_path: Path) -> None:
     blue = _installed(rig)
     target = _binary("2.0.0")
-    good = _patch_from(tmp_path, blue, target, "good")
+    good = zstd_patch(blue, target, tmp_path / "good.zst")
     data = bytearray(good.read_bytes())
     data[len(data) // 2] ^= 0x40
     bad = tmp_path / "bad.zst"
@@ -98,7 +90,7 @@ def test_a_corrupt_delta_is_refused_by_its_digest(rig: Rig, tmp_path: Path) -> N
 def test_a_truncated_delta_is_refused(rig: Rig, tmp_path: Path) -> None:
     blue = _installed(rig)
     target = _binary("2.0.0")
-    good = _patch_from(tmp_path, blue, target, "good")
+    good = zstd_patch(blue, target, tmp_path / "good.zst")
     cut = tmp_path / "cut.zst"
     cut.write_bytes(good.read_bytes()[:-7])
     _refused(rig, cut, _sha(target), "archive truncated/corrupt")

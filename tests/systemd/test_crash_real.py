@@ -25,7 +25,6 @@ import concurrent.futures
 import hashlib
 import json
 import secrets
-import subprocess
 import tarfile
 import time
 from collections.abc import Iterator, Sequence
@@ -37,6 +36,7 @@ import pytest
 from agent.config.boot import machine_arch
 from agent.testing.releases import ReleaseServer, build_release, sha256_file
 from agent.testing.sandbox import PrivateSystemd
+from tests.agent_fetch._archives import zstd_patch
 
 from ._cli_agent import KILL_ENV, CliAgent, tags_with_occurrence
 
@@ -107,11 +107,7 @@ def releases(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Releases]:
     other = members[GOOD].replace(b"import", b"IMPORT")
     deltas = {}
     for path, base in (("delta", members[OLD]), ("delta-fallback", other)):
-        (out / f"{path}.base").write_bytes(base)
-        (out / f"{path}.target").write_bytes(members[GOOD])
-        deltas[path] = out / f"{path}.zst"
-        subprocess.run(["zstd", "-q", "-f", "--patch-from", str(out / f"{path}.base"),
-                        str(out / f"{path}.target"), "-o", str(deltas[path])], check=True, timeout=60)
+        deltas[path] = zstd_patch(base, members[GOOD], out / f"{path}.zst")
     server = ReleaseServer.start(out)
     try:
         yield Releases(server, files, {v: sha256_file(f) for v, f in files.items()}, member_sha, deltas)

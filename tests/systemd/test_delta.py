@@ -6,13 +6,14 @@ archive, aborts with the host unchanged."""
 from __future__ import annotations
 
 import hashlib
-import subprocess
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from agent.testing.releases import agent_script
+from tests.agent_fetch._archives import zstd_patch
 
 from . import agent_env
 from .agent_env import AgentEnv, Release
@@ -33,13 +34,11 @@ def _publish_delta(env: AgentEnv, base: bytes, target: bytes, name: str) -> tupl
     """``zstd --patch-from=BASE TARGET`` into the served directory; returns (url, sha256 of the delta)."""
     work = env.work / f"delta-{name}"
     work.mkdir()
-    (work / "base").write_bytes(base)
-    (work / "target").write_bytes(target)
     served = env.server.directory / f"{env.name}-deltas"
     served.mkdir(exist_ok=True)
     out = served / f"{name}.zst"
-    subprocess.run(["zstd", "-q", "-f", "--patch-from", str(work / "base"), str(work / "target"), "-o",
-                    str(out)], check=True, timeout=60)
+    zstd_patch(base, target, work / f"{name}.zst")
+    shutil.copyfile(work / f"{name}.zst", out)  # the base and target stay out of the served directory
     return f"{env.server.base}/{served.name}/{out.name}", _sha(out.read_bytes())
 
 
