@@ -289,7 +289,8 @@ class Session:
         nothing to activate; reads the journal, takes no lock and touches nothing.
 
         Raises:
-            UsageError: not ``[A-Za-z0-9._-]{1,64}`` (exit 2).
+            UsageError: not ``[A-Za-z0-9._-]{1,64}``, or the id of the ``upgrade --stage`` episode itself
+                (exit 2).
             NotInstalledError, LayoutConflictError: no ``current`` link, or a real file in its place (exit 2).
             NothingStagedError: the journal knows no staged candidate, no episode is open that a recovery
                 might settle first, and ``operation`` did not close before (its result would be printed).
@@ -297,7 +298,15 @@ class Session:
         op = operation_id(operation)
         require_installed(self.host)
         view = self.view()
-        if view.staged is None and view.open_episode is None and view.result_of(op) is None:
+        recorded = view.result_of(op)
+        if recorded is not None and recorded.result == "staged":
+            # The id names the staging episode itself: replaying its recorded result would print "staged"
+            # and exit 0 with nothing switched, so a person who typed the id status shows is told instead.
+            raise UsageError(
+                f"activate: operation {op} is the episode that staged the candidate; an activation is an "
+                "episode of its own: leave --operation out, or give it a new id"
+            )
+        if view.staged is None and view.open_episode is None and recorded is None:
             raise NothingStagedError("nothing staged: run upgrade --stage first")
         return op
 
