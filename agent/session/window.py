@@ -79,7 +79,7 @@ def refuse_outside_window(config: AgentConfig, what: str) -> None:
     when = "it names no later start" if verdict.opens_at is None else (
         "it opens for this host at "
         + datetime.fromtimestamp(int(verdict.opens_at), UTC).isoformat().replace("+00:00", "Z"))
+    hint = "--now switches anyway" if what == "activate" else "--stage stages it now, --now switches anyway"
     raise OutsideWindowError(
-        f"{what}: outside the maintenance window (schedule.window = {config.schedule.window!r}): {when}; "
-        "--stage stages it now, --now switches anyway"
+        f"{what}: outside the maintenance window (schedule.window = {config.schedule.window!r}): {when}; {hint}"
     )

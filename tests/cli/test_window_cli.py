@@ -66,6 +66,7 @@ def test_outside_the_window_a_switch_is_refused_and_staging_is_not(
     assert rig.slot("green").read_bytes() == version_script("2.0.0")
     refused = rig.cli("activate", "--operation", "ac1").error_payload(2)
     assert refused["error"].startswith("activate: outside the maintenance window"), refused
+    assert refused["error"].endswith("; --now switches anyway"), refused  # what is staged needs no --stage
     assert rig.cli("status").payload()["staged"]["operation"] == "st1"
 
 
