@@ -42,7 +42,8 @@ def test_stage_installs_the_candidate_and_switches_nothing(installed_rig: Rig, t
     member = hashlib.sha256(version_script("2.0.0")).hexdigest()
     staged = rig.cli("status").payload()["staged"]
     assert staged == {"operation": "st1", "slot": "green", "sha256": member, "version": "2.0.0",
-                      "archive_sha256": hashlib.sha256(archive.read_bytes()).hexdigest()}
+                      "archive_sha256": hashlib.sha256(archive.read_bytes()).hexdigest(),
+                      "switch_in_window": False}
     human = rig.cli("status", json_out=False)
     assert f"staged: green 2.0.0 {member} (operation st1; activate switches)" in human.stdout.splitlines()
 
