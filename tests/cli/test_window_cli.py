@@ -101,6 +101,10 @@ def test_outside_the_window_a_switch_is_refused_and_in_window_stages_for_the_tim
         f"(schedule.window = '{window}'): it opens for this host at "), result
     assert snapshot(rig.journal_dir) == journal
     assert rig.host_facts() == after
+    said = rig.cli("recover", "--trigger", "timer", json_out=False)
+    assert said.code == 0, said
+    assert said.stdout.startswith(
+        "nothing to recover: candidate 2.0.0 staged by up1 waits: outside the maintenance window"), said
 
     refused = rig.cli("activate", "--operation", "ac1").error_payload(2)
     assert refused["error"].startswith("activate: outside the maintenance window"), refused

@@ -140,5 +140,8 @@ def cmd_recover(args: argparse.Namespace) -> Outcome:
         payload["busy"] = True
         return Outcome(payload, outcome.reason, 0)
     # design §7: recover exits 0 whenever it leaves no open episode, whatever the result it published.
-    return attrs.evolve(result_outcome(outcome), exit_code=0)
+    done = attrs.evolve(result_outcome(outcome), exit_code=0)
+    if outcome.operation is None:  # nothing was open: the quick path's words, and why, when there is a why
+        return attrs.evolve(done, human="nothing to recover: " + (outcome.reason or "no open episode"))
+    return done
 
