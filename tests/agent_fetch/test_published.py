@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from agent.testing.published import PublishedMismatch, RegistryUnreachable, npm_
 from ._servers import LoopbackServer, body
 
 PACKAGE = "@esbuild/linux-x64"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _publish(server: LoopbackServer, version: str, tarball: bytes, integrity_of: bytes | None = None) -> None:
@@ -81,3 +84,34 @@ def test_an_unreachable_registry_with_nothing_cached_names_the_registry_and_the_
     ):
         npm_tarball(PACKAGE, "0.28.1", tmp_path, registry=registry)
     assert os.listdir(tmp_path) == []
+
+
+def test_the_fetch_delta_row_is_skipped_with_the_reason_when_the_registry_is_unreachable(
+    tmp_path: Path,
+) -> None:
+    """``python -m benchmarks --json fetch.delta`` with an empty cache and every HTTPS request sent to a
+    proxy that refuses connections: one JSON line, ``skipped`` with the reason, no figure; exit 0."""
+    env = dict(
+        os.environ,
+        UPGRADE_CORE_REAL_INPUT_CACHE=str(tmp_path / "cache"),
+        HTTPS_PROXY=f"http://127.0.0.1:{_closed_port()}",
+        NO_PROXY="",
+    )
+    env.pop("https_proxy", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--json", "fetch.delta"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    (line,) = done.stdout.splitlines()
+    row = json.loads(line)
+    assert set(row) == {"name", "skipped", "reason", "met"}
+    assert (row["name"], row["skipped"], row["met"]) == ("fetch.delta", True, None)
+    assert row["reason"].startswith(
+        "package registry unreachable and nothing cached: https://registry.npmjs.org (@esbuild/"
+    ), row["reason"]
+    assert not (tmp_path / "cache").exists() or os.listdir(tmp_path / "cache") == []
