@@ -97,7 +97,8 @@ def test_the_fetch_delta_row_is_skipped_with_the_reason_when_the_registry_is_unr
         HTTPS_PROXY=f"http://127.0.0.1:{_closed_port()}",
         NO_PROXY="",
     )
-    env.pop("https_proxy", None)
+    for lower in ("https_proxy", "no_proxy"):  # lower case wins (urllib.request.getproxies)
+        env.pop(lower, None)
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks", "--json", "fetch.delta"],
         cwd=ROOT,
