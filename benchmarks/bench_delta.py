@@ -27,8 +27,9 @@ fsynced. Baseline: ``ArchiveSourceImpl.stage`` of the full ``.tgz`` from the sam
 ``package/bin/esbuild``, ``member_policy = "select"``), sha256 checked, fsynced. Both in fresh processes,
 interleaved, ``RUNS`` each; the ratio compares the medians of the stage alone (timed inside the child
 around ``stage``: the modules the stage imports lazily, the HTTP client's among them, count on both sides;
-the interpreter's start and the agent's modules do not); the best of each side and the whole-process
-seconds are beside it.
+the interpreter's start and the agent's modules do not). Beside it: the median of the per-run ratios (each
+delta stage against the full stage run right after it: steadier than the ratio of medians when the
+machine's load moves during the row), the best of each side and the whole-process seconds.
 
 Figures: ``delta_bytes``, ``full_bytes``, ``bytes_ratio`` (target <= 0.30, goal 0.15), ``ratio`` (target
 <= 1.0), ``peak_rss_mib`` (the delta side's process tree). ``met`` needs both targets. An unreachable
@@ -113,27 +114,13 @@ def _make_delta(old: Path, new: Path, out: Path, env: dict[str, str]) -> tuple[d
     return made, seconds
 
 
-def delta_row(cache: Path | None = None, registry: str = NPM_REGISTRY, runs: int = RUNS) -> dict[str, Any]:
-    """The ``fetch.delta`` row (see the module docstring); :func:`benchmarks._harness.skipped` when the
-    registry cannot be reached and the releases are not cached, or esbuild has no package for this machine.
-
-    Args:
-        cache: where the published tarballs are cached (default ``$UPGRADE_CORE_REAL_INPUT_CACHE``).
-        registry: the npm registry's base URL.
-        runs: stages of each side, interleaved.
-
-    Raises:
-        PublishedMismatch: a cached tarball or a download does not match its digest (never skipped).
-        RuntimeError: ``delta make`` or a stage failed; its stderr is in the message.
-    """
-    package = esbuild_package()
-    if package is None:
-        return _harness.skipped(NAME, f"esbuild publishes no npm package for machine {os.uname().machine}")
-    try:
-        published = {v: npm_tarball(package, v, cache, registry=registry) for v in (OLD_VERSION, NEW_VERSION)}
-    except RegistryUnreachable as exc:
-        return _harness.skipped(NAME, f"package registry unreachable and nothing cached: {exc}")
-    work = _harness.disk_dir("fetch-delta")
+def _stages(
+    work: Path, published: dict[str, tuple[Path, str]], runs: int
+) -> tuple[dict[str, Any], float, dict[str, list[dict[str, Any]]]]:
+    """In ``work``: the old binary as the current slot's file, the delta made from it to the new one, both
+    served over loopback HTTP with the new release's ``.tgz``; ``runs`` interleaved stages of each side.
+    Returns (``delta make``'s JSON, its wall seconds, side -> the :func:`benchmarks._harness.measure`
+    reports with ``stage_s``)."""
     served = work / "served"
     served.mkdir()
     slot_file = work / "esbuild-blue"  # the old binary, as the current slot holds it
@@ -163,7 +150,35 @@ def delta_row(cache: Path | None = None, registry: str = NPM_REGISTRY, runs: int
                 sides[side].append(report)
     finally:
         server.close()
+    return made, make_s, sides
+
+
+def delta_row(cache: Path | None = None, registry: str = NPM_REGISTRY, runs: int = RUNS) -> dict[str, Any]:
+    """The ``fetch.delta`` row (see the module docstring); :func:`benchmarks._harness.skipped` when the
+    registry cannot be reached and the releases are not cached, or esbuild has no package for this machine.
+
+    Args:
+        cache: where the published tarballs are cached (default ``$UPGRADE_CORE_REAL_INPUT_CACHE``).
+        registry: the npm registry's base URL.
+        runs: stages of each side, interleaved.
+
+    Raises:
+        PublishedMismatch: a cached tarball or a download does not match its digest (never skipped).
+        RuntimeError: ``delta make`` or a stage failed; its stderr is in the message.
+    """
+    package = esbuild_package()
+    if package is None:
+        return _harness.skipped(NAME, f"esbuild publishes no npm package for machine {os.uname().machine}")
+    try:
+        published = {v: npm_tarball(package, v, cache, registry=registry) for v in (OLD_VERSION, NEW_VERSION)}
+    except RegistryUnreachable as exc:
+        return _harness.skipped(NAME, f"package registry unreachable and nothing cached: {exc}")
+    work = _harness.disk_dir("fetch-delta")
+    try:
+        made, make_s, sides = _stages(work, published, runs)
+    finally:
         shutil.rmtree(work, ignore_errors=True)
+    full_archive = published[NEW_VERSION][0]
     value = statistics.median(r["stage_s"] for r in sides["delta"])
     baseline_value = statistics.median(r["stage_s"] for r in sides["full"])
     full_bytes = full_archive.stat().st_size
@@ -179,6 +194,8 @@ def delta_row(cache: Path | None = None, registry: str = NPM_REGISTRY, runs: int
         delta_make_s=round(make_s, 2), runs=runs,
         delta_stage_s=[round(r["stage_s"], 4) for r in sides["delta"]],
         full_stage_s=[round(r["stage_s"], 4) for r in sides["full"]],
+        paired_ratio_median=round(statistics.median(
+            d["stage_s"] / f["stage_s"] for d, f in zip(sides["delta"], sides["full"], strict=True)), 3),
         best_delta_stage_s=round(min(r["stage_s"] for r in sides["delta"]), 4),
         best_full_stage_s=round(min(r["stage_s"] for r in sides["full"]), 4),
         delta_process_s=round(statistics.median(r["seconds"] for r in sides["delta"]), 3),
