@@ -22,6 +22,8 @@ import secrets
 import tarfile
 from pathlib import Path
 
+from agent.testing.releases import sha256_file
+
 NPM_REGISTRY = "https://registry.npmjs.org"
 ESBUILD_MEMBER = "package/bin/esbuild"
 """Where esbuild's ``@esbuild/linux-<arch>`` tarballs hold the binary (beside ``package/package.json``)."""
@@ -52,15 +54,6 @@ def esbuild_package(machine: str | None = None) -> str | None:
     return None if arch is None else f"@esbuild/linux-{arch}"
 
 
-def sha256_path(path: Path) -> str:
-    """sha256 of the file at ``path``, 64 lowercase hex, read 1 MiB at a time."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def cached_sha256(path: Path) -> str | None:
     """The sha256 of a cached ``path`` once it is checked against ``path.sha256``; None when either is
     missing (not cached yet).
@@ -72,7 +65,7 @@ def cached_sha256(path: Path) -> str | None:
     if not (path.exists() and recorded.exists()):
         return None
     want = recorded.read_text().split()[0]
-    got = sha256_path(path)
+    got = sha256_file(path)
     if got != want:
         raise PublishedMismatch(
             f"{path}: sha256 {got} differs from the recorded {want}; delete it to refetch"

@@ -49,9 +49,9 @@ from agent.testing.published import (
     esbuild_package,
     npm_tarball,
     real_input_cache,
-    sha256_path,
     tar_member,
 )
+from agent.testing.releases import sha256_file
 from agent.testing.sandbox import PrivateSystemd, free_port
 
 from .conftest import wait_for
@@ -149,7 +149,7 @@ def test_esbuild_installed_upgraded_and_rolled_back_from_its_published_archives(
         (served / path.name).write_bytes(path.read_bytes())
         urls[version] = (f"{base_url}/{path.name}", digest)
     broken = _broken_from(published[VERSION_B][0], served / f"{published[VERSION_B][0].stem}-broken.tgz")
-    urls[BROKEN_VERSION] = (f"{base_url}/{broken.name}", sha256_path(broken))
+    urls[BROKEN_VERSION] = (f"{base_url}/{broken.name}", sha256_file(broken))
     assert _layout(broken) == _layout(published[VERSION_B][0])  # the publisher's layout, kept
 
     name = f"esb-{secrets.token_hex(4)}"
@@ -309,7 +309,7 @@ def _fetch_deb(package: str, cache: Path) -> tuple[Path, str]:
         got = list(work.glob("*.deb"))
         if done.returncode != 0 or len(got) != 1:
             raise RegistryUnreachable(f"apt-get download {package}={version}: {done.stderr.strip()[-300:]}")
-        assert sha256_path(got[0]) == want, f"{package}={version}: not the Packages index's SHA256"
+        assert sha256_file(got[0]) == want, f"{package}={version}: not the Packages index's SHA256"
         os.replace(got[0], deb)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -448,7 +448,7 @@ member_policy = "select"
     lib = tmp_path / "root" / "lib" / name
 
     def url(file: str) -> list[str]:
-        return ["--archive", f"{base_url}/{file}", "--sha256", sha256_path(served / file)]
+        return ["--archive", f"{base_url}/{file}", "--sha256", sha256_file(served / file)]
 
     try:
         rc, out = run("install", *url("jq-data.tar.xz"), "--expect-version", "1.6")
@@ -520,7 +520,7 @@ member_policy = "none"
     home = f"http://127.0.0.1:{port}/"
 
     def url(file: str) -> list[str]:
-        return ["--archive", f"{base_url}/{file}", "--sha256", sha256_path(served / file)]
+        return ["--archive", f"{base_url}/{file}", "--sha256", sha256_file(served / file)]
 
     try:
         rc, out = run("install", *url(f"esbuild-{VERSION_A}"), "--expect-version", VERSION_A)
