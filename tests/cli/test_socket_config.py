@@ -43,18 +43,14 @@ def test_a_bad_socket_is_one_line_naming_the_key_exit_2(
 ) -> None:
     rig.write_config(agent_extra=f"socket = {value}")
     before = snapshot(rig.base)
-    for json_out in (False, True):
-        run = rig.cli(*COMMANDS[command], json_out=json_out)
-        assert run.code == 2, run
-        run.assert_clean_stderr()
-        (line,) = run.stderr.splitlines()
-        assert line.startswith(f"upgrade-agent: {rig.config}: agent.socket: "), line
-        assert expected in line, line
-        assert "None" not in line and "\\x" not in line, line
-        if json_out:
-            assert run.error_payload(2)["error"] == line.removeprefix("upgrade-agent: ")
-        else:
-            assert run.stdout == ""
+    run = rig.cli(*COMMANDS[command])  # --json: the one line on stderr and the error object on stdout
+    assert run.code == 2, run
+    run.assert_clean_stderr()
+    (line,) = run.stderr.splitlines()
+    assert line.startswith(f"upgrade-agent: {rig.config}: agent.socket: "), line
+    assert expected in line, line
+    assert "None" not in line and "\\x" not in line, line
+    assert run.error_payload(2)["error"] == line.removeprefix("upgrade-agent: ")
     assert snapshot(rig.base) == before
 
 
