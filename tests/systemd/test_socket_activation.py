@@ -16,6 +16,10 @@ bytes are the expected ones; the socket unit never restarted (its ``InvocationID
 ``ActiveEnterTimestampMonotonic`` unchanged) and every agent process held the same kernel socket as fd 3
 (``/proc/PID/fd/3`` names one ``socket:[INODE]`` throughout).
 
+Also: ``install`` run again with the key added turns the socket on (a repair) and ``uninstall`` removes the
+socket unit and closes the port; a candidate crash-looping into the start limit, the one case that takes
+the socket down, is rolled back by the ``OnFailure=`` recovery, which starts the socket again.
+
 The daemons' side of the contract is checked without systemd too: the sample agent and the native daemon
 (``native_agent.c``) serve on an inherited fd 3 only when ``LISTEN_PID`` is their own pid, and on SIGTERM
 finish what they accepted while connections they did not accept wait in the socket for the next process.
@@ -220,6 +224,35 @@ def test_install_turns_the_socket_on_and_uninstall_removes_it(make_env: MakeEnv)
     assert env.units_present() == []
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", env.port), timeout=PROCESS_TIMEOUT_S).close()
+
+
+def test_a_crash_loop_into_the_start_limit_takes_the_socket_down_and_recovery_brings_both_back(
+    make_env: MakeEnv,
+) -> None:
+    """The one case that closes the socket (docs/configuration.md, "Agent socket"): a candidate that
+    crash-loops until the agent unit's start limit. systemd fails the socket with it
+    (``service-start-limit-hit``); ``OnFailure=`` recovery rolls back to last-good, whose start starts the
+    socket again (``Requires=``): a new invocation, listening on the same address, serving 1.0.0. The upgrader
+    is SIGKILLed after it saw the candidate running, as in ``test_cli_scenarios``, so that only systemd's
+    machinery acts; the CLI runs inside the sandbox so the units systemd starts read a valid configuration."""
+    env = make_env(inside=True, socket=True)
+    v1, bad = env.release("1.0.0"), env.release("2.0.0", "exit-after:0.3")
+    env.install(v1)
+    before = socket_identity(env)
+    op = "sock-loop"
+    killed = env.upgrade(bad, op, env={"UPGRADE_AGENT_TEST_KILL_AFTER": "RestartObserved"})
+    assert killed.code in (-9, 137), killed.stderr
+    poll(lambda: env.result_file(op) is not None, 60.0, "the OnFailure= recovery to publish a result")
+    result = env.result_file(op)
+    assert result is not None and result["result"] == "rolled_back", result
+    poll(lambda: env.events(op)[-1:] == ["EpisodeClosed"], 10.0, "the episode to close")
+    env.assert_running("blue", v1)
+    after = socket_identity(env)
+    assert after["InvocationID"] != before["InvocationID"] and after["Listen"] == before["Listen"], after
+    console = env.sandbox.console_log.read_text(errors="replace")
+    assert f"{env.name}.socket: Failed with result 'service-start-limit-hit'." in console, "\n".join(
+        [ln for ln in console.splitlines() if env.name in ln][-40:])
+    assert fd3(env).startswith("socket:[")
 
 
 # -- the daemons' side, without systemd --------------------------------------------------------------------
