@@ -326,7 +326,8 @@ FAST_SCHEMA: dict[str, dict[str, Callable[[Any], bool]]] = {
         "version_args": _argv,
         "member": lambda v: _text(v) and v != "",
         "member_policy": lambda v: v in ("exact", "select", "none"),
-        # no "{" here: a substituted path's length is the full loader's to check
+        # no "{" here: a substituted path's length is the full loader's to check; only an "[IPv6]:PORT"
+        # value loads a module more (ipaddress, to read the address)
         "socket": lambda v: isinstance(v, str) and "{" not in v and listen_stream_problem(v) is None,
     },
     "host": {
