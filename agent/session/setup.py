@@ -212,7 +212,9 @@ class Setup:
 
     async def _repair(self, service: Any) -> UpgradeResult:
         """Installed with the same binary: rewrite missing or drifted unit files (re-enable them and start
-        the agent) and recreate a missing or drifted ``R/bin/NAME`` link; :attr:`repaired` says what.
+        the agent), remove a ``NAME.socket`` the configuration no longer asks for
+        (:meth:`_drop_unwanted_socket`), and recreate a missing or drifted ``R/bin/NAME`` link;
+        :attr:`repaired` says what.
 
         Raises:
             ConfigError: a unit file another service or agent owns stands where one of ours goes (exit 2).
@@ -225,6 +227,8 @@ class Setup:
         if drifted:
             await self._install_units(service, record, only=drifted)
             self.repaired += [self._unit_path(n) for n in drifted]
+        dropped = await self._drop_unwanted_socket(service, record)
+        self.repaired += dropped
         lay = self.host.layout
         if not os.path.lexists(lay.bin_link) or (
             os.path.islink(lay.bin_link) and not _is_link_to(lay.bin_link, lay.bin_link_target)
@@ -234,7 +238,7 @@ class Setup:
             Provisioner(self.host).create_layout_dirs()
             Provisioner(self.host).ensure_compat_link()
             self.repaired.append(lay.bin_link)
-        if drifted:
+        if drifted or dropped:
             if socket_unit_name(self.config.agent.name) in drifted:
                 # A new or changed NAME.socket binds its address only once nothing holds it: stop the socket
                 # (Requires= stops the agent with it) and the agent (which may have bound the address
@@ -245,6 +249,31 @@ class Setup:
         current = self.host.links().current
         reason = f"repaired {', '.join(self.repaired)}" if self.repaired else None
         return UpgradeResult(None, "noop", slot=current, reason=reason)
+
+    async def _drop_unwanted_socket(self, service: Any, record: InstallRecord) -> list[str]:
+        """Without ``[agent] socket``: stop, disable and remove a ``NAME.socket`` an earlier install wrote
+        (the install record lists it and its first line is this agent's header), and stop the agent unit,
+        which :meth:`_repair` then starts binding its address itself; daemon-reload. A socket left running
+        would hold the address, and the agent's next start would fail to bind it.
+
+        Returns:
+            The removed unit file's path, or nothing.
+
+        Raises:
+            ServiceError: a stop, the removal or the daemon-reload failed.
+        """
+        sock = socket_unit_name(self.config.agent.name)
+        path = self._unit_path(sock)
+        listed = any(e.kind == "unit" and e.path == path for e in record.entries)
+        if self.config.agent.socket or not listed or not self._remover().unit_is_ours(path)[0]:
+            return []
+        await service.stop(sock)
+        await service.stop()
+        await service.disable(sock)
+        removed = await service.remove_units([sock])
+        await service.daemon_reload()
+        record.forget(removed)
+        return [path] if path in removed else []
 
     async def _adopt_legacy(self, provision: Any) -> UpgradeResult:
         record = self.install_record()

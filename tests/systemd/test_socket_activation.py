@@ -196,26 +196,48 @@ def test_the_listening_socket_outlives_upgrade_rollback_and_operator_rollback(ma
     assert failed(total) == []
 
 
-def test_install_turns_the_socket_on_and_uninstall_removes_it(make_env: MakeEnv) -> None:
+def test_install_turns_the_socket_on_and_off_and_uninstall_removes_it(make_env: MakeEnv) -> None:
     """An agent installed without ``[agent] socket``; the key is added and ``install`` run again (a repair):
     it writes ``NAME.socket`` and the new agent unit, and the agent runs with the socket (fd 3, the unit's
-    socket). ``uninstall`` then stops and removes the socket unit with the others: the port is closed and no
-    unit file of the agent is left."""
+    socket). The key removed, ``install`` removes the socket unit (listed in the install record, this
+    agent's header) and the agent binds the port itself. Added again, then ``uninstall``: the socket unit
+    is stopped and removed with the others, the port is closed and no unit file of the agent is left."""
     env = make_env()
     v1 = env.release("1.0.0")
     env.install(v1)
-    plain_pid = env.assert_running("blue", v1)
-    text = env.config.read_text()
-    env.config.write_text(text.replace("[agent]\n", f'[agent]\nsocket = "127.0.0.1:{env.port}"\n', 1))
-    repaired = env.cli("install")
-    assert repaired.code == 0 and repaired.json is not None, repaired
-    assert repaired.json["result"] == "noop", repaired.json
-    sock_file = env.sandbox.unit_dir / f"{env.name}.socket"
-    assert str(sock_file) in (repaired.json["reason"] or ""), repaired.json
-    assert "ListenStream=" + f"127.0.0.1:{env.port}\n" in sock_file.read_text()
-    socket_identity(env)
     pid = env.assert_running("blue", v1)
-    assert pid != plain_pid and fd3(env).startswith("socket:[")
+    plain = env.config.read_text()
+    with_socket = plain.replace("[agent]\n", f'[agent]\nsocket = "127.0.0.1:{env.port}"\n', 1)
+    sock_file = env.sandbox.unit_dir / f"{env.name}.socket"
+
+    def repair(text: str) -> str:
+        env.config.write_text(text)
+        repaired = env.cli("install")
+        assert repaired.code == 0 and repaired.json is not None, repaired
+        assert repaired.json["result"] == "noop", repaired.json
+        assert str(sock_file) in (repaired.json["reason"] or ""), repaired.json
+        return str(repaired.json["reason"])
+
+    def answers() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", env.port), timeout=PROCESS_TIMEOUT_S).close()
+        except ConnectionRefusedError:
+            return False
+        return True
+
+    for text in (with_socket, plain, with_socket):
+        repair(text)
+        poll(answers, PROCESS_TIMEOUT_S, "the agent to listen")  # without the socket it binds after its start
+        before, pid = pid, env.assert_running("blue", v1)
+        assert pid != before  # restarted to take the socket, or to bind its address itself
+        if text is plain:
+            assert not sock_file.exists()
+            assert env.show(f"{env.name}.socket", "LoadState")["LoadState"] == "not-found"
+            assert f"{env.name}.socket" not in env.show(None, "Requires")["Requires"].split()
+        else:
+            assert "ListenStream=" + f"127.0.0.1:{env.port}\n" in sock_file.read_text()
+            socket_identity(env)
+            assert fd3(env).startswith("socket:[")
 
     gone = env.cli("uninstall")
     assert gone.code == 0 and gone.json is not None, gone
