@@ -16,6 +16,7 @@ import os
 
 from agent.config.quicktoml import loads_plain
 from agent.fs.regular import list_names, read_regular_file
+from agent.systemd.listen import listen_stream_problem
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the boot path does not load typing (mypy reads True)
 if TYPE_CHECKING:
@@ -331,6 +332,9 @@ FAST_SCHEMA: dict[str, dict[str, Callable[[Any], bool]]] = {
         "version_args": _argv,
         "member": lambda v: _text(v) and v != "",
         "member_policy": lambda v: v in ("exact", "select", "none"),
+        # no "{" here: a substituted path's length is the full loader's to check; only an "[IPv6]:PORT"
+        # value loads a module more (ipaddress, to read the address)
+        "socket": lambda v: isinstance(v, str) and "{" not in v and listen_stream_problem(v) is None,
     },
     "host": {
         "root": _abs,
