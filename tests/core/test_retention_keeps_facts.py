@@ -9,7 +9,8 @@ says, whatever was dropped:
 
 - the anti-rollback watermark: the highest security version committed since the latest trust reset;
 - the known-bad releases: each digest rolled back for its own failure since the latest reset, unless a later
-  commit of it cleared it (with the operation that condemned it);
+  commit of it cleared it (an upgrade's, or an operator rollback's to last-good bytes of that digest), with
+  the operation that condemned it;
 - each slot's version (``status``, and the next episode's from-version);
 - the order of the episodes (``history``: summaries of dropped ones first, oldest first);
 - each operation's status as published (a republished status keeps its ``journalSeq`` and ``bootID``).
@@ -107,6 +108,7 @@ def operator_rollback(m: Model, op: str) -> list[Event]:
         *_closing(UpgradeResult(op, "committed", m.versions.get(cur), lg_version, lg)),
     ]
     m.current, m.versions[lg] = lg, lg_version
+    m.known_bad.pop(m.digests[lg], None)  # the bytes committed healthy: known-bad no more (docs/trust.md)
     return events
 
 
