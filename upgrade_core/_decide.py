@@ -177,8 +177,8 @@ def decide(view: JournalView, facts: HostFacts) -> Plan:
         One plan. The rules, in design §4.5's order:
 
         - no open episode -> :class:`NoOp`, unless ``current`` names a candidate an ``activate`` left
-          stopped (:attr:`JournalView.left_stopped`) and the unit is known to be neither ``inactive``
-          nor unread -> :class:`CheckLeftStopped` (design §4.7);
+          stopped (:attr:`JournalView.left_stopped`), ``current`` still names it and the unit is known to
+          be neither ``inactive`` nor unread -> :class:`CheckLeftStopped` (design §4.7);
         - opened, never reached ``SwitchIntended`` -> :class:`Abort`;
         - ``SwitchIntended`` without ``SwitchCommitted``: ``current`` names the candidate slot and that
           slot holds the candidate -> treat as switched (:class:`ResumeHealth` with ``confirm_switch``, or
@@ -195,14 +195,21 @@ def decide(view: JournalView, facts: HostFacts) -> Plan:
     """
     ep = view.open_episode
     if ep is None:
-        return _decide_closed(view.left_stopped, facts.unit_active_state)
+        return _decide_closed(view.left_stopped, facts)
     return _decide_open(ep, facts)
 
 
-def _decide_closed(left: LeftStoppedCandidate | None, unit_state: str | None) -> Plan:
-    """Nothing open: a candidate left stopped is checked once the unit was started (design §4.7)."""
+def _decide_closed(left: LeftStoppedCandidate | None, facts: HostFacts) -> Plan:
+    """Nothing open: a candidate left stopped is checked once the unit was started (design §4.7), and only
+    while ``current`` still names it (recovery never moves ``current`` onto an unchecked candidate)."""
     if left is None:
         return NoOp()
+    if facts.links.current != left.slot:
+        return NoOp(
+            f"current names {facts.links.current}, not {left.slot}, the candidate activate {left.operation} "
+            "left stopped; nothing to check"
+        )
+    unit_state = facts.unit_active_state
     if unit_state is None or unit_state == "inactive":
         return NoOp(
             f"current names {left.slot} ({left.version}), switched to with the unit stopped by activate "

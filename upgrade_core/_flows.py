@@ -63,15 +63,16 @@ async def _settle(run: FlowRun, op: str) -> UpgradeResult | None:
     return None
 
 
-def _refuse_unverified_current(run: FlowRun) -> None:
+def _refuse_unverified_current(run: FlowRun, current: Slot) -> None:
     """design §4.7: while ``current`` names a candidate an ``activate`` left stopped, staging would overwrite
-    the slot ``last-good`` names, the host's only verified binary; refused before any episode opens.
+    the slot ``last-good`` names, the host's only verified binary; refused before any episode opens (not
+    once ``current`` was pointed elsewhere by hand: the candidate's slot is then the inactive one).
 
     Raises:
         UnverifiedCurrentError: exit 2, naming the slot, the version and what to run.
     """
     left = run.folder.view().left_stopped
-    if left is not None:
+    if left is not None and left.slot == current:
         raise UnverifiedCurrentError(
             f"current names {left.slot} ({left.version}), switched to with the unit stopped by activate "
             f"{left.operation} and not checked yet: start the unit and run recover-agent-upgrade, or run "
@@ -123,7 +124,7 @@ async def run_upgrade(
     links = _installed_links(ports.host)
     current = links.current
     assert current is not None
-    _refuse_unverified_current(run)
+    _refuse_unverified_current(run, current)
     await run.open_episode(request, "upgrade", current)
     done = await run.pre_switch(request, other_slot(current), links)
     if done is not None:
@@ -363,7 +364,7 @@ async def self_upgrade_prepare(
     links = _installed_links(ports.host)
     current = links.current
     assert current is not None
-    _refuse_unverified_current(run)
+    _refuse_unverified_current(run, current)
     op = request.operation
     await run.open_episode(request, "self_upgrade", current)
     done = await run.pre_switch(request, other_slot(current), links)

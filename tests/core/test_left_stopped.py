@@ -185,6 +185,10 @@ async def test_decisions_for_an_activate_that_found_the_unit_stopped() -> None:
         assert isinstance(plan, NoOp) and plan.reason is not None
     for state in ("active", "activating", "failed"):
         assert decide(closed, HostFacts(LinkState("green", "blue"), None, state)) == CheckLeftStopped(left)
+    # current moved off the candidate by hand: recovery never switches back onto an unchecked candidate
+    moved = decide(closed, HostFacts(LinkState("blue", "blue"), None, "active"))
+    assert moved == NoOp(
+        "current names blue, not green, the candidate activate ac1 left stopped; nothing to check")
 
 
 # -- crashes -------------------------------------------------------------------------------------------------
