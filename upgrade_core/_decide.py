@@ -209,6 +209,11 @@ def _decide_closed(left: LeftStoppedCandidate | None, facts: HostFacts) -> Plan:
             f"current names {facts.links.current}, not {left.slot}, the candidate activate {left.operation} "
             "left stopped; nothing to check"
         )
+    if left.changed:
+        return NoOp(
+            f"current names {left.slot}, whose bytes are no longer those activate {left.operation} switched "
+            "to; run upgrade-agent rollback"
+        )
     unit_state = facts.unit_active_state
     if unit_state is None or unit_state == "inactive":
         return NoOp(

@@ -366,6 +366,8 @@ class LeftStoppedCandidate:
         sha256: the candidate's digest (64 hex).
         version: the version staging recorded.
         last_good: the slot ``last-good`` named at the switch (where a rollback returns).
+        changed: a check found the slot's bytes no longer the candidate's (``StagedCandidateChecked``
+            without a match): recovery checks it no more; ``rollback`` is the way out.
     """
 
     operation: str
@@ -374,6 +376,7 @@ class LeftStoppedCandidate:
     sha256: str
     version: str
     last_good: Slot | None
+    changed: bool = False
 
 
 @attrs.frozen
@@ -773,6 +776,9 @@ class Folder:
         if not e.matches:
             self._staged = None  # the bytes are no longer the ones staged: nothing to activate
             self._staged_said = True
+            left = self._left_stopped
+            if left is not None and (e.slot, e.staged_sha256) == (left.slot, left.sha256):
+                self._left_stopped = attrs.evolve(left, changed=True)  # design §4.7: no check to repeat
         _refresh(ep)
 
     def _h_unit_found_stopped(self, ep: _Ep, e: ev.UnitFoundStopped, seq: int) -> None:

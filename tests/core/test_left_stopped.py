@@ -145,6 +145,25 @@ async def test_upgrade_is_refused_while_current_is_left_unverified_and_rollback_
     assert check_settled(w).left_stopped is None
 
 
+async def test_changed_bytes_abort_the_check_once_and_recovery_then_leaves_them_to_an_operator() -> None:
+    w = await stopped_and_activated()
+    w.files[w.slot_path("green")] = w.archives["b"].sha256  # someone replaced the candidate's binary
+    w.start_unit()
+    first = await recover(w.ports(), SIM_POLICY, "timer")
+    assert first.result == "aborted" and first.reason is not None  # type: ignore[union-attr]
+    assert first.reason.startswith("candidate in slot green (")  # type: ignore[union-attr]
+    assert (w.current, w.last_good) == ("green", "blue")  # nothing switched
+    left = fold(w.replay()).left_stopped
+    assert left is not None and left.changed
+    before = list(w.records)
+    again = await recover(w.ports(), SIM_POLICY, "timer")
+    assert again.reason == ("current names green, whose bytes are no longer those activate ac1 switched to; "  # type: ignore[union-attr]
+                            "run upgrade-agent rollback")
+    assert w.records == before  # no check is repeated every timer tick
+    assert (await run_rollback(w.ports(), SIM_POLICY, "rb1")).result == "committed"
+    assert fold(w.replay()).left_stopped is None and (w.current, w.last_good) == ("blue", "blue")
+
+
 # -- the lifecycle rows and the decisions -------------------------------------------------------------------
 def _records(w: World, upto: str) -> list[SimRecord]:
     recs = w.replay()
