@@ -4,10 +4,12 @@ docstring): importing :mod:`upgrade_core.wire` alone must not load attrs, cattrs
 # ruff: noqa: F401
 from ._decide import (
     Abort,
+    CheckLeftStopped,
     CloseOnly,
     Commit,
     FinishRollback,
     HostFacts,
+    LeaveStopped,
     NoOp,
     Plan,
     PublishAndClose,
@@ -31,7 +33,7 @@ from ._flows import (
     run_upgrade,
     self_upgrade_prepare,
 )
-from ._fold import EpisodeView, Folder, JournalView, PendingActivation, fold
+from ._fold import EpisodeView, Folder, JournalView, LeftStoppedCandidate, PendingActivation, fold
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, Verdict
 from ._history import summarize_history
 from ._operations import (

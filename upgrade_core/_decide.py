@@ -11,8 +11,8 @@ from __future__ import annotations
 import attrs
 
 from ._events import Slot, UpgradeResult
-from ._fold import EpisodeView, JournalView
-from ._state import EpisodeState
+from ._fold import EpisodeView, JournalView, LeftStoppedCandidate
+from ._state import TERMINAL_STATES, EpisodeState
 from .ports import LinkState
 
 _S = EpisodeState
@@ -26,16 +26,52 @@ class HostFacts:
         links: what ``current`` and ``last-good`` resolve to.
         candidate_slot_sha256: sha256 (64 hex) of the open episode's candidate slot, or None when unknown,
             missing or zero-length (C12). Only consulted for an intended but unconfirmed switch.
+        unit_active_state: the agent unit's ``ActiveState`` (``systemctl show``), or None when it was not
+            read (a boot recovery runs before the unit starts) or could not be. Only consulted when nothing
+            is open and ``current`` names a candidate an ``activate`` left stopped (design §4.7).
     """
 
     links: LinkState
     candidate_slot_sha256: str | None = None
+    unit_active_state: str | None = None
 
 
 # -- plans (frozen values; the orchestrator executes them) ------------------------------------------
 @attrs.frozen
 class NoOp:
-    """Nothing is open; the result is ``noop`` with no operation."""
+    """Nothing is open; the result is ``noop`` with no operation.
+
+    Attributes:
+        reason: one line for the result, or None (nothing at all to do).
+    """
+
+    reason: str | None = None
+
+
+@attrs.frozen
+class LeaveStopped:
+    """An ``activate`` that found the unit stopped on purpose is switched (or, with ``confirm_switch``, its
+    switch turns out to have landed): journal ``LeftStopped``, publish ``switched_stopped``, close; the unit
+    is not started (design §4.7).
+
+    Attributes:
+        confirm_switch: as in :class:`ResumeHealth`.
+    """
+
+    confirm_switch: bool = False
+
+
+@attrs.frozen
+class CheckLeftStopped:
+    """Nothing is open, ``current`` names a candidate an ``activate`` left stopped, and the unit is no longer
+    ``inactive`` (started since; running or ``failed``): open an ``activate`` episode that checks that
+    candidate as an activation would, commit or roll back to ``last-good`` (design §4.7).
+
+    Attributes:
+        candidate: the candidate left stopped.
+    """
+
+    candidate: LeftStoppedCandidate
 
 
 @attrs.frozen
@@ -120,7 +156,10 @@ class CloseOnly:
     result: UpgradeResult
 
 
-Plan = NoOp | Abort | ResumeHealth | Commit | Rollback | FinishRollback | PublishAndClose | CloseOnly
+Plan = (
+    NoOp | Abort | ResumeHealth | Commit | Rollback | FinishRollback | PublishAndClose | CloseOnly
+    | LeaveStopped | CheckLeftStopped
+)
 """What recovery does; the orchestrator carries out the plan's fields as given."""
 
 
@@ -137,11 +176,15 @@ def decide(view: JournalView, facts: HostFacts) -> Plan:
     Returns:
         One plan. The rules, in design §4.5's order:
 
-        - no open episode -> :class:`NoOp`;
+        - no open episode -> :class:`NoOp`, unless ``current`` names a candidate an ``activate`` left
+          stopped (:attr:`JournalView.left_stopped`), ``current`` still names it and the unit is known to
+          be neither ``inactive`` nor unread -> :class:`CheckLeftStopped` (design §4.7);
         - opened, never reached ``SwitchIntended`` -> :class:`Abort`;
         - ``SwitchIntended`` without ``SwitchCommitted``: ``current`` names the candidate slot and that
           slot holds the candidate -> treat as switched (:class:`ResumeHealth` with ``confirm_switch``, or
           :class:`Rollback` when no attempt is left); otherwise :class:`Abort` (never downgrade);
+        - an ``activate`` that found the unit stopped, switched (or its switch landed) ->
+          :class:`LeaveStopped`;
         - switched, not committed: a passed attempt -> :class:`Commit`; attempts left ->
           :class:`ResumeHealth`; none -> :class:`Rollback` (an install, with nothing to roll back to,
           -> :class:`Abort`);
@@ -152,8 +195,32 @@ def decide(view: JournalView, facts: HostFacts) -> Plan:
     """
     ep = view.open_episode
     if ep is None:
-        return NoOp()
+        return _decide_closed(view.left_stopped, facts)
     return _decide_open(ep, facts)
+
+
+def _decide_closed(left: LeftStoppedCandidate | None, facts: HostFacts) -> Plan:
+    """Nothing open: a candidate left stopped is checked once the unit was started (design §4.7), and only
+    while ``current`` still names it (recovery never moves ``current`` onto an unchecked candidate)."""
+    if left is None:
+        return NoOp()
+    if facts.links.current != left.slot:
+        return NoOp(
+            f"current names {facts.links.current}, not {left.slot}, the candidate activate {left.operation} "
+            "left stopped; nothing to check"
+        )
+    if left.changed:
+        return NoOp(
+            f"current names {left.slot}, whose bytes are no longer those activate {left.operation} switched "
+            "to; run upgrade-agent rollback"
+        )
+    unit_state = facts.unit_active_state
+    if unit_state is None or unit_state == "inactive":
+        return NoOp(
+            f"current names {left.slot} ({left.version}), switched to with the unit stopped by activate "
+            f"{left.operation}; it is checked once the unit runs"
+        )
+    return CheckLeftStopped(left)
 
 
 def _decide_open(ep: EpisodeView, facts: HostFacts) -> Plan:
@@ -166,7 +233,11 @@ def _decide_open(ep: EpisodeView, facts: HostFacts) -> Plan:
         )
         if not landed:
             return Abort("interrupted before the switch took effect")
+        if ep.unit_found_stopped:
+            return LeaveStopped(confirm_switch=True)
         return _active_candidate(ep, confirm_switch=True)
+    if state is _S.SWITCHED and ep.unit_found_stopped:
+        return LeaveStopped()
     if state in (_S.SWITCHED, _S.RESTARTED):
         return _active_candidate(ep, confirm_switch=False)
     if state is _S.HEALTHY:
@@ -175,7 +246,7 @@ def _decide_open(ep: EpisodeView, facts: HostFacts) -> Plan:
         assert ep.rollback_slot is not None
         open_attempt = ep.rollback_attempts_started > ep.rollback_attempts_failed
         return FinishRollback(ep.rollback_slot, ep.rollback_attempts_left, open_attempt)
-    if state in (_S.COMMITTED, _S.UNCHANGED, _S.ABORTED, _S.ROLLED_BACK, _S.NEEDS_ATTENTION, _S.READY):
+    if state in TERMINAL_STATES:
         result = ep.terminal_result
         assert result is not None
         return PublishAndClose(result)

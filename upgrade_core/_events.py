@@ -20,7 +20,9 @@ from typing import ClassVar, Literal, Protocol
 import attrs
 
 Slot = Literal["blue", "green"]
-ResultValue = Literal["committed", "rolled_back", "aborted", "noop", "needs_attention", "staged"]
+ResultValue = Literal[
+    "committed", "rolled_back", "aborted", "noop", "needs_attention", "staged", "switched_stopped"
+]
 EpisodeKind = Literal[
     "upgrade", "install", "self_upgrade", "quarantine", "rollback", "trust-reset", "activate"
 ]
@@ -73,7 +75,9 @@ class UpgradeResult:
     Attributes:
         operation: the operation id, or None for a ``recover`` that found nothing open.
         result: one of ``committed``, ``rolled_back``, ``aborted``, ``noop``, ``needs_attention``, or
-            ``staged`` (``upgrade --stage``: the candidate waits in the inactive slot for ``activate``).
+            ``staged`` (``upgrade --stage``: the candidate waits in the inactive slot for ``activate``), or
+            ``switched_stopped`` (``activate`` on a host whose agent unit was stopped on purpose: ``current``
+            names the candidate, the unit was left stopped, nothing was health-checked; design §4.7).
         from_version: version running before the episode, if known.
         to_version: the candidate's reported version, if it got that far.
         slot: the slot ``current`` names at the end, or None on a bare host.
@@ -263,6 +267,25 @@ class StagedCandidateChecked(Event):
 
 
 @attrs.frozen
+class UnitFoundStopped(Event):
+    """``activate``: before the switch, the agent unit was found stopped on purpose (design §4.7).
+
+    An observation, journaled as read from systemd (``systemctl show``): ``ActiveState=inactive`` is a
+    unit an operator (or a ``reset``) stopped; ``failed`` is not stopped on purpose and is never recorded
+    here. From this record on, the episode does not start the unit: it switches ``current`` and ends with
+    ``LeftStopped``.
+
+    Attributes:
+        active_state: the unit's ``ActiveState`` (``inactive``).
+        sub_state: its ``SubState`` (``dead`` for a stopped service).
+    """
+
+    TAG: ClassVar[str] = "UnitFoundStopped"
+    active_state: str
+    sub_state: str
+
+
+@attrs.frozen
 class SwitchIntended(Event):
     """Intent: ``current`` is about to be flipped to ``candidate_slot``.
 
@@ -292,6 +315,20 @@ class MirrorsSynced(Event):
 
     TAG: ClassVar[str] = "MirrorsSynced"
     paths: tuple[str, ...]
+
+
+@attrs.frozen
+class LeftStopped(Event):
+    """``activate`` after ``UnitFoundStopped``: ``current`` names ``slot`` and the unit was not started, so
+    the candidate has no health evidence; ``last-good`` did not move and the mirrors were not written
+    (design §4.7). The episode's result is ``switched_stopped``.
+
+    Attributes:
+        slot: the slot ``current`` names (the candidate's).
+    """
+
+    TAG: ClassVar[str] = "LeftStopped"
+    slot: Slot
 
 
 @attrs.frozen
@@ -639,4 +676,6 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     TrustReset,
     StagedForActivation,
     StagedCandidateChecked,
+    UnitFoundStopped,
+    LeftStopped,
 )

@@ -36,7 +36,7 @@ from .errors import (
     NothingToRollBackError,
     NotInstalledError,
     SecurityVersionError,
-    StagedCandidateChangedError,
+    UnverifiedCurrentError,
 )
 from .ports import Host, LinkState, Ports
 
@@ -61,6 +61,23 @@ async def _settle(run: FlowRun, op: str) -> UpgradeResult | None:
         if open_ep.episode_id == op:
             return result
     return None
+
+
+def _refuse_unverified_current(run: FlowRun, current: Slot) -> None:
+    """design §4.7: while ``current`` names a candidate an ``activate`` left stopped, staging would overwrite
+    the slot ``last-good`` names, the host's only verified binary; refused before any episode opens (not
+    once ``current`` was pointed elsewhere by hand: the candidate's slot is then the inactive one).
+
+    Raises:
+        UnverifiedCurrentError: exit 2, naming the slot, the version and what to run.
+    """
+    left = run.folder.view().left_stopped
+    if left is not None and left.slot == current:
+        raise UnverifiedCurrentError(
+            f"current names {left.slot} ({left.version}), switched to with the unit stopped by activate "
+            f"{left.operation} and not checked yet: start the unit and run recover-agent-upgrade, or run "
+            "upgrade-agent rollback"
+        )
 
 
 async def _settled_run(
@@ -107,6 +124,7 @@ async def run_upgrade(
     links = _installed_links(ports.host)
     current = links.current
     assert current is not None
+    _refuse_unverified_current(run, current)
     await run.open_episode(request, "upgrade", current)
     done = await run.pre_switch(request, other_slot(current), links)
     if done is not None:
@@ -130,13 +148,19 @@ async def run_activate(
     have moved), then mirrors, restarts, health attempts, commit or rollback, as in design §4.3 steps 5-9.
     The version command is not run again: the digest proves the bytes are the ones staging verified.
 
+    An agent unit found ``inactive`` (stopped on purpose) before the switch is journaled
+    (``UnitFoundStopped``); the episode then switches ``current`` and ends there (``LeftStopped``, result
+    ``switched_stopped``): the unit is not started, the mirrors are not written, ``last-good`` stays on the
+    verified slot (design §4.7). A ``failed`` unit is started and checked as usual.
+
     Args:
         ports, policy, folder: as :func:`run_upgrade`.
         operation: the operation id.
 
     Returns:
-        ``committed``, ``rolled_back`` or ``needs_attention`` as :func:`run_upgrade`; ``aborted`` when the
-        staged bytes changed (the reason names the slot and both digests; nothing switched, the staged
+        ``committed``, ``rolled_back`` or ``needs_attention`` as :func:`run_upgrade`; ``switched_stopped``
+        when the unit was found stopped; ``aborted`` when the unit could not be read before the switch, when
+        the staged bytes changed (the reason names the slot and both digests; nothing switched, the staged
         candidate forgotten) or on a signal before the switch. A closed operation id returns its recorded
         result.
 
@@ -166,15 +190,12 @@ async def run_activate(
     await run.open_episode(request, "activate", current)
 
     async def check() -> bool:
-        sha = await host.slot_sha256(staged.slot)
-        checked = ev.StagedCandidateChecked(staged.operation, staged.slot, staged.sha256, sha, staged.version)
-        await run.emit(operation, checked)
-        if not checked.matches:
-            now = sha[:12] if sha is not None else "missing or empty"
-            raise StagedCandidateChangedError(
-                f"staged candidate in slot {staged.slot} ({host.slot_path(staged.slot)}) changed: "
-                f"sha256 {now}, staged {staged.sha256[:12]}; stage it again"
-            )
+        checked = ev.StagedCandidateChecked(staged.operation, staged.slot, staged.sha256, None,
+                                            staged.version)
+        await run.recheck(operation, checked, "staged candidate", "staged", "stage it again")
+        unit = await ports.service.snapshot()
+        if unit.active_state == "inactive":  # stopped on purpose (design §4.7); ``failed`` is not
+            await run.emit(operation, ev.UnitFoundStopped(unit.active_state, unit.sub_state))
         if links.last_good != current:
             await run.bracket(operation, lambda: host.point_last_good(current), ev.LastGoodRepointed(current),
                               shield=True)
@@ -185,6 +206,8 @@ async def run_activate(
         return done
     with anyio.CancelScope(shield=True):
         await run.switch(operation, current)
+        if run.ep(operation).unit_found_stopped:
+            return await run.leave_stopped(operation)
         result = await run.after_switch(operation, run.ep(operation).health_attempts_left)
     return result
 
@@ -341,6 +364,7 @@ async def self_upgrade_prepare(
     links = _installed_links(ports.host)
     current = links.current
     assert current is not None
+    _refuse_unverified_current(run, current)
     op = request.operation
     await run.open_episode(request, "self_upgrade", current)
     done = await run.pre_switch(request, other_slot(current), links)

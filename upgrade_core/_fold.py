@@ -86,6 +86,8 @@ class EpisodeView:
             its candidate.
         switch_in_window: a staging episode's ``StagedForActivation.switch_in_window``: the recovery timer,
             not ``activate``, switches to its candidate, inside the maintenance window.
+        unit_found_stopped: ``UnitFoundStopped`` was journaled: an ``activate`` that found the agent unit
+            stopped on purpose, and so switches without starting it (design §4.7).
     """
 
     episode_id: str
@@ -143,6 +145,7 @@ class EpisodeView:
     below_watermark: bool = False
     staged_by: str | None = None
     switch_in_window: bool = False
+    unit_found_stopped: bool = False
 
     # -- derived facts ---------------------------------------------------------------------------------
     @property
@@ -272,6 +275,13 @@ class EpisodeView:
                 + ("the recovery timer switches to it inside the maintenance window" if self.switch_in_window
                    else "activate switches to it"),
             )
+        if state is _S.LEFT_STOPPED:
+            return UpgradeResult(
+                self.episode_id, "switched_stopped", self.from_version, self.candidate_version,
+                self.candidate_slot,
+                f"current -> {self.candidate_slot} ({self.candidate_version}) with the unit stopped, as "
+                "found; not health-checked: recover-agent-upgrade checks it once the unit runs",
+            )
         if state is _S.UNCHANGED:
             return UpgradeResult(
                 self.episode_id, "noop", self.from_version, self.unchanged_version, self.from_slot, None
@@ -343,6 +353,33 @@ class PendingActivation:
 
 
 @attrs.frozen
+class LeftStoppedCandidate:
+    """The candidate an ``activate`` switched ``current`` to while leaving the stopped unit stopped (result
+    ``switched_stopped``, design §4.7), as the journal's durable records say: set by ``LeftStopped``;
+    forgotten by the next ``SwitchIntended`` (the check that recovery runs once the unit runs, an operator
+    ``rollback``). It has no health evidence: ``last-good`` names the only verified slot meanwhile.
+
+    Attributes:
+        operation: the ``activate`` episode that left it stopped.
+        staged_by: the operation that staged it (``StagedCandidateChecked.staged_by``).
+        slot: the slot ``current`` names.
+        sha256: the candidate's digest (64 hex).
+        version: the version staging recorded.
+        last_good: the slot ``last-good`` named at the switch (where a rollback returns).
+        changed: a check found the slot's bytes no longer the candidate's (``StagedCandidateChecked``
+            without a match): recovery checks it no more; ``rollback`` is the way out.
+    """
+
+    operation: str
+    staged_by: str
+    slot: Slot
+    sha256: str
+    version: str
+    last_good: Slot | None
+    changed: bool = False
+
+
+@attrs.frozen
 class JournalView:
     """Everything the journal says, folded.
 
@@ -371,6 +408,8 @@ class JournalView:
             slot: an operator rollback looks up the bytes last-good's slot holds now, and refuses those below
             the watermark.
         staged: the candidate waiting for ``activate`` (:class:`PendingActivation`), or None.
+        left_stopped: the unverified candidate ``current`` names since an ``activate`` left the unit stopped
+            (:class:`LeftStoppedCandidate`), or None.
     """
 
     episodes: dict[str, EpisodeView]
@@ -384,6 +423,7 @@ class JournalView:
     known_bad: dict[str, KnownBad] = attrs.Factory(dict)
     signed_security_versions: dict[str, int] = attrs.Factory(dict)
     staged: PendingActivation | None = None
+    left_stopped: LeftStoppedCandidate | None = None
 
     def rollback_refusal(self, slot: Slot, sha256: str | None) -> str | None:
         """Why an operator rollback to ``slot``, whose bytes hash to ``sha256`` (None: unknown), is refused by
@@ -439,6 +479,7 @@ class Folder:
         # an activate's staged candidate from its SwitchIntended on: back in _staged if the switch never lands
         self._activating: PendingActivation | None = None
         self._staged_said = False  # a record (not a snapshot) set or cleared the staged candidate
+        self._left_stopped: LeftStoppedCandidate | None = None
         self._wall = 0.0
         self._cache: JournalView | None = None
 
@@ -515,6 +556,7 @@ class Folder:
                 },
                 signed_security_versions=dict(self._signed),
                 staged=self._staged,
+                left_stopped=self._left_stopped,
             )
         return self._cache
 
@@ -704,6 +746,7 @@ class Folder:
         self._activating = self._staged if f["kind"] == "activate" else None
         self._staged = None
         self._staged_said = True
+        self._left_stopped = None  # current moves (or is checked again): no longer left unverified
         if f.get("last_good_slot") is None:
             f["last_good_slot"] = e.last_good
         if f["kind"] == "rollback":
@@ -733,7 +776,21 @@ class Folder:
         if not e.matches:
             self._staged = None  # the bytes are no longer the ones staged: nothing to activate
             self._staged_said = True
+            left = self._left_stopped
+            if left is not None and (e.slot, e.staged_sha256) == (left.slot, left.sha256):
+                self._left_stopped = attrs.evolve(left, changed=True)  # design §4.7: no check to repeat
         _refresh(ep)
+
+    def _h_unit_found_stopped(self, ep: _Ep, e: ev.UnitFoundStopped, seq: int) -> None:
+        ep.fields["unit_found_stopped"] = True
+        _refresh(ep)
+
+    def _h_left_stopped(self, ep: _Ep, e: ev.LeftStopped, seq: int) -> None:
+        f = ep.fields
+        self._left_stopped = LeftStoppedCandidate(
+            ep.episode_id, f["staged_by"], e.slot, f["candidate_sha256"], f["candidate_version"],
+            f["switch_last_good"],
+        )
 
     def _h_switch_committed(self, ep: _Ep, e: ev.SwitchCommitted, seq: int) -> None:
         ep.fields["switch_landed"] = True
@@ -841,6 +898,8 @@ _HANDLERS: Final[dict[type[ev.Event], Callable[[Folder, _Ep, Any, int], None]]] 
     ev.SwitchCommitted: Folder._h_switch_committed,
     ev.StagedForActivation: Folder._h_staged_for_activation,
     ev.StagedCandidateChecked: Folder._h_staged_checked,
+    ev.UnitFoundStopped: Folder._h_unit_found_stopped,
+    ev.LeftStopped: Folder._h_left_stopped,
     ev.MirrorsSynced: Folder._h_mirrors,
     ev.RestartRequested: Folder._h_restart,
     ev.RestartObserved: Folder._h_observed,
@@ -874,7 +933,7 @@ def _refresh(ep: _Ep) -> None:
         ep.episode_id, f["kind"], f["candidate_slot"], f["candidate_sha256"], f["installed"],
         f["attempts_started"], f["rollback_attempts_started"],
         published.result if published is not None else None, None, False, f["candidate_version"],
-        f["release"] is not None,
+        f["release"] is not None, f["unit_found_stopped"],
     )
 
 

@@ -45,6 +45,8 @@ PHASE_OF_RESULT: Final[dict[ResultValue, OperationPhase]] = {
     "rolled_back": "RolledBack",
     "needs_attention": "NeedsAttention",
     "staged": "Succeeded",
+    # design §4.7: switched, the unit left stopped as found; a later check (an activate) takes the status over
+    "switched_stopped": "Succeeded",
 }
 """The terminal phase of each published result (design §7 result values -> design §10 phases)."""
 

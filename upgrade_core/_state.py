@@ -52,6 +52,7 @@ class EpisodeState(enum.Enum):
     STAGED = "staged"
     VERIFIED = "verified"
     READY = "ready"
+    LEFT_STOPPED = "left_stopped"
     SWITCHING = "switching"
     SWITCHED = "switched"
     RESTARTED = "restarted"
@@ -101,6 +102,9 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     # ``activate``: the staged slot's bytes are hashed again; the episode then switches as an upgrade does
     # (next_state: an ``activate`` episode only; a mismatch can only abort, SwitchIntended needs a match).
     (S.OPENED, ev.StagedCandidateChecked.TAG): S.VERIFIED,
+    # ``activate`` on a host whose agent unit was stopped on purpose (design §4.7): the observation, before
+    # the switch (next_state: an ``activate`` whose staged bytes matched, ``inactive`` only, once).
+    (S.VERIFIED, ev.UnitFoundStopped.TAG): S.VERIFIED,
     # -- the switch: intent, then completion; a switch that never landed is aborted ---------------------
     (S.VERIFIED, ev.SwitchIntended.TAG): S.SWITCHING,
     (S.SWITCHING, ev.SwitchCommitted.TAG): S.SWITCHED,
@@ -119,6 +123,9 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     (S.RESTARTED, ev.HealthFailed.TAG): S.SWITCHED,
     (S.SWITCHED, ev.HealthPassed.TAG): S.HEALTHY,
     (S.RESTARTED, ev.HealthPassed.TAG): S.HEALTHY,
+    # design §4.7: an activate that found the unit stopped switches and leaves it stopped; no restart, no
+    # health attempt and no mirror copy may precede this (next_state), so there is nothing to roll back.
+    (S.SWITCHED, ev.LeftStopped.TAG): S.LEFT_STOPPED,
     # install only (next_state checks the kind): a bare host has no last-good to roll back to.
     (S.SWITCHED, ev.Aborted.TAG): S.ABORTED,
     (S.RESTARTED, ev.Aborted.TAG): S.ABORTED,
@@ -141,6 +148,7 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     (S.ROLLED_BACK, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.NEEDS_ATTENTION, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.READY, ev.ResultPublished.TAG): S.PUBLISHED,
+    (S.LEFT_STOPPED, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.PUBLISHED, ev.EpisodeClosed.TAG): S.CLOSED,
 }
 # A recovery may take over an open episode in any state, any number of times (crashes inside recovery).
@@ -151,7 +159,7 @@ TRANSITIONS: Final[dict[tuple[EpisodeState, str], EpisodeState]] = _T
 """The lifecycle: ``(state, event TAG) -> next state``. Anything absent is illegal."""
 
 TERMINAL_STATES: Final = frozenset(
-    {S.COMMITTED, S.UNCHANGED, S.ABORTED, S.ROLLED_BACK, S.NEEDS_ATTENTION, S.READY}
+    {S.COMMITTED, S.UNCHANGED, S.ABORTED, S.ROLLED_BACK, S.NEEDS_ATTENTION, S.READY, S.LEFT_STOPPED}
 )
 """States holding a terminal result that still has to be published."""
 
@@ -260,6 +268,7 @@ class EpisodeContext:
         open_episode: the journal's open episode, if another one is open (only consulted for
             ``EpisodeOpened``).
         closed_before: the journal already closed an episode with this id (compacted history included).
+        unit_found_stopped: ``UnitFoundStopped`` was journaled (an ``activate`` that leaves the unit stopped).
     """
 
     episode_id: str
@@ -274,6 +283,7 @@ class EpisodeContext:
     closed_before: bool = False
     verified_version: str | None = None
     release_trusted: bool = False
+    unit_found_stopped: bool = False
 
 
 # The states the rules compare with, read once: ``S.X`` goes through the enum metaclass's Python-level
@@ -282,6 +292,7 @@ class EpisodeContext:
 _OPENED: Final = S.OPENED
 _UNCHANGED: Final = S.UNCHANGED
 _READY: Final = S.READY
+_LEFT_STOPPED: Final = S.LEFT_STOPPED
 _ROLLING_BACK: Final = S.ROLLING_BACK
 _ACTIVE: Final = (S.SWITCHED, S.RESTARTED)
 
@@ -299,6 +310,8 @@ def _health_rule(
     else:
         if event.target != "candidate":
             return "last-good health event before a rollback"
+        if ctx.unit_found_stopped:
+            return "health event in an activate that found the unit stopped"
         started = ctx.attempts_started
     if isinstance(event, ev.HealthAttemptStarted) and event.attempt != started + 1:
         return f"health attempt {event.attempt} where {started + 1} was due"
@@ -357,6 +370,37 @@ def _staged_checked_rule(
     """Only an ``activate`` episode checks a staged candidate (docs/cli.md ``activate``)."""
     if ctx.kind != "activate":
         return f"StagedCandidateChecked in a {ctx.kind} episode"
+    return None
+
+
+def _unit_found_stopped_rule(
+    state: EpisodeState, ctx: EpisodeContext, event: ev.UnitFoundStopped
+) -> str | None:
+    """design §4.7: only an ``activate`` whose staged bytes matched records a unit stopped on purpose, once,
+    and only ``ActiveState=inactive`` (a ``failed`` unit was not stopped on purpose)."""
+    if ctx.kind != "activate" or not ctx.installed:
+        return f"UnitFoundStopped in a {ctx.kind} episode without a matching staged candidate"
+    if ctx.unit_found_stopped:
+        return "UnitFoundStopped twice in one episode"
+    if event.active_state != "inactive":
+        return f"UnitFoundStopped with ActiveState={event.active_state}, not inactive"
+    return None
+
+
+def _left_stopped_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.LeftStopped) -> str | None:
+    """design §4.7: only an ``activate`` that found the unit stopped leaves it stopped, on its candidate."""
+    if not ctx.unit_found_stopped:
+        return "LeftStopped without UnitFoundStopped"
+    if event.slot != ctx.candidate_slot:
+        return f"LeftStopped names {event.slot}, not the candidate slot"
+    return None
+
+
+def _not_while_stopped_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Event) -> str | None:
+    """design §4.7: an ``activate`` that found the unit stopped neither restarts it, nor copies the
+    unverified candidate to the mirrors, nor rolls back (it ends in ``LeftStopped``)."""
+    if ctx.unit_found_stopped:
+        return f"{event.TAG} in an activate that found the unit stopped"
     return None
 
 
@@ -428,6 +472,8 @@ def _published_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.ResultPu
         return f"{event.result.result} published for an unchanged candidate"
     if (state is _READY) != (event.result.result == "staged"):
         return f"{event.result.result} published in state {state.value}"
+    if (state is _LEFT_STOPPED) != (event.result.result == "switched_stopped"):
+        return f"{event.result.result} published in state {state.value}"
     return None
 
 
@@ -458,6 +504,11 @@ _RULES: Final[dict[type[ev.Event], _Rule]] = {
     ev.LastGoodRepointed: _rollback_kind_rule,
     ev.StagedForActivation: _staged_for_activation_rule,
     ev.StagedCandidateChecked: _staged_checked_rule,
+    ev.UnitFoundStopped: _unit_found_stopped_rule,
+    ev.LeftStopped: _left_stopped_rule,
+    ev.RestartRequested: _not_while_stopped_rule,
+    ev.MirrorsSynced: _not_while_stopped_rule,
+    ev.RollbackStarted: _not_while_stopped_rule,
 }
 """The rules beyond the table, by event class: each returns why the event breaks it, or None."""
 

@@ -21,10 +21,12 @@ import attrs
 from . import _events as ev
 from ._decide import (
     Abort,
+    CheckLeftStopped,
     CloseOnly,
     Commit,
     FinishRollback,
     HostFacts,
+    LeaveStopped,
     NoOp,
     Plan,
     PublishAndClose,
@@ -35,7 +37,7 @@ from ._decide import (
 from ._events import EpisodeKind, HealthTarget, Slot, Trigger, UpgradeResult
 from ._executor import CheckedJournal, StepExecutor
 from ._flow_types import HandedOff, Policy, UpgradeRequest
-from ._fold import EpisodeView, Folder
+from ._fold import EpisodeView, Folder, LeftStoppedCandidate
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, backoff_gap
 from ._state import EpisodeState
 from ._watermark import release_refusal
@@ -46,6 +48,7 @@ from .errors import (
     SecurityVersionError,
     ServiceError,
     SignatureError,
+    StagedCandidateChangedError,
     UpgradeError,
     VerifyError,
 )
@@ -358,6 +361,65 @@ class FlowRun(StepExecutor):
         reason = verdict.reason if verdict is not None else ep.health_failure or "out of health attempts"
         return await self.out_of_attempts(op, ep.unhealthy_reason(reason))
 
+    async def leave_stopped(self, op: str) -> UpgradeResult:
+        """design §4.7: the switch of an ``activate`` that found the unit stopped landed; ``LeftStopped``,
+        publish ``switched_stopped``, close. Nothing is started, copied or repointed."""
+        slot = self.ep(op).candidate_slot
+        assert slot is not None
+        await self.emit(op, ev.LeftStopped(slot))
+        return await self.publish_close(op)
+
+    async def check_left_stopped(self, left: LeftStoppedCandidate, trigger: Trigger) -> UpgradeResult:
+        """design §4.7: the unit runs (or failed) on a candidate an ``activate`` left stopped: an episode of
+        kind ``activate`` (id ``<operation>-check-<seq>``, source ``left stopped by <operation>: <slot>``)
+        hashes ``current``'s slot again
+        (``StagedCandidateChecked``), journals a switch to the slot ``current`` already names (so recovery
+        knows the candidate and where it returns), then runs the activation's health phase: commit, or
+        roll back to the slot ``last-good`` names. Bytes that changed abort it: nothing switched, and the
+        candidate stays left stopped for an operator (``rollback``)."""
+        # unique in this journal by construction: the seq its opening will have (an id never reused, even
+        # by the next process after a crash)
+        op = f"{left.operation[:32]}-check-{self.folder.last_seq + 1}"
+        label = f"left stopped by {left.operation}: {left.slot}"
+        request = UpgradeRequest(op, label, label, expected_sha256=left.sha256, expected_version=left.version)
+        await self.open_episode(request, "activate", left.slot)
+        await self.emit(op, ev.RecoveryStarted(trigger))
+
+        async def check() -> bool:
+            checked = ev.StagedCandidateChecked(left.staged_by, left.slot, left.sha256, None, left.version)
+            await self.recheck(op, checked, "candidate", "activated", "run upgrade-agent rollback")
+            return True
+
+        done = await self.guard_pre_switch(op, check)
+        if done is not None:
+            return done
+        with anyio.CancelScope(shield=True):
+            await self.switch(op, left.last_good)
+            result = await self.after_switch(op, self.ep(op).health_attempts_left)
+        return result
+
+    async def recheck(self, op: str, staged: ev.StagedCandidateChecked, what: str, recorded: str,
+                      hint: str) -> None:
+        """Hash ``staged.slot`` again and journal what it holds (``staged`` with the digest found now): the
+        one check of an ``activate`` (docs/cli.md) and of the check of a candidate left stopped (design
+        §4.7).
+
+        Raises:
+            StagedCandidateChangedError: the bytes no longer hash to ``staged.staged_sha256`` (or the slot is
+                missing or empty); the message names ``what``, the slot, its path, both digests (the
+                journal's as ``recorded``) and ``hint``.
+        """
+        p = self.p
+        sha = await p.host.slot_sha256(staged.slot)
+        checked = attrs.evolve(staged, sha256=sha)
+        await self.emit(op, checked)
+        if not checked.matches:
+            now = sha[:12] if sha is not None else "missing or empty"
+            raise StagedCandidateChangedError(
+                f"{what} in slot {staged.slot} ({p.host.slot_path(staged.slot)}) changed: sha256 {now}, "
+                f"{recorded} {staged.staged_sha256[:12]}; {hint}"
+            )
+
     async def commit(self, op: str) -> UpgradeResult:
         ep = self.ep(op)
         assert ep.candidate_slot is not None
@@ -505,15 +567,33 @@ class FlowRun(StepExecutor):
     # -- recovery (design §4.5)
     # -------------------------------------------------------------------------------
     async def recover_open(self, trigger: Trigger) -> UpgradeResult | HandedOff:
-        open_ep = self.folder.view().open_episode
+        view = self.folder.view()
+        open_ep = view.open_episode
         if open_ep is None:
-            return UpgradeResult(None, "noop")
+            return await self.recover_closed(trigger)
         op = open_ep.episode_id
         with anyio.CancelScope(shield=True):
             await self.emit(op, ev.RecoveryStarted(trigger))
             plan = await self.decide_plan(op)
             result = await self.execute(op, plan, trigger)
         return result
+
+    async def recover_closed(self, trigger: Trigger) -> UpgradeResult:
+        """Nothing is open: ``noop``, unless a candidate an ``activate`` left stopped is to be checked now
+        (design §4.7). The unit is read only then, and never at boot (the agent unit starts after the boot
+        recovery) nor for an upgrade settling what came before it."""
+        view = self.folder.view()
+        unit_state = None
+        if view.left_stopped is not None and trigger not in ("boot", "upgrade", "resume"):
+            try:
+                unit_state = (await self.p.service.snapshot()).active_state
+            except ServiceError:
+                unit_state = None  # unread: decide leaves it for the next recovery
+        plan = decide(view, HostFacts(self.p.host.links(), None, unit_state))
+        if isinstance(plan, CheckLeftStopped):
+            return await self.check_left_stopped(plan.candidate, trigger)
+        assert isinstance(plan, NoOp)
+        return UpgradeResult(None, "noop", reason=plan.reason)
 
     async def decide_plan(self, op: str) -> Plan:
         """Look at the host (one read of the links) and :func:`decide` from the folded journal."""
@@ -531,14 +611,16 @@ class FlowRun(StepExecutor):
                 return await self.abort(op, reason)
             case ResumeHealth(attempts_left=left, confirm_switch=confirm, close_open_attempt=close):
                 if confirm:
-                    slot = self.ep(op).candidate_slot
-                    assert slot is not None
-                    await self.emit(op, ev.SwitchCommitted(slot))
+                    await self.confirm_switch(op)
                 if boot:
                     return await self.boot_hand_off(op, close, "candidate")
                 return await self.after_switch(op, left, close_open_attempt=close)
             case Commit():
                 return await self.commit(op)
+            case LeaveStopped(confirm_switch=confirm):
+                if confirm:
+                    await self.confirm_switch(op)
+                return await self.leave_stopped(op)
             case Rollback(reason=reason, to_slot=to_slot, close_open_attempt=close):
                 if close:
                     await self.close_attempt(op, "candidate")
@@ -553,9 +635,15 @@ class FlowRun(StepExecutor):
                 return await self.finish_rollback(op, to_slot, left, close_open_attempt=close)
             case PublishAndClose(result=result) | CloseOnly(result=result):
                 return await self.publish_close(op, result)
-            case NoOp():
+            case NoOp() | CheckLeftStopped():
                 pass
         raise AssertionError(f"recover: unexpected plan {plan!r} for open episode {op}")
+
+    async def confirm_switch(self, op: str) -> None:
+        """The host shows the intended switch landed (design §4.5): journal ``SwitchCommitted``."""
+        slot = self.ep(op).candidate_slot
+        assert slot is not None
+        await self.emit(op, ev.SwitchCommitted(slot))
 
     async def boot_hand_off(self, op: str, close: bool, target: HealthTarget) -> HandedOff:
         """Boot trigger: never wait for the agent; journal the spent attempt, hand the check off."""

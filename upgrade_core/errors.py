@@ -193,6 +193,15 @@ class StagedCandidateChangedError(HostError):
     forgets the staged candidate. Exit 1 (aborted)."""
 
 
+class UnverifiedCurrentError(HostError):
+    """``upgrade`` (or ``upgrade --stage``, or a self-upgrade) while ``current`` names a candidate that an
+    ``activate`` switched to with the unit stopped and that has not been health-checked yet (design §4.7):
+    staging would overwrite the slot ``last-good`` names, the only verified binary. Refused before any
+    episode opens, the journal unchanged. Exit 2."""
+
+    exit_code: ClassVar[int] = 2
+
+
 class AlreadyInstalledError(HostError):
     """``install`` on a host whose slot holds a different binary: "already installed; use upgrade". Exit 2."""
 

@@ -11,7 +11,7 @@ module.
 
 from __future__ import annotations
 
-__all__ = ["TAG_KEY", "VERSION_KEY", "event_tag", "surely_closes"]
+__all__ = ["LEFT_STOPPED_MARK", "TAG_KEY", "VERSION_KEY", "event_tag", "surely_closes"]
 
 TAG_KEY = "_type"
 """The key of the event's stable tag (its class's ``TAG``)."""
@@ -36,6 +36,12 @@ def event_tag(payload: bytes) -> str | None:
 
 
 _CLOSED_END = b',"_type":"EpisodeClosed"}'
+
+LEFT_STOPPED_MARK = b'"switched_stopped"'
+"""Bytes that occur in the encoded result of an ``activate`` that left the unit stopped (design §4.7). While
+its candidate waits for its check, the session does not compact, so those records stay in the live segment
+and the boot reader, finding this mark there (:func:`journal.live_tail`), leaves the answer to the full
+path: recovery may have a started unit to check, whatever episode closed after it."""
 
 
 def surely_closes(payload: bytes) -> bool:

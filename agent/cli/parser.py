@@ -15,9 +15,10 @@ from agent.logline import PROG
 __all__ = ["EXIT_CODES_HELP", "UsageExit", "build_parser", "own_version"]
 
 EXIT_CODES_HELP = """exit codes:
-  0    committed, noop or staged; recover left no open episode
+  0    committed, noop, staged or switched_stopped; recover left no open episode
   1    rolled_back or aborted: the host runs its previous good binary
-  2    usage, configuration, not installed, already installed
+  2    usage, configuration, not installed, already installed; upgrade while current is a
+       candidate activate left stopped and unchecked
   3    needs_attention; journal corrupt, newer or poisoned; a failure after the switch;
        a reset/uninstall that removed only part of what it made
   4    the host refused: permission, ownership, file type, read-only file system; nothing was changed

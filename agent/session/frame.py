@@ -40,6 +40,7 @@ from upgrade_core.errors import (
     JournalError,
     JournalUnreadableError,
     NotInstalledError,
+    UnverifiedCurrentError,
     UpgradeError,
 )
 
@@ -214,6 +215,16 @@ class EpisodeFrame:
         if wired.journal.relinquished:  # a handed-off recovery unit owns the journal now
             return
         view = folder.view()
+        left = view.left_stopped
+        if left is not None:
+            # design §4.7: the close of the activate that left the unit stopped stays the live segment's
+            # newest record (sealing would leave an empty one), so the boot reader's no-op answer is never
+            # certain while its candidate waits for the check (upgrade_core.wire.surely_closes)
+            self.compaction_error = UnverifiedCurrentError(
+                f"not compacted while current names {left.slot} ({left.version}), left stopped by activate "
+                f"{left.operation} and not checked yet"
+            )
+            return
 
         def is_closed(episode_id: str) -> bool:
             ep = view.episodes.get(episode_id)

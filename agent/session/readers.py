@@ -19,7 +19,16 @@ from agent.host.ownership import check_host_root, check_state
 from agent.host.provision import Provisioner
 from agent.session.converge import lock_holder, next_step, unit_drift
 from agent.session.frame import require_installed, untrusted
-from agent.session.reports import EpisodeInfo, KnownBad, Preflight, ServiceInfo, SlotInfo, StagedInfo, Status
+from agent.session.reports import (
+    EpisodeInfo,
+    KnownBad,
+    LeftStoppedInfo,
+    Preflight,
+    ServiceInfo,
+    SlotInfo,
+    StagedInfo,
+    Status,
+)
 from agent.session.wiring import journal_dir, service_manager
 from agent.systemd.units import recover_timer_name
 from journal import JournalCorruptError, replay
@@ -255,6 +264,10 @@ class Readers:
             staged=None if view.staged is None else StagedInfo(
                 view.staged.operation, view.staged.slot, view.staged.sha256, view.staged.version,
                 view.staged.archive_sha256, view.staged.switch_in_window,
+            ),
+            left_stopped=None if view.left_stopped is None else LeftStoppedInfo(
+                view.left_stopped.operation, view.left_stopped.slot, view.left_stopped.sha256,
+                view.left_stopped.version,
             ),
         )
 

@@ -103,6 +103,24 @@ class StagedInfo:
 
 
 @attrs.frozen
+class LeftStoppedInfo:
+    """The candidate ``current`` names since an ``activate`` left the stopped unit stopped (design §4.7), not
+    health-checked yet, as the journal records it (:attr:`upgrade_core.JournalView.left_stopped`).
+
+    Attributes:
+        operation: the ``activate`` operation.
+        slot: the slot ``current`` names.
+        sha256: its member digest (64 lowercase hex).
+        version: the version staging recorded for it.
+    """
+
+    operation: str
+    slot: Slot
+    sha256: str
+    version: str
+
+
+@attrs.frozen
 class Status:
     """What ``status`` reports (design §7), from the journal and the links; no binary is run.
 
@@ -121,6 +139,7 @@ class Status:
         known_bad: release digests refused when offered again, each with the operation that condemned it
             (docs/trust.md), sorted by digest.
         staged: the candidate waiting for ``activate``, or None (docs/cli.md ``upgrade --stage``).
+        left_stopped: the unchecked candidate an ``activate`` left stopped, or None (design §4.7).
     """
 
     agent: str
@@ -135,10 +154,11 @@ class Status:
     security_watermark: int | None = None
     known_bad: tuple[KnownBad, ...] = ()
     staged: StagedInfo | None = None
+    left_stopped: LeftStoppedInfo | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The design §7 ``status`` JSON object (design §10 adds ``security_watermark`` and ``known_bad``;
-        ``upgrade --stage`` adds ``staged``)."""
+        ``upgrade --stage`` adds ``staged``, design §4.7 ``left_stopped``)."""
         doc = attrs.asdict(self)
         doc.pop("service_error")
         return doc

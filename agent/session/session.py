@@ -227,6 +227,8 @@ class Session:
 
         Raises:
             NotInstalledError, LayoutConflictError: checked before the lock (exit 2).
+            UnverifiedCurrentError: ``current`` names a candidate an ``activate`` left stopped, not checked
+                yet (exit 2, design §4.7), before any episode opens.
             LockBusyError: another process holds the host lock (exit 75).
             EpisodeLeftOpenError: a failure after the switch (exit 3; ``recover`` finishes the episode).
             JournalError: the journal is corrupt, newer or could not be written (exit 3).
@@ -320,7 +322,9 @@ class Session:
             operation: from :meth:`activate_operation` (checked again here).
 
         Returns:
-            ``committed``, ``rolled_back`` or ``needs_attention`` as :meth:`upgrade`; ``aborted`` when the
+            ``committed``, ``rolled_back`` or ``needs_attention`` as :meth:`upgrade`; ``switched_stopped``
+            when the agent unit was found ``inactive`` (stopped on purpose): ``current`` switched, the unit
+            left stopped, nothing checked, ``last-good`` unmoved (design §4.7); ``aborted`` when the
             staged bytes changed (nothing switched; the journal forgets the staged candidate) or a signal came
             before the switch; a closed operation id returns its recorded result.
 
@@ -344,7 +348,9 @@ class Session:
                 (``NAME-recover.timer``: acts only when the host lock is free).
 
         Returns:
-            The closed episode's result; ``UpgradeResult(None, "noop")`` when nothing was open; with
+            The closed episode's result; ``UpgradeResult(None, "noop")`` when nothing was open (its reason
+            naming a candidate an ``activate`` left stopped while the unit is still stopped); the result of
+            the check of that candidate once the unit was started (design §4.7); with
             ``timer`` and the lock held, ``UpgradeResult(None, "noop", reason=BUSY_REASON + " (pid N)")`` at
             once (never waits, never 75). With ``timer`` and nothing open, a candidate
             ``upgrade --in-window`` staged outside the maintenance window (``switch_in_window``) is

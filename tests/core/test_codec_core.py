@@ -15,7 +15,7 @@ PINNED_TAGS = {
     "RestartRequested", "RestartObserved", "HealthAttemptStarted", "HealthPassed", "HealthFailed",
     "UpgradeCommitted", "RollbackStarted", "RolledBack", "AttentionNeeded", "Aborted", "ResultPublished",
     "EpisodeClosed", "RecoveryStarted", "HistorySnapshot", "JournalQuarantined", "ReleaseTrusted",
-    "TrustReset", "StagedForActivation", "StagedCandidateChecked",
+    "TrustReset", "StagedForActivation", "StagedCandidateChecked", "UnitFoundStopped", "LeftStopped",
 }
 
 
@@ -72,7 +72,8 @@ def test_snapshot_without_facts_keeps_its_bytes() -> None:
 @pytest.mark.parametrize("event", [*FULL_COMMIT, *FULL_ROLLBACK, ev.CandidateUnchanged("blue", None),
                                    QUARANTINED, TRUST_RESET, FACTS_SNAPSHOT,
                                    ev.StagedForActivation("green", "c" * 64, "2.0.0", "a" * 64),
-                                   ev.StagedCandidateChecked("op0", "green", "c" * 64, None, "2.0.0")],
+                                   ev.StagedCandidateChecked("op0", "green", "c" * 64, None, "2.0.0"),
+                                   ev.UnitFoundStopped("inactive", "dead"), ev.LeftStopped("green")],
                          ids=lambda e: e.TAG)
 def test_round_trip(event: ev.Event) -> None:
     assert EVENT_CODEC.decode(EVENT_CODEC.encode(event)) == event

@@ -33,6 +33,8 @@ EVENTS: list[ev.Event] = [
     ev.HistorySnapshot((SUMMARY,)),
     ev.StagedForActivation("green", "c" * 64, "2.0.0", "a" * 64),
     ev.StagedCandidateChecked("op0", "green", "c" * 64, "f" * 64, "2.0.0"),
+    ev.UnitFoundStopped("inactive", "dead"),
+    ev.LeftStopped("green"),
 ]
 
 

@@ -40,7 +40,7 @@ from upgrade_core import (
     run_upgrade,
 )
 from upgrade_core import _events as ev
-from upgrade_core.errors import NothingStagedError, NothingToRollBackError
+from upgrade_core.errors import NothingStagedError, NothingToRollBackError, UnverifiedCurrentError
 
 from ..sim.host import (
     CRASH_METHODS,
@@ -162,8 +162,21 @@ class CrashMachine(RuleBasedStateMachine):
             self.started.append(op)
         self.w.inside_unit = inside_unit
         request = UpgradeRequest(op, f"src-{op}", f"src-{op}", stage=stage)
-        ok, result = self._run(plan, run_upgrade, self.w.ports(), SIM_POLICY, request)
+
+        async def flow() -> UpgradeResult | None:
+            try:
+                return await run_upgrade(self.w.ports(), SIM_POLICY, request)
+            except UnverifiedCurrentError:
+                return None
+
+        ok, result = self._run(plan, flow)
         self.w.inside_unit = False
+        if ok and result is None:
+            # design §4.7: current runs a candidate an activate left stopped; refused, nothing journaled
+            assert fold(self.w.replay()).left_stopped is not None
+            assert fold(self.w.replay()).episodes.get(op) is None or op in self.completed
+            hypothesis.event("upgrade refused: current left unverified")
+            return
         if ok:
             self.completed.add(op)
             RESULTS.add(result.result)
@@ -207,6 +220,18 @@ class CrashMachine(RuleBasedStateMachine):
             STAGING_RESULTS.add(f"activate {result.result}")
             hypothesis.event(f"activate result {result.result}")
             self._settled()
+
+    @rule()
+    def stop_unit(self) -> None:
+        """An operator stops the agent unit on purpose (``systemctl stop``: ``inactive``); an ``activate``
+        then leaves it stopped (design §4.7)."""
+        self.w.unit_active = False
+
+    @rule()
+    def start_unit(self) -> None:
+        """An operator starts the agent unit again (``systemctl start``) on whatever ``current`` names."""
+        if self.w.current is not None:
+            self.w.start_unit()
 
     @rule(method=st.sampled_from(CRASH_METHODS), when=st.sampled_from(["before", "after"]),
           kind=st.sampled_from(["crash", "power"]))
@@ -253,7 +278,7 @@ class CrashMachine(RuleBasedStateMachine):
             assert len(self.w.replay()) > before
             self._settled()
 
-    @rule(trigger=st.sampled_from(["boot", "on-failure", "manual"]), plan=crash_plans)
+    @rule(trigger=st.sampled_from(["boot", "on-failure", "manual", "timer"]), plan=crash_plans)
     def recover(self, trigger: str, plan: CrashPlan | None) -> None:
         ok, result = self._run(plan, recover, self.w.ports(), SIM_POLICY, trigger)
         if ok and isinstance(result, HandedOff):
@@ -277,6 +302,11 @@ class CrashMachine(RuleBasedStateMachine):
         self.just_settled = True
         view = check_settled(self.w)
         episodes = events_by_episode(self.w)
+        # design §4.7: a recovery checks a candidate an activate left stopped in an episode of its own
+        for op in view.episodes:
+            if op not in self.nature and "-check-" in op:
+                self.nature[op] = "check"
+                self.started.append(op)
         # fold(replay(disk)) agrees with the model: only started operations, and results each allows.
         assert set(view.episodes) <= set(self.started)
         assert self.completed <= set(view.closed_results)
@@ -285,7 +315,11 @@ class CrashMachine(RuleBasedStateMachine):
             events = episodes[op]
             ep = view.episodes[op]
             value = result.result
-            if not ep.switch_landed:
+            if value == "switched_stopped":
+                # design §4.7: switched with the unit left stopped: no attempt, no verdict on the candidate
+                assert ep.kind == "activate" and ep.unit_found_stopped and ep.switch_landed, (op, value)
+                assert ep.attempts_started == 0 and ep.last_good_slot != ep.candidate_slot, (op, value)
+            elif not ep.switch_landed:
                 assert value in ("aborted", "noop", "staged"), (op, nature, value)
                 if value == "staged":
                     assert ep.kind == "upgrade" and ep.installed, (op, nature)
@@ -347,4 +381,5 @@ def test_every_crash_point_fired() -> None:
     assert not missing, f"crash points never exercised: {missing}"
     assert {"committed", "rolled_back", "aborted"} <= RESULTS, RESULTS
     assert "committed" in ROLLBACK_RESULTS, ROLLBACK_RESULTS
-    assert {"stage staged", "activate committed", "activate rolled_back"} <= STAGING_RESULTS, STAGING_RESULTS
+    staging = {"stage staged", "activate committed", "activate rolled_back", "activate switched_stopped"}
+    assert staging <= STAGING_RESULTS, STAGING_RESULTS

@@ -50,15 +50,17 @@ KINDS = ("upgrade", "install", "self_upgrade", "rollback", "activate")
 # A rollback episode (docs/recovery.md) fetches and stages nothing: never fetched, staged or unchanged; nor
 # does an activate (its candidate was staged by an earlier upgrade --stage). Only an upgrade stages for a
 # later activate (ready).
+# Only an activate that found the unit stopped leaves it stopped (left_stopped).
 UNREACHABLE = {
-    "rollback": {S.FETCHED, S.STAGED, S.UNCHANGED, S.READY},
+    "upgrade": {S.LEFT_STOPPED},
+    "rollback": {S.FETCHED, S.STAGED, S.UNCHANGED, S.READY, S.LEFT_STOPPED},
     "activate": {S.FETCHED, S.STAGED, S.UNCHANGED, S.READY},
-    "install": {S.READY},
-    "self_upgrade": {S.READY},
+    "install": {S.READY, S.LEFT_STOPPED},
+    "self_upgrade": {S.READY, S.LEFT_STOPPED},
 }
 RESULT_OF_STATE = {
     S.COMMITTED: "committed", S.UNCHANGED: "noop", S.ABORTED: "aborted", S.ROLLED_BACK: "rolled_back",
-    S.NEEDS_ATTENTION: "needs_attention", S.READY: "staged",
+    S.NEEDS_ATTENTION: "needs_attention", S.READY: "staged", S.LEFT_STOPPED: "switched_stopped",
 }
 
 
@@ -174,6 +176,12 @@ def variants(cls: type[Event], kind: str, folder: Folder, op: str = OP) -> list[
     elif cls is ev.StagedCandidateChecked:
         out += [("ok", ev.StagedCandidateChecked("op0", "green", CAND, CAND, "2.0.0")),
                 ("changed bytes", ev.StagedCandidateChecked("op0", "green", CAND, "f" * 64, "2.0.0"))]
+    elif cls is ev.UnitFoundStopped:
+        out += [("ok", ev.UnitFoundStopped("inactive", "dead")),
+                ("failed unit", ev.UnitFoundStopped("failed", "failed"))]
+    elif cls is ev.LeftStopped:
+        other = "green" if slot == "blue" else "blue"
+        out += [("ok", ev.LeftStopped(slot)), ("other slot", ev.LeftStopped(other))]
     elif cls is ev.TrustReset:  # legal only in a ``trust-reset`` episode: refused for KINDS
         out.append(("ok", ev.TrustReset(5, (CAND,))))
     else:  # a new event class must be given plausible fields here
@@ -345,6 +353,13 @@ def _check_named_rules(kind: str, state: EpisodeState, outcomes: dict[tuple[str,
     assert outcomes[("EpisodeOpened", "ok")] == (state is S.NEW)  # an id opens once, never again
     assert outcomes[("EpisodeOpened", "second episode")] == (state in (S.NEW, S.CLOSED))
     assert not outcomes[("HistorySnapshot", "ok")]  # compaction writes snapshots, never a flow
+    # design §4.7: only an activate whose staged bytes matched records a unit stopped on purpose, before its
+    # switch; a failed unit is never "stopped on purpose"; LeftStopped needs that record and the candidate
+    assert outcomes[("UnitFoundStopped", "ok")] == (kind == "activate" and state is S.VERIFIED)
+    assert not outcomes[("UnitFoundStopped", "failed unit")]
+    assert not outcomes[("LeftStopped", "other slot")]
+    if state is S.LEFT_STOPPED:
+        assert outcomes[("ResultPublished", "ok")] and not outcomes[("ResultPublished", "other result")]
 
 
 async def test_aborted_on_a_switched_upgrade_never_reaches_the_journal(tmp_path: Path) -> None:

@@ -41,6 +41,10 @@ def check_always(world: World) -> JournalView:
     by_episode = events_by_episode(world)
     good = good_digests(world, by_episode)
     assert world.slot_sha(world.last_good) in good, "last-good names an unproven slot"
+    # design §4.7: a candidate an activate left stopped is what current names, never what last-good names.
+    if view.left_stopped is not None:
+        assert (world.current, world.last_good != world.current) == (view.left_stopped.slot, True), (
+            "a candidate left stopped is not current, or last-good names it")
     # A staged candidate (upgrade --stage) waits in a slot neither link names.
     if view.staged is not None:
         assert view.staged.slot not in (world.current, world.last_good), "a link names the staged slot"
@@ -90,6 +94,8 @@ def check_settled(world: World) -> JournalView:
             assert world.current == last.from_slot, f"{last.episode_id}: {result} but current moved"
         elif result == "committed":
             assert world.current == last.candidate_slot
+        elif result == "switched_stopped":  # design §4.7: current moved, last-good did not
+            assert world.current == last.candidate_slot != world.last_good
         elif result == "rolled_back":
             assert world.current == last.rollback_slot
     # Replaying again gives the same decision.

@@ -11,7 +11,10 @@ import attrs
 from agent.sanitize import MAX_LOG_LINE_CHARS, clean_text
 from upgrade_core import UpgradeResult
 
-RESULT_EXIT = {"committed": 0, "noop": 0, "staged": 0, "rolled_back": 1, "aborted": 1, "needs_attention": 3}
+RESULT_EXIT = {
+    "committed": 0, "noop": 0, "staged": 0, "switched_stopped": 0, "rolled_back": 1, "aborted": 1,
+    "needs_attention": 3,
+}
 
 
 @attrs.frozen

@@ -85,9 +85,11 @@ class PhaseLines:
 
     Lines (``upgrade-agent: `` prefixed): ``upgrade OP from SRC``, ``fetched N bytes, digest ok``,
     ``signature ok: key K, security version N``, ``staged into SLOT``, ``verified version V``,
-    ``switched: current -> SLOT``, ``health attempt i/n: up to T s``, ``restarting the service (transient
-    unit UNIT)``, then every 5 s ``health attempt i/n: waiting, S s left``, ``health attempt i/n: healthy``
-    or ``... failed: WHY`` (warning), ``committed: SLOT runs V``, ``rolling back to SLOT: WHY`` (err),
+    ``the service is stopped (ActiveState=inactive): it stays stopped``, ``switched: current -> SLOT``,
+    ``left stopped: current -> SLOT, not health-checked``, ``health attempt i/n: up to T s``,
+    ``restarting the service (transient unit UNIT)``, then every 5 s ``health attempt i/n: waiting, S s
+    left``, ``health attempt i/n: healthy`` or ``... failed: WHY`` (warning), ``committed: SLOT runs V``,
+    ``rolling back to SLOT: WHY`` (err),
     ``rolled back: current -> SLOT`` (warning), ``aborted: WHY`` (err), ``needs attention: WHY`` (err).
     Under ``-v`` every record's :func:`trace_line` too; under ``-q`` nothing.
 
@@ -146,8 +148,12 @@ class PhaseLines:
             return f"verified version {e.version}", INFO
         if tag == "CandidateUnchanged":
             return f"{e.slot} already holds this release ({e.version or 'version unknown'})", INFO
+        if tag == "UnitFoundStopped":
+            return f"the service is stopped (ActiveState={e.active_state}): it stays stopped", INFO
         if tag == "SwitchCommitted":
             return f"switched: current -> {e.slot}", INFO
+        if tag == "LeftStopped":
+            return f"left stopped: current -> {e.slot}, not health-checked", WARNING
         if tag == "RestartRequested":
             return f"restarting the service (transient unit {e.unit})", INFO
         if tag == "HealthAttemptStarted":

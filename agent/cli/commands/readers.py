@@ -42,6 +42,12 @@ def cmd_status(args: argparse.Namespace) -> Outcome:
         st = status.staged
         who = "the recovery timer switches in the window" if st.switch_in_window else "activate switches"
         lines.append(f"staged: {st.slot} {st.version} {st.sha256} (operation {st.operation}; {who})")
+    if status.left_stopped is not None:
+        ls = status.left_stopped
+        lines.append(
+            f"left stopped: {ls.slot} {ls.version} {ls.sha256} (activate {ls.operation}; not checked until "
+            "the unit runs and recover-agent-upgrade checks it)"
+        )
     svc = status.service
     state = "unknown" if svc.active_state is None else f"{svc.active_state}/{svc.sub_state}"
     lines.append(f"service: {state}" + (f" pid {svc.main_pid}" if svc.main_pid else ""))

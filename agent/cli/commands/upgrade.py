@@ -93,9 +93,10 @@ def cmd_rollback(args: argparse.Namespace) -> Outcome:
 
 def cmd_activate(args: argparse.Namespace) -> Outcome:
     """``activate`` (docs/cli.md): switch to the candidate ``upgrade --stage`` installed, after hashing its
-    bytes again; restart and health-check as ``upgrade``. Exit 0 committed, 1 rolled_back or aborted (the
-    staged bytes changed: nothing switched), 3 needs_attention. Outside the ``[schedule]`` maintenance
-    window it is refused (exit 2) unless ``--now``.
+    bytes again; restart and health-check as ``upgrade``. Exit 0 committed, or switched_stopped (the agent
+    unit was found stopped on purpose: switched, left stopped, not checked; design §4.7), 1 rolled_back or
+    aborted (the staged bytes changed: nothing switched), 3 needs_attention. Outside the ``[schedule]``
+    maintenance window it is refused (exit 2) unless ``--now``.
 
     Raises:
         ConfigError, UsageError: bad configuration or ``--operation`` (exit 2): nothing locked or journaled.
