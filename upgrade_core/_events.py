@@ -624,6 +624,25 @@ class StagedSummary:
 
 
 @attrs.frozen
+class LeftStoppedSummary:
+    """What a snapshot keeps of a candidate an ``activate`` left stopped and that still waits for its check
+    (design §4.7): ``journal quarantine`` must not turn an unverified ``current`` into a verified one.
+
+    Attributes:
+        operation / staged_by / slot / sha256 / version / last_good / changed: as
+            :class:`upgrade_core.LeftStoppedCandidate` holds them.
+    """
+
+    operation: str
+    staged_by: str
+    slot: Slot
+    sha256: str
+    version: str
+    last_good: Slot | None
+    changed: bool = False
+
+
+@attrs.frozen
 class HistorySnapshot(Event):
     """Written by compaction before old segments are dropped: summaries of the dropped episodes, and the
     facts those records held (:class:`JournalFacts`: the watermark, known-bad marks, slot versions).
@@ -636,12 +655,17 @@ class HistorySnapshot(Event):
     ``staged`` is the candidate the dropped records leave staged for ``activate``, if any: the fold takes it
     as staged unless a record it kept (newer than every dropped one) already said otherwise. None (the
     default, omitted on disk) when nothing was staged, and in snapshots written before staging existed.
+
+    ``left_stopped`` is the candidate an ``activate`` left stopped that still waits for its check, if any
+    (the session does not compact meanwhile; ``journal quarantine`` carries it). None (the default, omitted
+    on disk) otherwise.
     """
 
     TAG: ClassVar[str] = "HistorySnapshot"
     episodes: tuple[EpisodeSummary, ...]
     facts: JournalFacts | None = None
     staged: StagedSummary | None = None
+    left_stopped: LeftStoppedSummary | None = None
 
 
 SNAPSHOT_EPISODE = "-"

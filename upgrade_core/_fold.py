@@ -480,6 +480,7 @@ class Folder:
         self._activating: PendingActivation | None = None
         self._staged_said = False  # a record (not a snapshot) set or cleared the staged candidate
         self._left_stopped: LeftStoppedCandidate | None = None
+        self._left_said = False  # a record (not a snapshot) set or cleared the left-stopped candidate
         self._wall = 0.0
         self._cache: JournalView | None = None
 
@@ -646,6 +647,10 @@ class Folder:
         if staged is not None and not self._staged_said:
             self._staged = PendingActivation(staged.operation, staged.slot, staged.sha256, staged.version,
                                              staged.archive_sha256, self._wall, staged.switch_in_window)
+        left = e.left_stopped
+        if left is not None and not self._left_said:
+            self._left_stopped = LeftStoppedCandidate(left.operation, left.staged_by, left.slot, left.sha256,
+                                                      left.version, left.last_good, left.changed)
         for summary in e.episodes:
             self._history.append(summary)
             self._closed[summary.operation] = summary.result
@@ -747,6 +752,7 @@ class Folder:
         self._staged = None
         self._staged_said = True
         self._left_stopped = None  # current moves (or is checked again): no longer left unverified
+        self._left_said = True
         if f.get("last_good_slot") is None:
             f["last_good_slot"] = e.last_good
         if f["kind"] == "rollback":
@@ -779,6 +785,7 @@ class Folder:
             left = self._left_stopped
             if left is not None and (e.slot, e.staged_sha256) == (left.slot, left.sha256):
                 self._left_stopped = attrs.evolve(left, changed=True)  # design §4.7: no check to repeat
+                self._left_said = True
         _refresh(ep)
 
     def _h_unit_found_stopped(self, ep: _Ep, e: ev.UnitFoundStopped, seq: int) -> None:
@@ -791,6 +798,7 @@ class Folder:
             ep.episode_id, f["staged_by"], e.slot, f["candidate_sha256"], f["candidate_version"],
             f["switch_last_good"],
         )
+        self._left_said = True
 
     def _h_switch_committed(self, ep: _Ep, e: ev.SwitchCommitted, seq: int) -> None:
         ep.fields["switch_landed"] = True

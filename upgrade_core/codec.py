@@ -36,6 +36,7 @@ from ._events import (
     Event,
     HealthFailed,
     HistorySnapshot,
+    LeftStoppedSummary,
     StagedForActivation,
     StagedSummary,
 )
@@ -66,7 +67,11 @@ def _make_converter() -> cattrs.Converter:
     for staged in (StagedForActivation, StagedSummary):  # before HistorySnapshot, which nests StagedSummary
         conv.register_unstructure_hook(staged, make_dict_unstructure_fn(staged, conv, switch_in_window=omit))
     conv.register_unstructure_hook(
-        HistorySnapshot, make_dict_unstructure_fn(HistorySnapshot, conv, facts=omit, staged=omit)
+        LeftStoppedSummary, make_dict_unstructure_fn(LeftStoppedSummary, conv, changed=omit)
+    )
+    conv.register_unstructure_hook(
+        HistorySnapshot,
+        make_dict_unstructure_fn(HistorySnapshot, conv, facts=omit, staged=omit, left_stopped=omit),
     )
     conv.register_unstructure_hook(HealthFailed, make_dict_unstructure_fn(HealthFailed, conv, cause=omit))
     conv.register_unstructure_hook(Aborted, make_dict_unstructure_fn(Aborted, conv, cause=omit))

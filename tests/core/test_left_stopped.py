@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from upgrade_core import (
+    EVENT_CODEC,
     CheckLeftStopped,
     EpisodeState,
     Folder,
@@ -27,6 +28,7 @@ from upgrade_core import (
     run_activate,
     run_rollback,
     run_upgrade,
+    summarize_history,
 )
 from upgrade_core import _events as ev
 from upgrade_core.errors import IllegalTransitionError, UnverifiedCurrentError
@@ -79,6 +81,25 @@ async def test_activate_on_a_stopped_unit_switches_and_leaves_it_stopped() -> No
     assert (left.operation, left.staged_by, left.slot, left.sha256, left.last_good) == (
         "ac1", "st1", "green", cand.sha256, "blue")
     assert view.staged is None
+
+
+async def test_a_snapshot_carries_the_candidate_waiting_for_its_check() -> None:
+    """``journal quarantine`` seeds a fresh journal with ``summarize_history``'s snapshot alone: it must still
+    say that ``current`` is unverified, and a newer record (the check's switch) wins over it."""
+    w = await stopped_and_activated()
+    records = w.replay()
+    snapshot = summarize_history(records)
+    assert snapshot.left_stopped is not None
+    assert (snapshot.left_stopped.operation, snapshot.left_stopped.slot) == ("ac1", "green")
+    assert EVENT_CODEC.decode(EVENT_CODEC.encode(snapshot)) == snapshot
+    seeded = fold([SimRecord(1, ev.SNAPSHOT_EPISODE, 1.0, snapshot)])
+    assert seeded.left_stopped == fold(records).left_stopped
+    assert (await run_rollback(w.ports(), SIM_POLICY, "rb1")).result == "committed"
+    later = w.replay()
+    kept = later[len(records):]  # compaction dropped the activate, kept the newer rollback
+    compacted = [*kept, SimRecord(len(later) + 1, ev.SNAPSHOT_EPISODE, 3.0, snapshot)]
+    assert fold(compacted).left_stopped is None  # the kept, newer switch wins
+    assert b"left_stopped" not in EVENT_CODEC.encode(ev.HistorySnapshot(()))  # None: the bytes as before
 
 
 @pytest.mark.parametrize("trigger", ["boot", "timer", "manual", "on-failure"])

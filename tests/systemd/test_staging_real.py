@@ -204,6 +204,30 @@ def test_a_started_healthy_candidate_is_checked_and_committed_by_the_timer(make_
     assert again.json is not None and (again.json["result"], again.json["reason"]) == ("noop", None)
 
 
+def test_journal_quarantine_keeps_a_candidate_left_stopped_unverified(make_env: MakeEnv) -> None:
+    """``journal quarantine`` while a candidate left stopped waits for its check: the fresh journal still
+    knows ``current`` is unverified (the carried snapshot's ``left_stopped``), so once the unit is started the
+    timer's recovery checks it and commits it, instead of taking an unchecked binary for a verified one."""
+    env = make_env()
+    v1, v2 = env.release("1.0.0"), env.release("1.1.0")
+    _activate_stopped(env, v1, v2)
+    moved = env.cli("journal", "quarantine")
+    assert moved.code == 0, moved.stderr
+    status = env.cli("status").json
+    assert status is not None and status["left_stopped"] is not None, status
+    assert (status["left_stopped"]["slot"], status["left_stopped"]["sha256"]) == ("green", v2.member_sha256)
+    _assert_left_stopped(env, v2)
+    refused = env.cli("upgrade", "--archive", v2.url, "--sha256", v2.sha256)
+    assert refused.code == 2, refused  # staging would overwrite last-good, the only verified slot
+    env.sandbox.run("systemctl", "start", env.unit)
+    agent_env.poll(lambda: env.show()["ActiveState"] == "active", 10.0, "the operator's start")
+    rec = env.cli("recover", "--trigger", "timer")
+    assert rec.code == 0 and rec.json is not None and rec.json["result"] == "committed", rec
+    env.assert_running("green", v2)
+    status = env.cli("status").json
+    assert status is not None and status["left_stopped"] is None, status
+
+
 def test_sigkill_after_each_stopped_activation_record_then_recover(make_env: MakeEnv) -> None:
     """A kill right after each record an activation of a stopped unit writes, then ``recover``: before the
     switch landed it is aborted (the candidate still staged); after it, ``switched_stopped``; the unit stays
