@@ -32,6 +32,7 @@ from agent.host.lock import HostLock
 from agent.host.ownership import check_host_root, check_state
 from agent.host.provision import Provisioner
 from agent.logline import log
+from agent.release.sources import parse_sha256
 from agent.session.frame import EpisodeFrame
 from agent.session.request import make_request
 from agent.session.wiring import recover_executable, service_manager
@@ -88,8 +89,6 @@ class Setup:
             LockBusyError: the host lock is held (exit 75).
         """
         if request is None:
-            from agent.release.fetch import parse_sha256
-
             parse_sha256(sha256)  # a malformed digest is refused before the host is looked at
         check_stable_executables(self.unit_executables(), allow=allow_unstable_paths)
         provision = Provisioner(self.host)
