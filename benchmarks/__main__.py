@@ -1,9 +1,10 @@
 """``python -m benchmarks [--json] [NAME...]``: run benchmarks, each in its own child process (design §9).
 
 Discovery: every module ``benchmarks/bench_*.py`` exposes ``BENCHMARKS: dict[str, Callable[[], dict]]``
-(name -> function returning a row made with :func:`benchmarks._harness.row`). Without ``--json`` a rich
+(name -> function returning a row made with :func:`benchmarks._harness.row`, or
+:func:`benchmarks._harness.skipped` with the reason when it cannot run here). Without ``--json`` a rich
 table is printed; with it, one JSON object per line. Exit status 0 even when a target is missed (the row
-says ``met: false``); 2 for an unknown name.
+says ``met: false``) or a row is skipped; 2 for an unknown name.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ def _table(rows: list[dict[str, Any]]) -> None:
         table.add_column(column, no_wrap=True)
     table.add_column("baseline is / extras")
     for r in rows:
+        if r.get("skipped"):
+            table.add_row(r["name"], "-", "-", "-", "-", "skipped", "-", r["reason"])
+            continue
         extra = {k: v for k, v in r.items() if k not in _KEYS}
         table.add_row(
             r["name"],

@@ -61,6 +61,36 @@ def disk_dir(name: str) -> Path:
     )
 
 
+_MEASURE = r"""
+import json, resource, subprocess, sys, time
+t0 = time.perf_counter()
+done = subprocess.run(sys.argv[1:])
+elapsed = time.perf_counter() - t0
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"rc": done.returncode, "seconds": elapsed, "peak_rss_mib": usage.ru_maxrss / 1024,
+                  "cpu_s": usage.ru_utime + usage.ru_stime}))
+"""
+
+
+def measure(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
+    """Run ``argv`` under a small fresh wrapper process; its report: ``seconds`` (wall), ``peak_rss_mib``
+    (``RUSAGE_CHILDREN``: the measured process tree's peak resident set), ``cpu_s`` (user + system of that
+    tree), ``rc``, and ``output``: the lines ``argv`` printed on stdout.
+
+    Raises:
+        RuntimeError: ``argv`` exited non-zero; the end of its stderr is in the message.
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", _MEASURE, *argv], capture_output=True, text=True, env=env, check=True
+    )
+    *printed, last = out.stdout.strip().splitlines()
+    result: dict[str, Any] = json.loads(last)
+    if result["rc"] != 0:
+        raise RuntimeError(f"{argv[:3]} exited {result['rc']}: {out.stderr[-2000:]}")
+    result["output"] = printed
+    return result
+
+
 def row(
     name: str,
     value: float,
@@ -85,11 +115,17 @@ def row(
     }
 
 
+def skipped(name: str, reason: str) -> dict[str, Any]:
+    """The row of a benchmark that could not run here: ``{"name", "skipped": true, "reason", "met": null}``,
+    no figure at all (never a made-up one). ``reason`` is one line, e.g. an unreachable registry."""
+    return {"name": name, "skipped": True, "reason": reason, "met": None}
+
+
 def run_in_child(name: str) -> dict[str, Any]:
     """Run benchmark ``name`` in a child ``python -m benchmarks --child NAME`` and return its row.
 
     ``peak_rss_mib`` is the child's peak resident set (``ru_maxrss`` from ``os.wait4``, KiB on Linux), set
-    unless the benchmark reported its own.
+    unless the benchmark reported its own or was :func:`skipped`.
 
     Raises:
         RuntimeError: the child failed; its stderr is in the message.
@@ -107,5 +143,7 @@ def run_in_child(name: str) -> dict[str, Any]:
     if proc.returncode != 0:
         raise RuntimeError(f"benchmark {name} failed (exit {proc.returncode}): {err.strip()}")
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    if result.get("skipped"):
+        return result
     result.setdefault("peak_rss_mib", round(usage.ru_maxrss / 1024, 1))
     return result

@@ -47,16 +47,6 @@ RSS_LIMIT_MIB = 48.0  # design §9 (the first limit, 80, was tightened once met)
 RUNS = 3
 ROOT = Path(__file__).resolve().parents[1]
 
-_MEASURE = r"""
-import json, resource, subprocess, sys, time
-t0 = time.perf_counter()
-done = subprocess.run(sys.argv[1:])
-elapsed = time.perf_counter() - t0
-usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-print(json.dumps({"rc": done.returncode, "seconds": elapsed, "peak_rss_mib": usage.ru_maxrss / 1024,
-                  "cpu_s": usage.ru_utime + usage.ru_stime}))
-"""
-
 _OURS = r"""
 import anyio, hashlib, os, sys
 from agent.release.extract import ExtractLimits
@@ -107,16 +97,6 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-def _measure(argv: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, "-c", _MEASURE, *argv], capture_output=True, text=True, env=env, check=True
-    )
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    if result["rc"] != 0:
-        raise RuntimeError(f"{argv[:3]} exited {result['rc']}: {out.stderr[-2000:]}")
-    return result
-
-
 def _side_by_side(archive: Path, archive_sha: str, member_sha: str, tar_flag: str,
                   runs: int = RUNS) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``runs`` interleaved runs of ours and the shell baseline on ``archive`` served over loopback HTTP;
@@ -139,13 +119,13 @@ def _side_by_side(archive: Path, archive_sha: str, member_sha: str, tar_flag: st
                 if side == "ours":
                     staging = work / f".{MEMBER}-blue.stage-bench"
                     argv = [sys.executable, "-c", _OURS, url, archive_sha, str(staging), MEMBER, member_sha]
-                    ours.append(_measure(argv, env))
+                    ours.append(_harness.measure(argv, env))
                 else:
                     script = (
                         f"set -o pipefail; curl -sf {url} | tee >(sha256sum >/dev/null) | tar -x {tar_flag} "
                         f"-C {work} && sync {work / MEMBER}"
                     )
-                    base.append(_measure(["bash", "-c", script]))
+                    base.append(_harness.measure(["bash", "-c", script]))
     finally:
         server.shutdown()
         server.server_close()
@@ -312,7 +292,7 @@ def decoder_limit(runs: int = RUNS) -> dict[str, Any]:
     for fmt in FORMATS:
         archive, archive_sha, member_sha = _packed(fmt)
         ours, _base = _side_by_side(archive, archive_sha, member_sha, FORMATS[fmt][2], runs)
-        alone = [_measure([sys.executable, "-c", _DECODE_ONLY, fmt, str(archive)])["seconds"]
+        alone = [_harness.measure([sys.executable, "-c", _DECODE_ONLY, fmt, str(archive)])["seconds"]
                  for _ in range(runs)]
         value, limit = statistics.median(r["seconds"] for r in ours), min(alone)
         per[fmt] = {"ours_s": round(value, 3), "decoder_s": round(limit, 3), "ratio": round(value / limit, 3),

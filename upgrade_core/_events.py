@@ -221,6 +221,10 @@ class StagedForActivation(Event):
         sha256: the member's digest (64 hex), what ``activate`` checks the slot's bytes against.
         version: the version its version command reported.
         archive_sha256: the digest of the archive as published (64 hex).
+        switch_in_window: True when ``upgrade --in-window`` found the host outside its ``[schedule]``
+            maintenance window: the switch is left to the recovery timer, which activates the
+            candidate once the window is open (docs/configuration.md). False (the default, omitted on disk)
+            for ``upgrade --stage``, whose candidate waits for an explicit ``activate``.
     """
 
     TAG: ClassVar[str] = "StagedForActivation"
@@ -228,6 +232,7 @@ class StagedForActivation(Event):
     sha256: str
     version: str
     archive_sha256: str
+    switch_in_window: bool = False
 
 
 @attrs.frozen
@@ -569,7 +574,8 @@ class StagedSummary:
 
     Attributes:
         operation: the staging episode.
-        slot / sha256 / version / archive_sha256: as its ``StagedForActivation`` recorded them.
+        slot / sha256 / version / archive_sha256 / switch_in_window: as its ``StagedForActivation`` recorded
+            them.
     """
 
     operation: str
@@ -577,6 +583,7 @@ class StagedSummary:
     sha256: str
     version: str
     archive_sha256: str
+    switch_in_window: bool = False
 
 
 @attrs.frozen

@@ -63,6 +63,8 @@ class UpgradeRequest:
             (docs/trust.md) anyway; otherwise it is refused after staging, before the switch.
         stage: ``upgrade --stage``: stop once the verified candidate is installed in the inactive slot
             (``StagedForActivation``, result ``staged``); ``activate`` switches to it later.
+        switch_in_window: with ``stage``: the host was outside its maintenance window, so the recovery
+            timer switches to the candidate once the window opens (``StagedForActivation.switch_in_window``).
 
     Raises:
         ValueError: an operation id not matching :data:`OPERATION_ID_RE` (caller misuse: the agent
@@ -77,6 +79,7 @@ class UpgradeRequest:
     signature: str | None = None
     retry_known_bad: bool = False
     stage: bool = False
+    switch_in_window: bool = False
 
     def __attrs_post_init__(self) -> None:
         if not OPERATION_ID_RE.fullmatch(self.operation):

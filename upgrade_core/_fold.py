@@ -84,6 +84,8 @@ class EpisodeView:
         below_watermark: ``EpisodeOpened.below_watermark``: a ``rollback`` run with ``--below-watermark``.
         staged_by: an ``activate`` episode's ``StagedCandidateChecked.staged_by``: the operation that staged
             its candidate.
+        switch_in_window: a staging episode's ``StagedForActivation.switch_in_window``: the recovery timer,
+            not ``activate``, switches to its candidate, inside the maintenance window.
     """
 
     episode_id: str
@@ -140,6 +142,7 @@ class EpisodeView:
     published_seq: int | None = None
     below_watermark: bool = False
     staged_by: str | None = None
+    switch_in_window: bool = False
 
     # -- derived facts ---------------------------------------------------------------------------------
     @property
@@ -266,7 +269,8 @@ class EpisodeView:
             return UpgradeResult(
                 self.episode_id, "staged", self.from_version, self.candidate_version, self.from_slot,
                 f"candidate {self.candidate_version} staged in slot {self.candidate_slot}; "
-                "activate switches to it",
+                + ("the recovery timer switches to it inside the maintenance window" if self.switch_in_window
+                   else "activate switches to it"),
             )
         if state is _S.UNCHANGED:
             return UpgradeResult(
@@ -325,6 +329,8 @@ class PendingActivation:
         version: the version its version command reported.
         archive_sha256: the archive's digest as published (64 hex).
         staged_at: wall-clock Unix seconds of the ``StagedForActivation`` record (informational).
+        switch_in_window: the recovery timer switches to it once the maintenance window is open
+            (``StagedForActivation.switch_in_window``); False: only ``activate`` does.
     """
 
     operation: str
@@ -333,6 +339,7 @@ class PendingActivation:
     version: str
     archive_sha256: str
     staged_at: float
+    switch_in_window: bool = False
 
 
 @attrs.frozen
@@ -596,7 +603,7 @@ class Folder:
         staged = e.staged
         if staged is not None and not self._staged_said:
             self._staged = PendingActivation(staged.operation, staged.slot, staged.sha256, staged.version,
-                                             staged.archive_sha256, self._wall)
+                                             staged.archive_sha256, self._wall, staged.switch_in_window)
         for summary in e.episodes:
             self._history.append(summary)
             self._closed[summary.operation] = summary.result
@@ -711,8 +718,9 @@ class Folder:
 
     def _h_staged_for_activation(self, ep: _Ep, e: ev.StagedForActivation, seq: int) -> None:
         self._staged = PendingActivation(
-            ep.episode_id, e.slot, e.sha256, e.version, e.archive_sha256, self._wall
+            ep.episode_id, e.slot, e.sha256, e.version, e.archive_sha256, self._wall, e.switch_in_window
         )
+        ep.fields["switch_in_window"] = e.switch_in_window
         self._staged_said = True
 
     def _h_staged_checked(self, ep: _Ep, e: ev.StagedCandidateChecked, seq: int) -> None:

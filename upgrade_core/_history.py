@@ -57,6 +57,7 @@ def summarize_history(records: Sequence[ev.Recorded]) -> ev.HistorySnapshot:
     summaries.sort(key=lambda s: s.opened_seq or 0)
     staged = view.staged
     kept = None if staged is None else ev.StagedSummary(
-        staged.operation, staged.slot, staged.sha256, staged.version, staged.archive_sha256
+        staged.operation, staged.slot, staged.sha256, staged.version, staged.archive_sha256,
+        staged.switch_in_window,
     )
     return ev.HistorySnapshot(tuple(summaries), folder.facts(), kept)

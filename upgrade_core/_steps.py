@@ -190,7 +190,7 @@ class FlowRun(StepExecutor):
         assert ep.candidate_slot is not None and ep.candidate_sha256 is not None
         assert ep.candidate_version is not None and ep.archive_sha256 is not None
         staged = ev.StagedForActivation(ep.candidate_slot, ep.candidate_sha256, ep.candidate_version,
-                                        ep.archive_sha256)
+                                        ep.archive_sha256, req.switch_in_window)
         with anyio.CancelScope(shield=True):
             await self.emit(op, staged)
             await self.publish_close(op)

@@ -36,6 +36,8 @@ from ._events import (
     Event,
     HealthFailed,
     HistorySnapshot,
+    StagedForActivation,
+    StagedSummary,
 )
 from .wire import TAG_KEY as _TAG
 from .wire import VERSION_KEY as _VER
@@ -61,6 +63,8 @@ def _make_converter() -> cattrs.Converter:
             boot_id=omit, kind=omit,
         ),
     )
+    for staged in (StagedForActivation, StagedSummary):  # before HistorySnapshot, which nests StagedSummary
+        conv.register_unstructure_hook(staged, make_dict_unstructure_fn(staged, conv, switch_in_window=omit))
     conv.register_unstructure_hook(
         HistorySnapshot, make_dict_unstructure_fn(HistorySnapshot, conv, facts=omit, staged=omit)
     )

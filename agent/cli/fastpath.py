@@ -71,7 +71,8 @@ def recover_noop(argv: list[str]) -> int | None:
         return None
     from agent.session.noop import nothing_open
 
-    if not nothing_open(_option(argv, "--config")):  # any doubt: the full path decides and reports
+    timer = _option(argv, "--trigger") == "timer"  # its follow-up in a maintenance window: the full path's
+    if not nothing_open(_option(argv, "--config"), timer=timer):  # any doubt: the full path decides
         return None
     if "--json" in argv:
         sys.stdout.write(NOOP_JSON + "\n")

@@ -145,11 +145,17 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--retry-known-bad", action="store_true", help=_RETRY_HELP)
     p.add_argument("--operation", metavar="ID", help=_OPERATION_HELP)
     p.add_argument("--preflight", action="store_true", help="print the plan; fetch nothing, change nothing")
-    p.add_argument(
+    when = p.add_mutually_exclusive_group()
+    when.add_argument(
         "--stage", action="store_true",
         help="fetch, verify and install into the inactive slot, switch nothing (result staged); see activate",
     )
-    p.add_argument("--now", action="store_true", help=_NOW_HELP)
+    when.add_argument(
+        "--in-window", action="store_true",
+        help="outside the [schedule] maintenance window: stage now (result staged) and let the recovery "
+        "timer switch once the window is open; inside it: upgrade at once",
+    )
+    when.add_argument("--now", action="store_true", help=_NOW_HELP)
     p = cmd("activate", "switch to the candidate upgrade --stage installed, restart, health-check")
     p.add_argument("--operation", metavar="ID", help=_OPERATION_HELP)
     p.add_argument("--now", action="store_true", help=_NOW_HELP)

@@ -16,6 +16,7 @@ import os
 
 from agent.config.quicktoml import loads_plain
 from agent.fs.regular import list_names, read_regular_file
+from agent.systemd.listen import listen_stream_problem
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: the boot path does not load typing (mypy reads True)
 if TYPE_CHECKING:
@@ -191,7 +192,7 @@ def decode_config(path: str, data: bytes) -> str:
     return text
 
 
-def quick_paths(path: str) -> tuple[str, str, str] | None:
+def quick_paths(path: str, *, window_decides: bool = False) -> tuple[str, str, str] | None:
     """Read ``(agent.name, host.state_dir, host.lock_path)`` with :func:`agent.config.quicktoml.loads_plain`
     only, substituted; None when unsure.
 
@@ -202,6 +203,9 @@ def quick_paths(path: str) -> tuple[str, str, str] | None:
 
     Args:
         path: the configuration file.
+        window_decides: the caller's answer also depends on the ``[schedule]`` maintenance window (the
+            recovery timer switches to a candidate staged for the window): None when ``schedule.window`` is
+            set, since only the full path judges a window.
 
     Returns:
         ``(name, state_dir, lock_path)``, paths absolute and normalised as the full loader gives them, or
@@ -213,6 +217,9 @@ def quick_paths(path: str) -> tuple[str, str, str] | None:
             return None  # the full loader words the error (decode_config)
         doc = loads_plain(data.decode("utf-8"))  # UnicodeDecodeError is a ValueError: same answer
         if doc is None:  # outside the plain subset: the full loader reads it
+            return None
+        schedule = doc.get("schedule")
+        if window_decides and isinstance(schedule, dict) and schedule.get("window"):
             return None
         return _fast_values(doc, os.path.dirname(os.path.abspath(path)))
     except (OSError, ValueError, TypeError, KeyError):
@@ -325,6 +332,9 @@ FAST_SCHEMA: dict[str, dict[str, Callable[[Any], bool]]] = {
         "version_args": _argv,
         "member": lambda v: _text(v) and v != "",
         "member_policy": lambda v: v in ("exact", "select", "none"),
+        # no "{" here: a substituted path's length is the full loader's to check; only an "[IPv6]:PORT"
+        # value loads a module more (ipaddress, to read the address)
+        "socket": lambda v: isinstance(v, str) and "{" not in v and listen_stream_problem(v) is None,
     },
     "host": {
         "root": _abs,

@@ -44,6 +44,7 @@ from agent.config.boot import (
 )
 from agent.config.pathrules import path_problem, spool_problem
 from agent.errors import ConfigError
+from agent.systemd.listen import listen_stream_problem
 from agent.systemd.units import check_agent_unit
 
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
@@ -137,6 +138,12 @@ def _command_probe(inst: object, a: attrs.Attribute[Any], v: tuple[str, ...]) ->
         raise _BadValue(a.name, "the program (first element) must not be empty")
 
 
+def _listen_stream(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
+    problem = listen_stream_problem(v)
+    if problem is not None:
+        raise _BadValue(a.name, problem)
+
+
 def _http_probe(_inst: object, a: attrs.Attribute[Any], v: str) -> None:
     if v == "":
         return
@@ -178,6 +185,9 @@ class AgentSection:
         member: the archive member path; ``{arch}`` is ``amd64`` or ``arm64``.
         member_policy: ``exact`` (the archive holds only the member), ``select`` (design §6) or ``none``
             (no archive: the downloaded file itself is the candidate; ``member`` is not used).
+        socket: "" (the agent binds its own socket) or a ``ListenStream=`` value (a port, ``IPv4:PORT``,
+            ``[IPv6]:PORT``, a unix socket path or ``@name``; :mod:`agent.systemd.listen`): ``install``
+            renders ``NAME.socket`` and the agent unit takes its listening socket from systemd (design §11).
     """
 
     name: str = attrs.field(validator=_agent_name)
@@ -186,6 +196,7 @@ class AgentSection:
     version_args: tuple[str, ...] = attrs.field(default=("version",), validator=_argv)
     member: str = attrs.field(default="{name}-linux-{arch}", validator=_non_empty)
     member_policy: MemberPolicy = "exact"
+    socket: str = attrs.field(default="", validator=_listen_stream)
 
 
 @attrs.frozen

@@ -48,13 +48,15 @@ def _plainly_ours(directory: str) -> bool:
     return True
 
 
-def nothing_open(config_path: str | None) -> bool:
-    """True when the configuration at ``config_path`` (None: discovered) certainly has no open episode.
+def nothing_open(config_path: str | None, *, timer: bool = False) -> bool:
+    """True when the configuration at ``config_path`` (None: discovered) certainly has no open episode (and,
+    for the recovery timer, ``timer``, no maintenance window whose staged candidate it might switch to:
+    a configured ``schedule.window`` is always False then).
 
     Never raises: any doubt (a bad configuration, a torn or corrupt tail, an unusual file set) is False.
     """
     try:
-        paths = quick_paths(discover_config_path(config_path))
+        paths = quick_paths(discover_config_path(config_path), window_decides=timer)
         if paths is None:  # the full loader words whatever is wrong with the file
             return False
         if any(_shared(os.path.dirname(p)) for p in paths[1:]):  # the full path names the key (exit 2)

@@ -254,7 +254,7 @@ class Readers:
             known_bad=tuple(KnownBad(sha, bad.operation) for sha, bad in sorted(view.known_bad.items())),
             staged=None if view.staged is None else StagedInfo(
                 view.staged.operation, view.staged.slot, view.staged.sha256, view.staged.version,
-                view.staged.archive_sha256,
+                view.staged.archive_sha256, view.staged.switch_in_window,
             ),
         )
 

@@ -90,6 +90,8 @@ class StagedInfo:
         sha256: its member digest (64 lowercase hex), checked again by ``activate``.
         version: the version its version command reported.
         archive_sha256: the archive's digest as published (64 lowercase hex).
+        switch_in_window: ``upgrade --in-window`` staged it outside the maintenance window: the recovery
+            timer switches to it once the window is open (False: ``activate`` does).
     """
 
     operation: str
@@ -97,6 +99,7 @@ class StagedInfo:
     sha256: str
     version: str
     archive_sha256: str
+    switch_in_window: bool = False
 
 
 @attrs.frozen

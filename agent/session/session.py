@@ -47,6 +47,7 @@ from agent.config.loader import AgentConfig, discover_config_path, load_config
 from agent.errors import UsageError
 from agent.host.adapter import AgentHost
 from agent.host.install_record import Cleanup, InstallRecord
+from agent.logline import log
 from agent.session.converge import lock_holder
 from agent.session.frame import EpisodeFrame, EventCallback, ProgressCallback, require_installed
 from agent.session.quarantine import CarriedOver, carry_over, move_aside, read_host, utc_stamp
@@ -63,6 +64,7 @@ from agent.session.reports import (
 )
 from agent.session.request import DeltaPlan, make_request, operation_id
 from agent.session.setup import Setup
+from agent.session.window import closed_window_text, window_now
 from agent.session.wiring import JournalPort, journal_dir
 from upgrade_core import (
     Folder,
@@ -289,7 +291,8 @@ class Session:
         nothing to activate; reads the journal, takes no lock and touches nothing.
 
         Raises:
-            UsageError: not ``[A-Za-z0-9._-]{1,64}`` (exit 2).
+            UsageError: not ``[A-Za-z0-9._-]{1,64}``, or the id of the ``upgrade --stage`` episode itself
+                (exit 2).
             NotInstalledError, LayoutConflictError: no ``current`` link, or a real file in its place (exit 2).
             NothingStagedError: the journal knows no staged candidate, no episode is open that a recovery
                 might settle first, and ``operation`` did not close before (its result would be printed).
@@ -297,7 +300,15 @@ class Session:
         op = operation_id(operation)
         require_installed(self.host)
         view = self.view()
-        if view.staged is None and view.open_episode is None and view.result_of(op) is None:
+        recorded = view.result_of(op)
+        if recorded is not None and recorded.result == "staged":
+            # The id names the staging episode itself: replaying its recorded result would print "staged"
+            # and exit 0 with nothing switched, so a person who typed the id status shows is told instead.
+            raise UsageError(
+                f"activate: operation {op} is the episode that staged the candidate; an activation is an "
+                "episode of its own: leave --operation out, or give it a new id"
+            )
+        if view.staged is None and view.open_episode is None and recorded is None:
             raise NothingStagedError("nothing staged: run upgrade --stage first")
         return op
 
@@ -335,20 +346,45 @@ class Session:
         Returns:
             The closed episode's result; ``UpgradeResult(None, "noop")`` when nothing was open; with
             ``timer`` and the lock held, ``UpgradeResult(None, "noop", reason=BUSY_REASON + " (pid N)")`` at
-            once (never waits, never 75).
+            once (never waits, never 75). With ``timer`` and nothing open, a candidate
+            ``upgrade --in-window`` staged outside the maintenance window (``switch_in_window``) is
+            activated once the window is open: the activation's result, or a noop naming the next opening.
 
         Raises:
             LockBusyError: the holder owns the episode (exit 75), except with ``timer``.
             JournalError, HistoryError: the journal cannot be trusted; links untouched (exit 3).
+            ConfigError: with ``timer``, ``systemd-analyze calendar`` cannot be run (exit 2).
         """
         try:
-            return await self._frame.write(lambda p, pol, f: recover(p, pol, trigger, folder=f))
+            result = await self._frame.write(lambda p, pol, f: recover(p, pol, trigger, folder=f))
+            if trigger == "timer" and isinstance(result, UpgradeResult) and result.operation is None:
+                return await self._switch_in_window(result)
+            return result
         except LockBusyError:
             if trigger != "timer":
                 raise
         # The timer acts only when the host lock is free: a live upgrade (or recovery) owns its episode.
         pid = lock_holder(self.config.host.lock_path).pid
         return UpgradeResult(None, "noop", reason=BUSY_REASON + (f" (pid {pid})" if pid else ""))
+
+    async def _switch_in_window(self, idle: UpgradeResult) -> UpgradeResult:
+        """The recovery timer's follow-up (docs/configuration.md ``[schedule]``): activate the candidate
+        ``upgrade --in-window`` staged outside the maintenance window once the window is open for this host;
+        ``idle`` (the recovery's noop) when nothing waits, or a noop naming the next opening while it is
+        closed.
+        Recovery itself is never held back by a window: this runs only once nothing is open."""
+        staged = self.view().staged
+        if staged is None or not staged.switch_in_window:
+            return idle
+        verdict = window_now(self.config)
+        if not verdict.open:
+            closed = closed_window_text(self.config, verdict)
+            reason = f"candidate {staged.version} staged by {staged.operation} waits: {closed}"
+            return UpgradeResult(None, "noop", reason=reason)
+        operation = self.activate_operation(None)
+        log(f"recover: the maintenance window is open: activate {operation}: "
+            f"the candidate {staged.operation} staged")
+        return await self.activate(operation)
 
     async def self_upgrade(self, request: UpgradeRequest) -> UpgradeResult | RestartScheduled:
         """The self-upgrade flow, steps 1-5 in this process (design §4.4); the restart is scheduled.

@@ -38,7 +38,13 @@ from agent.session.request import make_request
 from agent.session.wiring import recover_executable, service_manager
 from agent.systemd.searchpath import SYSTEM_UNIT_DIRS
 from agent.systemd.stable_paths import check_stable_executables
-from agent.systemd.units import operator_unit_name, recover_boot_unit_name, recover_timer_name, render_units
+from agent.systemd.units import (
+    operator_unit_name,
+    recover_boot_unit_name,
+    recover_timer_name,
+    render_units,
+    socket_unit_name,
+)
 from upgrade_core import Folder, Policy, Ports, Slot, UpgradeRequest, UpgradeResult, other_slot, run_install
 from upgrade_core.errors import AlreadyInstalledError, HostError, HostRefusedError, UpgradeError
 from upgrade_core.ports import StagedCandidate
@@ -206,7 +212,9 @@ class Setup:
 
     async def _repair(self, service: Any) -> UpgradeResult:
         """Installed with the same binary: rewrite missing or drifted unit files (re-enable them and start
-        the agent) and recreate a missing or drifted ``R/bin/NAME`` link; :attr:`repaired` says what.
+        the agent), remove a ``NAME.socket`` the configuration no longer asks for
+        (:meth:`_drop_unwanted_socket`), and recreate a missing or drifted ``R/bin/NAME`` link;
+        :attr:`repaired` says what.
 
         Raises:
             ConfigError: a unit file another service or agent owns stands where one of ours goes (exit 2).
@@ -219,6 +227,8 @@ class Setup:
         if drifted:
             await self._install_units(service, record, only=drifted)
             self.repaired += [self._unit_path(n) for n in drifted]
+        dropped = await self._drop_unwanted_socket(service, record)
+        self.repaired += dropped
         lay = self.host.layout
         if not os.path.lexists(lay.bin_link) or (
             os.path.islink(lay.bin_link) and not _is_link_to(lay.bin_link, lay.bin_link_target)
@@ -228,11 +238,42 @@ class Setup:
             Provisioner(self.host).create_layout_dirs()
             Provisioner(self.host).ensure_compat_link()
             self.repaired.append(lay.bin_link)
-        if drifted:
+        if drifted or dropped:
+            if socket_unit_name(self.config.agent.name) in drifted:
+                # A new or changed NAME.socket binds its address only once nothing holds it: stop the socket
+                # (Requires= stops the agent with it) and the agent (which may have bound the address
+                # itself); starting the agent starts the socket first (After=).
+                await service.stop(socket_unit_name(self.config.agent.name))
+                await service.stop()
             await service.start()
         current = self.host.links().current
         reason = f"repaired {', '.join(self.repaired)}" if self.repaired else None
         return UpgradeResult(None, "noop", slot=current, reason=reason)
+
+    async def _drop_unwanted_socket(self, service: Any, record: InstallRecord) -> list[str]:
+        """Without ``[agent] socket``: stop, disable and remove a ``NAME.socket`` an earlier install wrote
+        (the install record lists it and its first line is this agent's header), and stop the agent unit,
+        which :meth:`_repair` then starts binding its address itself; daemon-reload. A socket left running
+        would hold the address, and the agent's next start would fail to bind it.
+
+        Returns:
+            The removed unit file's path, or nothing.
+
+        Raises:
+            ServiceError: a stop, the removal or the daemon-reload failed.
+        """
+        sock = socket_unit_name(self.config.agent.name)
+        path = self._unit_path(sock)
+        listed = any(e.kind == "unit" and e.path == path for e in record.entries)
+        if self.config.agent.socket or not listed or not self._remover().unit_is_ours(path)[0]:
+            return []
+        await service.stop(sock)
+        await service.stop()
+        await service.disable(sock)
+        removed = await service.remove_units([sock])
+        await service.daemon_reload()
+        record.forget(removed)
+        return [path] if path in removed else []
 
     async def _adopt_legacy(self, provision: Any) -> UpgradeResult:
         record = self.install_record()
@@ -258,9 +299,9 @@ class Setup:
         return [recover, os.path.join(os.path.dirname(recover), "upgrade-agent")]
 
     def units(self, *, bin_dir: str | None = None, config_path: str | None = None) -> dict[str, str]:
-        """The rendered unit files, file name -> text (design §6, 10): the agent unit, both recovery units,
-        ``NAME-recover.timer`` and its ``NAME-recover-timer.service``; ``NAME-operator.service`` too when
-        ``[operations] source`` is set (docs/managed.md).
+        """The rendered unit files, file name -> text (design §6, 10, 11): the agent unit, both recovery
+        units, ``NAME-recover.timer`` and its ``NAME-recover-timer.service``; ``NAME-operator.service`` too
+        when ``[operations] source`` is set (docs/managed.md), ``NAME.socket`` when ``[agent] socket`` is.
 
         Args:
             bin_dir: absolute directory holding ``upgrade-agent`` and ``recover-agent-upgrade`` on the host
@@ -288,6 +329,7 @@ class Setup:
             recover_exe=recover_exe,
             config_path=self.config_path if config_path is None else config_path,
             operator=operator,
+            socket=cfg.agent.socket,
         )
 
     async def reset(self) -> Cleanup:
@@ -431,10 +473,12 @@ class Setup:
         start_operator: bool = True,
     ) -> None:
         """Write the units (``only`` those, default all of :meth:`units`), each listed in the install record
-        first; daemon-reload; enable the agent, the boot-time recovery unit, the recovery timer and (with
-        ``[operations]``) ``NAME-operator.service``; start the timer (it recovers an abandoned episode, an
-        interrupted install's too, without waiting for a reboot) and, with ``start_operator``, the operator
-        (a bare install starts it only once it committed).
+        first; daemon-reload; enable the agent, the boot-time recovery unit, the recovery timer, (with
+        ``[agent] socket``) ``NAME.socket`` and (with ``[operations]``) ``NAME-operator.service``; start the
+        timer (it recovers an abandoned episode, an interrupted install's too, without waiting for a reboot)
+        and, with ``start_operator``, the operator (a bare install starts it only once it committed).
+        ``NAME.socket`` is not started here: the agent unit's start starts it first (``Requires=``,
+        ``After=``), so no connection can start an agent whose binary is not in place yet.
 
         Raises:
             ConfigError: a unit file this agent did not write stands in the way (nothing written).
@@ -446,8 +490,8 @@ class Setup:
         await service.write_units(units)
         await service.daemon_reload()
         enabled = [self.config.agent.unit, recover_boot_unit_name(name), recover_timer_name(name)]
-        if operator_unit_name(name) in self.units():
-            enabled.append(operator_unit_name(name))
+        rendered = self.units()
+        enabled += [u for u in (socket_unit_name(name), operator_unit_name(name)) if u in rendered]
         await service.enable(*enabled)
         await service.start(recover_timer_name(name))
         if start_operator:

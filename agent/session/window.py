@@ -19,7 +19,9 @@ from agent.fs.regular import read_regular_file
 from agent.systemd.calendar import calendar_starts
 from upgrade_core import WindowVerdict, host_delay_s, window_verdict
 
-__all__ = ["MACHINE_ID_PATH", "OutsideWindowError", "refuse_outside_window", "window_now"]
+__all__ = [
+    "MACHINE_ID_PATH", "OutsideWindowError", "closed_window_text", "refuse_outside_window", "window_now",
+]
 
 MACHINE_ID_PATH = "/etc/machine-id"
 """machine-id(5): the host's identity the per-host delay derives from (the host name when unreadable)."""
@@ -65,21 +67,27 @@ def window_now(config: AgentConfig, now: float | None = None) -> WindowVerdict:
     return verdict
 
 
+def closed_window_text(config: AgentConfig, verdict: WindowVerdict) -> str:
+    """``outside the maintenance window (schedule.window = '...'): it opens for this host at <UTC>`` for a
+    closed ``verdict`` (the words every refusal, wait and status line use)."""
+    when = "it names no later start" if verdict.opens_at is None else (
+        "it opens for this host at "
+        + datetime.fromtimestamp(int(verdict.opens_at), UTC).isoformat().replace("+00:00", "Z"))
+    return f"outside the maintenance window (schedule.window = {config.schedule.window!r}): {when}"
+
+
 def refuse_outside_window(config: AgentConfig, what: str) -> None:
-    """Raise :class:`OutsideWindowError` when ``what`` (a switch: ``upgrade``, ``activate``) falls outside the
-    maintenance window.
+    """Raise :class:`OutsideWindowError` when ``what`` (a switch a person asks for: ``upgrade``, ``activate``)
+    falls outside the maintenance window (``upgrade --in-window`` stages instead and leaves the switch to the
+    recovery timer: :meth:`agent.session.session.Session.recover`).
 
     Raises:
         OutsideWindowError: outside the window (exit 2), naming ``schedule.window`` and the next opening.
         ConfigError: as :func:`window_now`.
     """
     verdict = window_now(config)
-    if verdict.open:
-        return
-    when = "it names no later start" if verdict.opens_at is None else (
-        "it opens for this host at "
-        + datetime.fromtimestamp(int(verdict.opens_at), UTC).isoformat().replace("+00:00", "Z"))
-    raise OutsideWindowError(
-        f"{what}: outside the maintenance window (schedule.window = {config.schedule.window!r}): {when}; "
-        "--stage stages it now, --now switches anyway"
-    )
+    if not verdict.open:
+        hint = "--now switches anyway" if what == "activate" else (
+            "--in-window stages it now for the recovery timer to switch in the window, --stage stages it for "
+            "activate, --now switches anyway")
+        raise OutsideWindowError(f"{what}: {closed_window_text(config, verdict)}; {hint}")

@@ -493,9 +493,10 @@ class SystemdServiceManager:
         """Write unit files into ``unit_dir`` durably: temp + fsync + rename each, then one directory fsync.
 
         Identical files are left alone. Call :meth:`daemon_reload` afterwards. The order is
-        :func:`write_order`: a unit named by another's ``OnFailure=`` (or a timer's ``Unit=``) is on disk
-        before the unit that names it, so a crash between two writes never leaves a unit whose failure
-        handler is missing (systemd would then start no recovery at all).
+        :func:`write_order`: a unit named by another's ``OnFailure=``, ``Requires=`` or ``Sockets=`` (or a
+        timer's ``Unit=``) is on disk before the unit that names it, so a crash between two writes never
+        leaves a unit whose failure handler or socket is missing (systemd would then start no recovery at
+        all, or not start the agent).
 
         Args:
             units: file name -> text, e.g. from :func:`agent.systemd.units.render_units`.
@@ -579,14 +580,17 @@ class SystemdServiceManager:
         return paths
 
 
-_REFERENCE_RE: Final = re.compile(r"^(?:OnFailure|Unit)=(.*)$", re.MULTILINE)
+_REFERENCE_RE: Final = re.compile(r"^(?:OnFailure|Unit|Requires|Sockets)=(.*)$", re.MULTILINE)
 
 
 def write_order(units: Mapping[str, str]) -> list[str]:
     """The names of ``units`` in the order they must reach the disk: every unit that another one of them
-    names in ``OnFailure=`` (systemd.unit(5)) or, for a timer, ``Unit=`` (systemd.timer(5)) comes before
-    the unit naming it; otherwise the mapping's order is kept (e.g. ``NAME-recover.service`` before the
-    agent unit, ``NAME-recover-timer.service`` before ``NAME-recover.timer``).
+    names in ``OnFailure=`` or ``Requires=`` (systemd.unit(5)), for a service ``Sockets=``
+    (systemd.service(5)) or, for a timer, ``Unit=`` (systemd.timer(5)) comes before the unit naming it;
+    otherwise the mapping's order is kept (e.g. ``NAME-recover.service`` and ``NAME.socket`` before the agent
+    unit, ``NAME-recover-timer.service`` before ``NAME-recover.timer``). A socket's ``Service=`` is not a
+    reference here: the service names its socket, so the socket goes first (a service requiring a missing
+    socket would not start; a socket naming a missing service only fails when traffic arrives).
 
     A referenced unit that is not in ``units`` is taken to be on disk already (a repair rewrites only
     what drifted). A reference cycle keeps the mapping's order inside the cycle.

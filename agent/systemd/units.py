@@ -2,8 +2,9 @@
 
 The agent unit, ``NAME-recover.service`` (its ``OnFailure=``), ``NAME-recover-boot.service`` (ordered
 before it), ``NAME-recover.timer`` with the service it starts, ``NAME-recover-timer.service`` (design §10:
-an episode left open by a dead upgrader is recovered without an operator and without a reboot), their
-names, and the checks of names and paths they embed. ``ExecStart=`` lines are quoted per
+an episode left open by a dead upgrader is recovered without an operator and without a reboot),
+``NAME.socket`` when ``[agent] socket`` is set (design §11: the listening socket outlives every restart),
+their names, and the checks of names and paths they embed. ``ExecStart=`` lines are quoted per
 systemd.syntax(7) and systemd.service(5) "Command lines"; see :func:`exec_line`. The service manager that
 writes and drives them is :class:`agent.systemd.manager.SystemdServiceManager`.
 """
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from agent.errors import ConfigError
+from agent.systemd.listen import listen_is_ip, listen_stream_problem
 
 __all__ = [
     "RECOVER_TIMER_PERIOD_S",
@@ -37,7 +39,9 @@ __all__ = [
     "render_recover_timer",
     "render_recover_timer_service",
     "render_recover_unit",
+    "render_socket_unit",
     "render_units",
+    "socket_unit_name",
     "unit_owner",
 ]
 
@@ -53,6 +57,11 @@ RECOVER_TIMER_TIMEOUT: Final = "30min"
 """``TimeoutStartSec=`` of the timer's oneshot: longer than any sane health policy's attempts (a recovery
 gives the candidate its remaining attempts), yet bounded; a recovery killed by it is itself recovered by
 the next run (recovery is journaled and crash-safe)."""
+
+SOCKET_BACKLOG: Final = 4096
+"""``Backlog=`` of ``NAME.socket``: connections the kernel queues while no agent process accepts (during a
+restart, upgrade or rollback, from the old process's exit to the new one's first ``accept``); at about 1,000
+connections a second, four seconds' worth. The kernel caps it at ``net.core.somaxconn`` (listen(2))."""
 
 BOOTSTRAP_RESTART_S: Final = 10
 """``RestartSec=`` of ``NAME-bootstrap.service``: seconds before a failed first-boot install runs again."""
@@ -116,7 +125,7 @@ def check_agent_unit(name: str, unit: str) -> None:
         raise ConfigError(f"agent.unit: {unit} is a template or instance unit; name a plain .service")
     own = set(render_units(name=name, unit=f"{name}.service", current_link="/", exec_args=(),
                            max_attempts=1, recover_exe="/", config_path="/",
-                           operator=("/", "spool", 1))) - {f"{name}.service"}
+                           operator=("/", "spool", 1), socket="1")) - {f"{name}.service"}
     own.add(bootstrap_unit_name(name))
     if unit in own:
         raise ConfigError(f"agent.unit: {unit} is one of the units upgrade-agent itself renders for {name}")
@@ -170,6 +179,19 @@ def operator_unit_name(name: str) -> str:
     """``NAME-operator.service``: ``upgrade-agent operator`` when ``[operations]`` is configured (design
     §10)."""
     return f"{name}-operator.service"
+
+
+def socket_unit_name(name: str) -> str:
+    """``NAME.socket``: the agent unit's listening socket when ``[agent] socket`` is set (design §11)."""
+    return f"{name}.socket"
+
+
+def check_listen_stream(value: str) -> None:
+    """Raise ``ConfigError`` naming ``agent.socket`` unless ``value`` is ``""`` or a ``ListenStream=``
+    value the agent renders (:func:`agent.systemd.listen.listen_stream_problem`)."""
+    problem = listen_stream_problem(value)
+    if problem is not None:
+        raise ConfigError(f"agent.socket: {problem}")
 
 
 def bootstrap_unit_name(name: str) -> str:
@@ -241,7 +263,7 @@ def exec_line(executable: str, args: Sequence[str]) -> str:
 
 # ----------------------------------------------------------------------------------------------- rendering
 def render_agent_unit(
-    *, name: str, unit: str, current_link: str, exec_args: Sequence[str], max_attempts: int
+    *, name: str, unit: str, current_link: str, exec_args: Sequence[str], max_attempts: int, socket: str = ""
 ) -> str:
     """Render the agent unit (design §6): runs the ``current`` link, restarts on failure, recovers on failure.
 
@@ -256,37 +278,92 @@ def render_agent_unit(
     (case C16c) exhausts the limit, the unit ends ``failed`` with ``Result=start-limit-hit``, and
     ``OnFailure=NAME-recover.service`` runs ``recover-agent-upgrade --trigger on-failure`` (design §4.4).
 
+    With ``socket`` (``[agent] socket``, design §11) the unit takes its listening socket from
+    ``NAME.socket`` (:func:`render_socket_unit`): ``Sockets=`` hands it the socket's file descriptor
+    (``LISTEN_FDS``, sd_listen_fds(3)), ``Requires=`` and ``After=`` bind it to the socket and start it after
+    it (systemd.unit(5)). A restart of the service, whoever asks for it, never stops the socket: ``Requires=``
+    propagates a stop from the socket to the service, not back. The socket stays open while the old process
+    exits and the new one starts, and connections arriving meanwhile wait in its queue.
+
     Args:
         name: ``agent.name``.
         unit: ``agent.unit``, e.g. ``demo-agent.service``.
         current_link: absolute path of ``R/lib/NAME/NAME-current``.
         exec_args: ``agent.exec_args``, passed literally (quoted and escaped here).
         max_attempts: ``health.max_attempts`` (>= 1).
+        socket: ``agent.socket``, a ``ListenStream=`` value, or "" for none.
 
     Returns:
         The unit file text.
 
     Raises:
-        ConfigError: a bad name, unit, path or ``max_attempts``, naming the key.
+        ConfigError: a bad name, unit, path, ``max_attempts`` or socket, naming the key.
     """
     check_name(name)
     check_unit(unit)
+    check_listen_stream(socket)
     if max_attempts < 1:
         raise ConfigError(f"health.max_attempts: {max_attempts} must be >= 1")
+    sock = socket_unit_name(name)
     return (
         _HEADER
         + "[Unit]\n"
         + f"Description={name} (blue/green binary managed by upgrade-agent)\n"
         + f"OnFailure={recover_unit_name(name)}\n"
+        + (f"Requires={sock}\nAfter={sock}\n" if socket else "")
         + "StartLimitIntervalSec=60\n"
         + f"StartLimitBurst={max_attempts + 2}\n"
         + "\n[Service]\n"
         + "Type=exec\n"
+        + (f"Sockets={sock}\n" if socket else "")
         + f"ExecStart={exec_line(current_link, exec_args)}\n"
         + "Restart=on-failure\n"
         + "RestartSec=1\n"
         + "\n[Install]\n"
         + "WantedBy=multi-user.target\n"
+    )
+
+
+def render_socket_unit(*, name: str, unit: str, listen: str) -> str:
+    """Render ``NAME.socket`` (design §11): the agent unit's listening socket, owned by systemd, so that it
+    outlives every restart of the agent (upgrade, rollback, operator rollback, ``Restart=on-failure``).
+
+    ``[Socket]``: ``ListenStream=listen``; ``Service=unit`` (the agent unit need not be ``NAME.service``;
+    traffic while it is stopped starts it, systemd.socket(5)); ``Backlog=`` :data:`SOCKET_BACKLOG`
+    connections queued while no process accepts; for a TCP address ``NoDelay=true`` (small answers are not
+    held back by Nagle's algorithm, tcp(7)); for a unix socket path ``RemoveOnStop=true``, so that ``reset``
+    and ``uninstall``, which stop the socket, leave no socket file behind. Enabled
+    (``WantedBy=sockets.target``) and started by ``install``.
+
+    Args:
+        name: ``agent.name``.
+        unit: ``agent.unit``, the service it hands its file descriptor to.
+        listen: ``agent.socket``, not "".
+
+    Returns:
+        The unit file text.
+
+    Raises:
+        ConfigError: a bad name or unit; ``listen`` empty or not an accepted ``ListenStream=`` value (naming
+            ``agent.socket``).
+    """
+    check_name(name)
+    check_unit(unit)
+    if not listen:
+        raise ConfigError("agent.socket: empty: no socket unit to render")
+    check_listen_stream(listen)
+    return (
+        _HEADER
+        + "[Unit]\n"
+        + f"Description=Listening socket of {unit}, kept open across its upgrades by upgrade-agent\n"
+        + "\n[Socket]\n"
+        + f"ListenStream={listen}\n"
+        + f"Service={unit}\n"
+        + f"Backlog={SOCKET_BACKLOG}\n"
+        + ("NoDelay=true\n" if listen_is_ip(listen) else "")
+        + ("RemoveOnStop=true\n" if listen.startswith("/") else "")
+        + "\n[Install]\n"
+        + "WantedBy=sockets.target\n"
     )
 
 
@@ -541,16 +618,19 @@ def render_units(
     recover_exe: str,
     config_path: str,
     operator: tuple[str, str, int] | None = None,
+    socket: str = "",
 ) -> dict[str, str]:
     """Every unit file, keyed by file name (what ``upgrade-agent units`` prints, design §7): the operator
-    (when ``operator`` is given), the agent unit, both recovery services, the timer and its service (in this
-    order: removal stops them in it, the operator before anything it could start an upgrade of, the timer
-    before the service it starts). Each starts with :func:`owner_header`: the set of units the agent owns is
-    exactly what this returns.
+    (when ``operator`` is given), ``NAME.socket`` (when ``socket`` is set), the agent unit, both recovery
+    services, the timer and its service (in this order: removal stops them in it, the operator before
+    anything it could start an upgrade of, the socket before the service it would start again on the next
+    connection, the timer before the service it starts). Each starts with :func:`owner_header`: the set of
+    units the agent owns is exactly what this returns.
 
     Args:
         operator: ``(upgrade-agent path, [operations] source, stop timeout in seconds)`` when
             ``[operations]`` is configured, else None.
+        socket: ``agent.socket`` (a ``ListenStream=`` value), or "" for no socket unit.
 
     Raises:
         ConfigError: as the render functions.
@@ -562,9 +642,12 @@ def render_units(
             name=name, unit=unit, upgrade_exe=upgrade_exe, config_path=config_path, source=source,
             stop_timeout_s=stop_timeout_s,
         )
+    if socket:
+        units[socket_unit_name(name)] = render_socket_unit(name=name, unit=unit, listen=socket)
     units |= {
         unit: render_agent_unit(
-            name=name, unit=unit, current_link=current_link, exec_args=exec_args, max_attempts=max_attempts
+            name=name, unit=unit, current_link=current_link, exec_args=exec_args, max_attempts=max_attempts,
+            socket=socket,
         ),
         recover_unit_name(name): render_recover_unit(
             name=name, unit=unit, recover_exe=recover_exe, config_path=config_path

@@ -8,6 +8,12 @@ Usage:
     demo-agent version             prints "demo-agent <VERSION>" and exits 0
     demo-agent serve [--port N]    serves GET /healthz (200 "ok <VERSION>") on 127.0.0.1:N until SIGTERM
 
+The serving side keeps the candidate contract's runtime half (docs/candidate.md, "Socket activation"): when
+systemd passes a listening socket (``LISTEN_PID`` is this process and ``LISTEN_FDS`` >= 1, sd_listen_fds(3))
+it serves on file descriptor 3 and ignores ``--port``; otherwise it binds 127.0.0.1:N itself. On SIGTERM it
+stops accepting, finishes every request it has accepted, and exits 0: connections it has not accepted stay
+queued in a socket systemd keeps open, for the next process.
+
 Baked-in behaviours (``BEHAVIOUR``): "good" serves forever; "exit-after:S" exits 1 after S seconds of
 serving (a candidate that passes its version check and then dies, case C16); "unhealthy" serves /healthz
 with 503; "refuse-if-exists:PATH" serves like "good" but exits 1 at start while PATH exists (an older
@@ -18,7 +24,9 @@ operator's rollback to ``last-good`` fails, docs/recovery.md).
 from __future__ import annotations
 
 import http.server
+import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -40,18 +48,48 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         return
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    # Handler threads are joined by server_close(): a request accepted before SIGTERM is answered in full.
+    daemon_threads = False
+    block_on_close = True
+
+
+SD_LISTEN_FDS_START = 3
+"""The first file descriptor systemd passes (sd_listen_fds(3))."""
+
+
+def _systemd_socket() -> socket.socket | None:
+    """The listening socket systemd passed (fd 3), or None: sd_listen_fds(3) with ``unset_environment``.
+
+    Only when ``LISTEN_PID`` names this very process (the variables may have been inherited from a parent
+    that got them) and ``LISTEN_FDS`` is at least 1; the variables are removed either way, so no child of
+    ours takes them for its own, and fd 3 gets close-on-exec.
+    """
+    pid, fds = os.environ.pop("LISTEN_PID", ""), os.environ.pop("LISTEN_FDS", "")
+    os.environ.pop("LISTEN_FDNAMES", None)
+    if pid != str(os.getpid()) or not fds.isdigit() or int(fds) < 1:
+        return None
+    os.set_inheritable(SD_LISTEN_FDS_START, False)
+    return socket.socket(fileno=SD_LISTEN_FDS_START)
+
+
 def _serve(port: int) -> int:
     if BEHAVIOUR.startswith("refuse-if-exists:"):
-        import os
-
         marker = BEHAVIOUR.split(":", 1)[1]
         if os.path.exists(marker):
             print(f"demo-agent {VERSION}: cannot start: {marker} exists", flush=True)
             return 1
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Handler)
-    server.allow_reuse_address = True
+    inherited = _systemd_socket()
+    if inherited is None:
+        server = _Server(("127.0.0.1", port), _Handler)
+        where = f"127.0.0.1:{port}"
+    else:
+        server = _Server(inherited.getsockname(), _Handler, bind_and_activate=False)
+        server.socket.close()
+        server.socket = inherited
+        where = f"fd {SD_LISTEN_FDS_START} from systemd"
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
-    print(f"demo-agent {VERSION} serving on 127.0.0.1:{port} ({BEHAVIOUR})", flush=True)
+    print(f"demo-agent {VERSION} serving on {where} ({BEHAVIOUR})", flush=True)
     if BEHAVIOUR.startswith("exit-after:"):
         delay = float(BEHAVIOUR.split(":", 1)[1])
 
@@ -59,12 +97,11 @@ def _serve(port: int) -> int:
             time.sleep(delay)
             print(f"demo-agent {VERSION}: failing on purpose after {delay} s", flush=True)
             sys.stdout.flush()
-            import os
-
             os._exit(1)
 
         threading.Thread(target=_die, daemon=True).start()
     server.serve_forever(poll_interval=0.1)
+    server.server_close()  # closes our copy of the listening socket (systemd keeps its own), joins handlers
     return 0
 
 

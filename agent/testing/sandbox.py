@@ -923,6 +923,7 @@ def agent_config_toml(
     stability_s: float = 0.5,
     timeout_s: float = 10.0,
     max_attempts: int = 2,
+    socket: str = "",
 ) -> str:
     """The TOML configuration (design §3) of a sample agent served on ``127.0.0.1:port``, in a sandbox.
 
@@ -935,6 +936,7 @@ def agent_config_toml(
         member: ``agent.member``; default the design §3 default (``{name}-linux-{arch}``).
         stability_s, timeout_s: the ``[health]`` window and attempt timeout, seconds.
         max_attempts: ``health.max_attempts``.
+        socket: ``agent.socket`` (e.g. ``127.0.0.1:PORT``: ``NAME.socket`` listens for the agent); "" none.
     """
 
     def q(value: object) -> str:  # JSON strings and arrays are valid TOML basic strings and arrays
@@ -942,6 +944,7 @@ def agent_config_toml(
 
     args = list(exec_args) if exec_args is not None else ["serve", "--port", str(port)]
     member_line = f"member = {q(member)}\n" if member is not None else ""
+    member_line += f"socket = {q(socket)}\n" if socket else ""
     return (
         f"[agent]\nname = {q(name)}\nexec_args = {q(args)}\n{member_line}\n"
         f"[host]\nroot = {q(str(root))}\nstate_dir = {q(str(state_dir))}\nlock_path = {q(str(lock_path))}\n"

@@ -38,6 +38,7 @@ def test_every_default_matches_spec_section_3(tmp_path: Path) -> None:
     assert cfg.agent.version_args == ("version",)
     assert cfg.agent.member == "demo-agent-linux-amd64"
     assert cfg.agent.member_policy == "exact"
+    assert cfg.agent.socket == ""
     assert cfg.host.root == "/opt/upgrade-agent"
     assert cfg.host.legacy_root == ""
     assert cfg.host.state_dir == "/var/lib/upgrade-agent/demo-agent"
@@ -445,6 +446,27 @@ def test_fast_precheck_accepts_only_what_the_full_loader_accepts(
         for section, table in doc.items()
     )
     load_config(write(tmp_path, body))  # must not raise: fast accepted it
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["", "8080", "127.0.0.1:8080", "[::1]:8080", "/run/{name}.sock", "/run/demo.sock", "@demo", "0",
+     "localhost:80", "/run/%n.sock", "/run//x", "/" + "x" * 107, "/{name}" + "x" * 100, 8080, ["8080"]],
+)
+def test_agent_socket_quick_check_accepts_only_what_the_full_loader_accepts(
+    tmp_path: Path, value: object
+) -> None:
+    """``[agent] socket`` in the quick reader's schema: a value it accepts loads; ``{name}`` (whose length
+    is known only after substitution) and every bad value go to the full loader."""
+    doc = {"agent": {"name": "demo-agent", "socket": value}}
+    path = write(tmp_path, f'[agent]\nname = "demo-agent"\nsocket = {json.dumps(value)}\n')
+    if plausibly_valid(doc):
+        assert load_config(path).agent.socket == value
+    elif isinstance(value, str) and "{" in value and len(value) < 100:
+        assert load_config(path).agent.socket == value.replace("{name}", "demo-agent")
+    else:
+        with pytest.raises(ConfigError, match=r": agent\.socket: "):
+            load_config(path)
 
 
 @pytest.mark.parametrize(("mode", "owner"), [(0o664, 0), (0o646, 0), (0o644, 65534)])

@@ -42,7 +42,8 @@ def test_stage_installs_the_candidate_and_switches_nothing(installed_rig: Rig, t
     member = hashlib.sha256(version_script("2.0.0")).hexdigest()
     staged = rig.cli("status").payload()["staged"]
     assert staged == {"operation": "st1", "slot": "green", "sha256": member, "version": "2.0.0",
-                      "archive_sha256": hashlib.sha256(archive.read_bytes()).hexdigest()}
+                      "archive_sha256": hashlib.sha256(archive.read_bytes()).hexdigest(),
+                      "switch_in_window": False}
     human = rig.cli("status", json_out=False)
     assert f"staged: green 2.0.0 {member} (operation st1; activate switches)" in human.stdout.splitlines()
 
@@ -89,3 +90,18 @@ def test_activate_refuses_a_staged_candidate_whose_bytes_changed(installed_rig: 
     assert rig.host_facts() == before  # nothing switched, no slot touched
     assert rig.cli("status").payload()["staged"] is None
     assert rig.cli("activate", "--operation", "ac2").error_payload(2)["error"].startswith("nothing staged")
+
+
+def test_activate_under_the_staging_operation_id_is_refused_not_replayed(
+    installed_rig: Rig, tmp_path: Path
+) -> None:
+    # the id status prints beside the staged candidate is the staging episode's: replaying its recorded
+    # result would print "staged" and exit 0 with nothing switched
+    rig = installed_rig
+    _stage(rig, release(rig, tmp_path, "2.0.0"), "st1")
+    before = rig.host_facts()
+    err = rig.cli("activate", "--operation", "st1").error_payload(2)
+    assert err["error"] == ("activate: operation st1 is the episode that staged the candidate; an activation "
+                            "is an episode of its own: leave --operation out, or give it a new id"), err
+    assert rig.host_facts() == before
+    assert rig.cli("status").payload()["staged"]["operation"] == "st1"

@@ -1,9 +1,12 @@
 """``[schedule]`` maintenance windows through the whole CLI, without systemd (docs/configuration.md).
 
-The window expression is judged by the real ``systemd-analyze calendar`` when the configuration loads; a
-switch a person asks for outside the window is refused before anything is locked or journaled unless
-``--now``; ``upgrade --stage`` is allowed at any time; the operator reports an operation waiting for its
-window as ``InProgress``, step ``Waiting``, once it has staged its candidate.
+The window expression is judged by the real ``systemd-analyze calendar`` when the configuration loads;
+outside the window ``upgrade`` and ``activate`` are refused before anything is locked or journaled unless
+``--now``; ``upgrade --in-window`` stages and leaves the switch to the recovery timer, which reports a noop
+naming the next opening while the window stays closed; ``upgrade --stage`` is allowed at any time; the
+operator reports an operation waiting for its window as ``InProgress``, step ``Waiting``, once it has
+staged its candidate. The timer's
+switch inside an open window needs a restart: ``tests/systemd/test_timer.py``.
 """
 
 from __future__ import annotations
@@ -49,24 +52,79 @@ def test_jitter_must_leave_time_in_the_window(installed_rig: Rig) -> None:
     assert err["error"].endswith("schedule.jitter_s: must be less than window_s (60)"), err
 
 
-def test_outside_the_window_a_switch_is_refused_and_staging_is_not(
+def test_outside_the_window_a_switch_is_refused_and_in_window_stages_for_the_timer(
     installed_rig: Rig, tmp_path: Path
 ) -> None:
     rig = installed_rig
     window = closed_window(rig)
     archive = release(rig, tmp_path, "2.0.0")
-    before = snapshot(rig.base)
+    before = rig.host_facts()
+    unchanged = snapshot(rig.base)
     err = rig.cli("upgrade", "--archive", str(archive)).error_payload(2)
     assert err["error"].startswith(f"upgrade: outside the maintenance window (schedule.window = '{window}'): "
                                    "it opens for this host at "), err
-    assert err["error"].endswith("; --stage stages it now, --now switches anyway"), err
-    assert snapshot(rig.base) == before  # nothing locked, created or journaled
-    staged = rig.cli("upgrade", "--stage", "--archive", str(archive), "--operation", "st1")
-    assert staged.code == 0 and staged.payload()["result"] == "staged", staged
+    assert err["error"].endswith(
+        "; --in-window stages it now for the recovery timer to switch in the window, --stage stages it for "
+        "activate, --now switches anyway"), err
+    assert snapshot(rig.base) == unchanged  # nothing locked, created or journaled
+    both = rig.cli("upgrade", "--in-window", "--now", "--archive", str(archive), json_out=False)
+    assert both.code == 2 and "not allowed with argument" in both.stderr, both
+
+    run = rig.cli("upgrade", "--in-window", "--archive", str(archive), "--operation", "up1")
+    assert run.code == 0, run
+    out = run.payload()
+    assert (out["result"], out["to_version"]) == ("staged", "2.0.0"), out
+    assert out["reason"] == ("candidate 2.0.0 staged in slot green; the recovery timer switches to it inside "
+                             "the maintenance window"), out
+    said = [line for line in run.stderr.splitlines() if "outside the maintenance window" in line]
+    assert len(said) == 1 and said[0].startswith(
+        "upgrade-agent: upgrade: outside the maintenance window "
+        f"(schedule.window = '{window}'): it opens for this host at "), run.stderr
+    assert said[0].endswith(": staging now; the recovery timer switches to the candidate once the window is "
+                            "open"), said
+    after = rig.host_facts()
+    assert (after["current"], after["last_good"]) == (before["current"], before["last_good"])
     assert rig.slot("green").read_bytes() == version_script("2.0.0")
+    staged = rig.cli("status").payload()["staged"]
+    assert (staged["operation"], staged["switch_in_window"]) == ("up1", True), staged
+    human = rig.cli("status", json_out=False).stdout.splitlines()
+    assert any(line.endswith("(operation up1; the recovery timer switches in the window)") for line in human)
+
+    # the timer, window closed: a noop naming the wait; nothing switched, nothing journaled
+    journal = snapshot(rig.journal_dir)
+    tick = rig.cli("recover", "--trigger", "timer")
+    assert tick.code == 0, tick
+    result = tick.payload()
+    assert (result["operation"], result["result"]) == (None, "noop"), result
+    assert result["reason"].startswith(
+        "candidate 2.0.0 staged by up1 waits: outside the maintenance window "
+        f"(schedule.window = '{window}'): it opens for this host at "), result
+    assert snapshot(rig.journal_dir) == journal
+    assert rig.host_facts() == after
+    said = rig.cli("recover", "--trigger", "timer", json_out=False)
+    assert said.code == 0, said
+    assert said.stdout.startswith(
+        "nothing to recover: candidate 2.0.0 staged by up1 waits: outside the maintenance window"), said
+
     refused = rig.cli("activate", "--operation", "ac1").error_payload(2)
     assert refused["error"].startswith("activate: outside the maintenance window"), refused
-    assert rig.cli("status").payload()["staged"]["operation"] == "st1"
+    assert refused["error"].endswith("; --now switches anyway"), refused  # what is staged needs no --stage
+    assert rig.cli("status").payload()["staged"]["operation"] == "up1"
+
+
+def test_upgrade_stage_waits_for_activate_not_for_the_timer(installed_rig: Rig, tmp_path: Path) -> None:
+    rig = installed_rig
+    rig.write_config('[schedule]\nwindow = "*-*-* *:*:00"\nwindow_s = 120\n')  # every minute, two long
+    archive = release(rig, tmp_path, "2.0.0")
+    staged = rig.cli("upgrade", "--stage", "--archive", str(archive), "--operation", "st1")
+    assert staged.code == 0 and staged.payload()["result"] == "staged", staged
+    assert rig.cli("status").payload()["staged"]["switch_in_window"] is False
+    before = rig.host_facts()
+    tick = rig.cli("recover", "--trigger", "timer")
+    assert tick.code == 0 and tick.payload() == {
+        "operation": None, "result": "noop", "from_version": None, "to_version": None, "slot": None,
+        "reason": None}, tick
+    assert rig.host_facts() == before
 
 
 def test_now_overrides_the_window(installed_rig: Rig, tmp_path: Path) -> None:

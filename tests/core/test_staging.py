@@ -259,6 +259,31 @@ async def test_a_staged_candidate_survives_compaction_of_its_episode() -> None:
     assert b"staged" not in EVENT_CODEC.encode(ev.HistorySnapshot(()))
 
 
+async def test_a_staging_left_for_the_window_says_so_through_result_fold_and_compaction() -> None:
+    """docs/configuration.md ``[schedule]``: ``upgrade --in-window`` outside the window stages with
+    ``switch_in_window``; the recovery timer reads it from the fold, and it survives compaction; a plain
+    staging encodes as before."""
+    w = fresh()
+    request = UpgradeRequest("up1", "a", "a", stage=True, switch_in_window=True)
+    result = await run_upgrade(w.ports(), SIM_POLICY, request)
+    assert (result.result, result.reason) == (
+        "staged", f"candidate {w.archives['a'].version} staged in slot green; the recovery timer switches to "
+        "it inside the maintenance window")
+    records = w.replay()
+    (marked,) = [r.event for r in records if isinstance(r.event, ev.StagedForActivation)]
+    assert marked.switch_in_window and b"switch_in_window" in EVENT_CODEC.encode(marked)
+    staged = fold(records).staged
+    assert staged is not None and staged.switch_in_window
+    snapshot = summarize_history(records)
+    assert snapshot.staged is not None and snapshot.staged.switch_in_window
+    assert EVENT_CODEC.decode(EVENT_CODEC.encode(snapshot)) == snapshot
+    kept = fold(_compacted(records, len(records))).staged
+    assert kept is not None and kept.switch_in_window
+    plain = (await staged_world()).replay()
+    (event,) = [r.event for r in plain if isinstance(r.event, ev.StagedForActivation)]
+    assert not event.switch_in_window and b"switch_in_window" not in EVENT_CODEC.encode(event)
+
+
 async def test_a_managed_operation_staged_for_its_window_takes_its_activations_status() -> None:
     """docs/configuration.md ``[schedule]``: the operator stages an operation under its own id outside the
     window; its status is ``InProgress``/``Staged`` until an activate switches to that staging, then it is

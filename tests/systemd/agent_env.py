@@ -146,6 +146,7 @@ class AgentEnv:
         extra_config: str = "",
         program: tuple[str, ...] | None = None,
         systemctl_prefix: list[str] | None = None,
+        socket: bool = False,
     ) -> AgentEnv:
         """Write the configuration (nothing else is created: root, state_dir and the lock are absent).
 
@@ -157,6 +158,8 @@ class AgentEnv:
             systemctl_prefix: ``host.systemctl_prefix``; default the placement's (the sandbox's ``nsenter``
                 prefix, or none inside). A test puts a wrapper in front of it to answer one command as a
                 host would (e.g. a refused ``reset-failed``).
+            socket: ``[agent] socket = "127.0.0.1:PORT"``: ``NAME.socket`` listens on the agent's port and
+                hands it to the agent (design §11).
         """
         name = name or f"cli-{secrets.token_hex(4)}"
         port = free_port()
@@ -177,6 +180,7 @@ class AgentEnv:
                 stability_s=stability_s,
                 timeout_s=timeout_s,
                 max_attempts=max_attempts,
+                socket=f"127.0.0.1:{port}" if socket else "",
             )
             + (f"\n{extra_config}" if extra_config else "")
         )

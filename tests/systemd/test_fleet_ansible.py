@@ -467,6 +467,9 @@ def test_a_failed_host_in_a_multi_host_wave_rolls_that_wave_back_and_halts_the_r
     assert entries["host0"]["soak"] == {"healthy": True, "reason": None}
     assert entries["host2"]["reason"] == failed_result["reason"]
     assert "host1: committed 2.0.0 -> 4.0.0; rolled back to 2.0.0" in play.stdout
+    # the printed fleet report: each host of the group with its version
+    assert ('"ungrouped: host0 4.0.0, host1 2.0.0, host2 2.0.0, host3 2.0.0, host4 2.0.0, host5 2.0.0"'
+            in play.stdout), play.stdout[-3000:]
 
 
 def test_a_wave_within_its_failure_budget_goes_on_and_nothing_is_rolled_back(

@@ -9,9 +9,10 @@ candidate built from 0.21.5's archive (same layout; the binary replaced by a scr
 ``--version`` with a plausible version and exits 1 when asked to serve), which must roll back to 0.21.5,
 still serving.
 
-Archives are cached between runs under ``$UPGRADE_CORE_REAL_INPUT_CACHE`` (default
-``~/.cache/upgrade-core/real-input``) with their sha256 recorded beside them; a fresh download is checked
-against the registry's own ``dist.integrity`` (sha512, Subresource Integrity format) before it is cached.
+Archives are fetched and cached by :mod:`agent.testing.published` (shared with the ``fetch.delta``
+benchmark): under ``$UPGRADE_CORE_REAL_INPUT_CACHE`` (default ``~/.cache/upgrade-core/real-input``) with
+their sha256 recorded beside them; a fresh download is checked against the registry's own ``dist.integrity``
+(sha512, Subresource Integrity format) before it is cached.
 Only an unreachable registry (and no cache) skips, with the reason; ``REQUIRE_REAL_INPUT=1`` (set by
 ``.ci/run``) turns that skip into a failure.
 
@@ -22,9 +23,7 @@ without stdin, so it is part of ``exec_args``.
 
 from __future__ import annotations
 
-import base64
 import gzip
-import hashlib
 import http.server
 import io
 import json
@@ -43,90 +42,37 @@ from typing import Any
 import httpx
 import pytest
 
+from agent.testing.published import (
+    ESBUILD_MEMBER,
+    RegistryUnreachable,
+    cached_sha256,
+    esbuild_package,
+    npm_tarball,
+    real_input_cache,
+    tar_member,
+)
+from agent.testing.releases import sha256_file
 from agent.testing.sandbox import PrivateSystemd, free_port
 
 from .conftest import wait_for
 
 pytestmark = [pytest.mark.systemd]
 
-REGISTRY = "https://registry.npmjs.org"
 VERSION_A = "0.20.2"
 VERSION_B = "0.21.5"
 BROKEN_VERSION = "0.21.6"
-MEMBER = "package/bin/esbuild"
+MEMBER = ESBUILD_MEMBER
 WORKTREE = Path(__file__).resolve().parents[2]
-
-_NPM_ARCH = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}
-
-
-class RegistryUnreachable(Exception):
-    """The package registry could not be reached (DNS, connect, TLS or timeout); the reason is the message."""
-
-
-def _cache_dir() -> Path:
-    default = Path.home() / ".cache" / "upgrade-core" / "real-input"
-    return Path(os.environ.get("UPGRADE_CORE_REAL_INPUT_CACHE", str(default)))
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _fetch_published(package: str, version: str, cache: Path) -> tuple[Path, str]:
-    """The published tarball of ``package@version`` from the cache, else from the registry.
-
-    Returns:
-        (path of the cached ``.tgz``, its sha256 hex).
-
-    Raises:
-        RegistryUnreachable: the archive is not cached and the registry cannot be reached.
-        AssertionError: a cached archive no longer matches its recorded sha256, or a download does not
-            match the registry's ``dist.integrity``.
-    """
-    base = package.rsplit("/", 1)[-1]
-    archive = cache / f"{base}-{version}.tgz"
-    recorded = archive.with_name(archive.name + ".sha256")
-    if archive.exists() and recorded.exists():
-        want = recorded.read_text().split()[0]
-        got = _sha256(archive)
-        assert got == want, f"{archive}: sha256 {got} differs from the recorded {want}; delete it to refetch"
-        return archive, got
-    cache.mkdir(parents=True, exist_ok=True)
-    try:
-        with httpx.Client(timeout=httpx.Timeout(60.0, connect=15.0), follow_redirects=True) as client:
-            meta = client.get(f"{REGISTRY}/{package}/{version}")
-            meta.raise_for_status()
-            dist = meta.json()["dist"]
-            tarball = client.get(dist["tarball"])
-            tarball.raise_for_status()
-    except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-        raise RegistryUnreachable(f"{REGISTRY} ({package}@{version}): {exc!r}") from exc
-    body = tarball.content
-    algorithm, _, expected = dist["integrity"].partition("-")
-    assert algorithm == "sha512", f"{package}@{version}: unexpected integrity algorithm {algorithm!r}"
-    actual = base64.b64encode(hashlib.sha512(body).digest()).decode()
-    assert actual == expected, f"{package}@{version}: tarball does not match the registry's dist.integrity"
-    tmp = archive.with_name(f".{archive.name}.{secrets.token_hex(4)}")
-    tmp.write_bytes(body)
-    os.replace(tmp, archive)
-    digest = hashlib.sha256(body).hexdigest()
-    recorded.write_text(f"{digest}  {archive.name}\n")
-    return archive, digest
 
 
 @pytest.fixture(scope="module")
 def published() -> dict[str, tuple[Path, str]]:
     """Both published esbuild archives for this machine: version -> (cached path, sha256)."""
-    arch = _NPM_ARCH.get(platform.machine().lower())
-    if arch is None:
+    package = esbuild_package()
+    if package is None:
         pytest.skip(f"esbuild publishes no npm package for machine {platform.machine()!r} in this test")
-    package = f"@esbuild/linux-{arch}"
     try:
-        return {v: _fetch_published(package, v, _cache_dir()) for v in (VERSION_A, VERSION_B)}
+        return {v: npm_tarball(package, v) for v in (VERSION_A, VERSION_B)}
     except RegistryUnreachable as exc:
         reason = f"real input: package registry unreachable and nothing cached: {exc}"
         if os.environ.get("REQUIRE_REAL_INPUT") == "1":
@@ -203,7 +149,7 @@ def test_esbuild_installed_upgraded_and_rolled_back_from_its_published_archives(
         (served / path.name).write_bytes(path.read_bytes())
         urls[version] = (f"{base_url}/{path.name}", digest)
     broken = _broken_from(published[VERSION_B][0], served / f"{published[VERSION_B][0].stem}-broken.tgz")
-    urls[BROKEN_VERSION] = (f"{base_url}/{broken.name}", _sha256(broken))
+    urls[BROKEN_VERSION] = (f"{base_url}/{broken.name}", sha256_file(broken))
     assert _layout(broken) == _layout(published[VERSION_B][0])  # the publisher's layout, kept
 
     name = f"esb-{secrets.token_hex(4)}"
@@ -344,9 +290,9 @@ def _fetch_deb(package: str, cache: Path) -> tuple[Path, str]:
         raise RegistryUnreachable("apt-get is not available on this machine")
     version, want = _apt_show(package)
     deb = cache / f"{package}_{version.replace(':', '%3a')}.deb"
-    recorded = deb.with_name(deb.name + ".sha256")
-    if deb.exists() and recorded.exists():
-        assert _sha256(deb) == recorded.read_text().split()[0] == want, f"{deb}: digest changed; delete it"
+    cached = cached_sha256(deb)
+    if cached is not None:
+        assert cached == want, f"{deb}: not the Packages index's SHA256 {want}; delete it"
         return deb, version
     cache.mkdir(parents=True, exist_ok=True)
     work = cache / f".apt-{secrets.token_hex(4)}"
@@ -363,11 +309,11 @@ def _fetch_deb(package: str, cache: Path) -> tuple[Path, str]:
         got = list(work.glob("*.deb"))
         if done.returncode != 0 or len(got) != 1:
             raise RegistryUnreachable(f"apt-get download {package}={version}: {done.stderr.strip()[-300:]}")
-        assert _sha256(got[0]) == want, f"{package}={version}: .deb does not match the Packages index SHA256"
+        assert sha256_file(got[0]) == want, f"{package}={version}: not the Packages index's SHA256"
         os.replace(got[0], deb)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    recorded.write_text(f"{want}  {deb.name}\n")
+    deb.with_name(deb.name + ".sha256").write_text(f"{want}  {deb.name}\n")
     return deb, version
 
 
@@ -398,7 +344,7 @@ def debs() -> dict[str, tuple[Path, str]]:
     if DEB_ARCH.get(platform.machine().lower()) is None:
         pytest.skip(f"no Debian binary packages for machine {platform.machine()!r} in this test")
     try:
-        return {p: _fetch_deb(p, _cache_dir()) for p in ("jq",)}
+        return {p: _fetch_deb(p, real_input_cache()) for p in ("jq",)}
     except RegistryUnreachable as exc:
         reason = f"real input: Debian archive unreachable and nothing cached: {exc}"
         if os.environ.get("REQUIRE_REAL_INPUT") == "1":
@@ -502,7 +448,7 @@ member_policy = "select"
     lib = tmp_path / "root" / "lib" / name
 
     def url(file: str) -> list[str]:
-        return ["--archive", f"{base_url}/{file}", "--sha256", _sha256(served / file)]
+        return ["--archive", f"{base_url}/{file}", "--sha256", sha256_file(served / file)]
 
     try:
         rc, out = run("install", *url("jq-data.tar.xz"), "--expect-version", "1.6")
@@ -547,10 +493,7 @@ def test_esbuild_bare_executable_two_published_versions(
     base_url, served = archive_server
     builds = {}
     for version, (path, _digest) in published.items():
-        with tarfile.open(path, "r:gz") as tar:
-            f = tar.extractfile(MEMBER)
-            assert f is not None
-            builds[version] = f.read()
+        builds[version] = tar_member(path, MEMBER)
         (served / f"esbuild-{version}").write_bytes(builds[version])  # a plain file, no archive
     (served / "esbuild-broken").write_bytes(
         f'#!/bin/sh\nif [ "$1" = --version ]; then echo {BROKEN_VERSION}; exit 0; fi\nexit 1\n'.encode()
@@ -577,7 +520,7 @@ member_policy = "none"
     home = f"http://127.0.0.1:{port}/"
 
     def url(file: str) -> list[str]:
-        return ["--archive", f"{base_url}/{file}", "--sha256", _sha256(served / file)]
+        return ["--archive", f"{base_url}/{file}", "--sha256", sha256_file(served / file)]
 
     try:
         rc, out = run("install", *url(f"esbuild-{VERSION_A}"), "--expect-version", VERSION_A)

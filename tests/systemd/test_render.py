@@ -11,7 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.errors import ConfigError
-from agent.systemd.units import exec_line, quote_exec_word, render_agent_unit, render_units
+from agent.systemd.manager import write_order
+from agent.systemd.units import (
+    exec_line,
+    quote_exec_word,
+    render_agent_unit,
+    render_socket_unit,
+    render_units,
+)
 from agent.testing.sandbox import PrivateSystemd
 
 from .conftest import PYTHON, wait_for
@@ -108,6 +115,99 @@ def test_render_units_golden() -> None:
     assert units["demo-agent-recover-boot.service"] == GOLDEN_RECOVER_BOOT
     assert units["demo-agent-recover.timer"] == GOLDEN_TIMER
     assert units["demo-agent-recover-timer.service"] == GOLDEN_TIMER_SERVICE
+
+
+GOLDEN_SOCKET = HEADER + """\
+[Unit]
+Description=Listening socket of demo-agent.service, kept open across its upgrades by upgrade-agent
+
+[Socket]
+ListenStream=127.0.0.1:8080
+Service=demo-agent.service
+Backlog=4096
+NoDelay=true
+
+[Install]
+WantedBy=sockets.target
+"""
+
+GOLDEN_SOCKET_AGENT = HEADER + """\
+[Unit]
+Description=demo-agent (blue/green binary managed by upgrade-agent)
+OnFailure=demo-agent-recover.service
+Requires=demo-agent.socket
+After=demo-agent.socket
+StartLimitIntervalSec=60
+StartLimitBurst=5
+
+[Service]
+Type=exec
+Sockets=demo-agent.socket
+ExecStart=/opt/upgrade-agent/lib/demo-agent/demo-agent-current serve
+Restart=on-failure
+RestartSec=1
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def test_a_socket_renders_name_socket_and_an_agent_unit_that_takes_it() -> None:
+    """``[agent] socket`` (design §11): ``NAME.socket`` first (removal stops it before the service it would
+    start again), the agent unit ``Requires=``/``After=`` it and takes its fd (``Sockets=``); the socket is
+    written before the unit that names it; the other units are those of a configuration without a socket."""
+    common = dict(name="demo-agent", unit="demo-agent.service",
+                  current_link="/opt/upgrade-agent/lib/demo-agent/demo-agent-current", exec_args=["serve"],
+                  max_attempts=3, recover_exe="/usr/local/bin/recover-agent-upgrade",
+                  config_path="/etc/upgrade-agent/demo agent.toml")
+    units = render_units(**common, socket="127.0.0.1:8080")  # type: ignore[arg-type]
+    plain = render_units(**common)  # type: ignore[arg-type]
+    assert list(units) == ["demo-agent.socket", *plain]
+    assert units["demo-agent.socket"] == GOLDEN_SOCKET
+    assert units["demo-agent.service"] == GOLDEN_SOCKET_AGENT
+    assert {n: t for n, t in units.items() if n not in ("demo-agent.socket", "demo-agent.service")} == {
+        n: t for n, t in plain.items() if n != "demo-agent.service"}
+    order = write_order(units)
+    assert order.index("demo-agent.socket") < order.index("demo-agent.service")
+    assert order.index("demo-agent-recover.service") < order.index("demo-agent.service")
+
+
+@pytest.mark.parametrize(
+    ("listen", "lines"),
+    [
+        ("8080", ["ListenStream=8080", "NoDelay=true"]),
+        ("[::1]:8080", ["ListenStream=[::1]:8080", "NoDelay=true"]),
+        ("/run/demo-agent/http.sock", ["ListenStream=/run/demo-agent/http.sock", "RemoveOnStop=true"]),
+        ("@demo-agent", ["ListenStream=@demo-agent"]),
+    ],
+)
+def test_socket_forms(listen: str, lines: list[str]) -> None:
+    """TCP sockets get ``NoDelay=``; a unix socket path is removed when the socket stops (``reset``,
+    ``uninstall`` leave no file behind); an abstract socket has no file and no TCP option."""
+    text = render_socket_unit(name="demo-agent", unit="other.service", listen=listen)
+    socket_lines = text.split("[Socket]\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert socket_lines == [lines[0], "Service=other.service", "Backlog=4096", *lines[1:]]
+
+
+@pytest.mark.parametrize(
+    ("listen", "expected"),
+    [
+        ("localhost:8080", '"localhost:8080" is not a ListenStream= stream address'),
+        ("127.0.0.1:0", "port 0 is out of range (1 to 65535)"),
+        ("70000", "port 70000 is out of range"),
+        ("/run/%n.sock", "holds '%'"),
+        ("/run/a b.sock", "holds a space"),
+        ("/run/../x.sock", "must be normalised"),
+        ("/" + "s" * 107, "1 to 107 bytes"),
+    ],
+)
+def test_a_bad_socket_is_a_config_error_naming_the_key(listen: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        render_socket_unit(name="demo-agent", unit="demo-agent.service", listen=listen)
+    assert str(info.value).startswith("agent.socket: ") and expected in str(info.value), str(info.value)
+    with pytest.raises(ConfigError, match=r"^agent\.socket: "):
+        render_agent_unit(name="demo-agent", unit="demo-agent.service", current_link="/c", exec_args=[],
+                          max_attempts=1, socket=listen)
 
 
 QUOTE_CASES = [

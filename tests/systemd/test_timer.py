@@ -13,12 +13,17 @@ Expected outcomes, written down:
   closed by a recovery journaled with ``trigger: timer``, its result file says ``committed``, ``current``
   names green whose bytes are 1.1.0's member, and the unit's MainPID runs the current link and serves
   1.1.0 (``assert_running``). The timer's service never ended ``failed``.
+- ``upgrade --in-window`` outside a closed ``[schedule]`` window stages 1.1.0 (result ``staged``); the timer's
+  runs leave it staged (``current`` on blue, the same MainPID) while the window stays closed; once the
+  configuration names an open window, the timer switches to it by itself: ``current`` names green, MainPID
+  serves 1.1.0, the newest episode is an ``activate`` that committed, nothing is staged any more.
 """
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -81,5 +86,47 @@ def test_timer_recovers_an_upgrade_killed_after_its_switch(make_env: MakeEnv) ->
         assert status.code == 0 and status.json is not None and status.json["episode"] is None, status
         assert env.show(service, "Result")["Result"] == "success"
         assert env.show(timer, "ActiveState")["ActiveState"] == "active"
+    finally:
+        shutil.rmtree(env.sandbox.unit_dir / f"{env.name}-recover.timer.d", ignore_errors=True)
+
+
+def test_the_timer_switches_to_a_candidate_staged_outside_the_window_once_it_opens(make_env: MakeEnv) -> None:
+    # ``upgrade --in-window`` outside the maintenance window stages 1.1.0 and leaves the switch to the timer;
+    # the timer, firing by itself every 2 s, leaves it staged while the window is closed and activates it
+    # (restart, health check, commit) once the configuration's window is open.
+    at = datetime.now(UTC) + timedelta(hours=3)
+    closed = f'[schedule]\nwindow = "*-*-* {at:%H:%M}:00 UTC"\nwindow_s = 600\n'
+    env = make_env(inside=True, extra_config=closed)
+    service = f"{env.name}-recover-timer.service"
+    v1, v2 = env.release("1.0.0"), env.release("1.1.0")
+    env.install(v1)
+    staged = env.cli("upgrade", "--in-window", "--archive", v2.url, "--sha256", v2.sha256,
+                     "--operation", "in-the-window")
+    assert staged.code == 0 and staged.json is not None and staged.json["result"] == "staged", staged
+    pid = env.assert_running("blue", v1)
+    try:
+        _fast_timer(env)
+        fired = env.show(service, "InactiveExitTimestampMonotonic")["InactiveExitTimestampMonotonic"]
+        poll(lambda: env.show(service, "InactiveExitTimestampMonotonic")["InactiveExitTimestampMonotonic"]
+             != fired and env.show(service, "ActiveState")["ActiveState"] == "inactive", 20.0,
+             "a timer run with the window closed")
+        assert env.show(service, "Result")["Result"] == "success"
+        assert env.link("current") == f"{env.name}-blue"
+        assert env.main_process()[0] == pid  # nothing restarted
+        assert env.cli("status").json["staged"]["switch_in_window"] is True  # type: ignore[index]
+
+        text = env.config.read_text().replace(closed, '[schedule]\nwindow = "*-*-* *:*:00"\nwindow_s = 600\n')
+        env.config.write_text(text)  # a window every minute, ten long: open now
+        poll(lambda: env.link("current") == f"{env.name}-green", CONVERGE_DEADLINE_S,
+             "the timer to switch inside the window")
+        poll(lambda: (env.cli("status").json or {}).get("episode", "open") is None, 60.0,
+             "the activation to close")
+        env.assert_running("green", v2)
+        history = env.cli("history").json
+        assert history is not None
+        newest = history["episodes"][0]
+        assert (newest["kind"], newest["result"], newest["to_version"]) == ("activate", "committed", "1.1.0")
+        assert env.cli("status").json["staged"] is None  # type: ignore[index]
+        assert env.show(service, "Result")["Result"] == "success"
     finally:
         shutil.rmtree(env.sandbox.unit_dir / f"{env.name}-recover.timer.d", ignore_errors=True)

@@ -40,9 +40,8 @@ def cmd_status(args: argparse.Namespace) -> Outcome:
         lines.append(f"{key}: {described}")
     if status.staged is not None:
         st = status.staged
-        lines.append(
-            f"staged: {st.slot} {st.version} {st.sha256} (operation {st.operation}; activate switches)"
-        )
+        who = "the recovery timer switches in the window" if st.switch_in_window else "activate switches"
+        lines.append(f"staged: {st.slot} {st.version} {st.sha256} (operation {st.operation}; {who})")
     svc = status.service
     state = "unknown" if svc.active_state is None else f"{svc.active_state}/{svc.sub_state}"
     lines.append(f"service: {state}" + (f" pid {svc.main_pid}" if svc.main_pid else ""))

@@ -10,9 +10,10 @@ import attrs
 from agent.cli.commands.common import cli_session, run_writing
 from agent.cli.commands.outcome import Outcome, result_outcome, result_payload
 from agent.errors import UsageError
+from agent.logline import log
 from agent.session.request import make_delta_request
 from agent.session.session import BUSY_REASON, Preflight
-from agent.session.window import refuse_outside_window
+from agent.session.window import closed_window_text, refuse_outside_window, window_now
 from upgrade_core import HandedOff, UpgradeResult
 from upgrade_core.errors import LockBusyError
 
@@ -20,12 +21,14 @@ from upgrade_core.errors import LockBusyError
 def cmd_upgrade(args: argparse.Namespace) -> Outcome:
     """``upgrade`` (design §4.3), ``upgrade --preflight`` and ``upgrade --stage`` (docs/cli.md: fetch, verify
     and install into the inactive slot, switch nothing; result ``staged``, exit 0). Outside the
-    ``[schedule]`` maintenance window a switch is refused unless ``--now`` (``--stage`` is always allowed).
+    ``[schedule]`` maintenance window a switch is refused unless ``--now``; ``--in-window`` stages the
+    candidate the same way instead and leaves the switch to the recovery timer, which activates it once the
+    window is open (docs/configuration.md ``[schedule]``).
 
     Raises:
         ConfigError, UsageError: bad configuration, source, ``--sha256``, ``--operation`` or
             ``--expect-version``, neither ``--archive`` nor ``--delta``, a ``--delta`` without its two
-            digests, or outside the maintenance window without ``--now``
+            digests, or outside the maintenance window without ``--now`` or ``--in-window``
             (:class:`~agent.session.window.OutsideWindowError`) (exit 2): nothing locked, created or
             journaled.
         NotInstalledError: no ``current`` link (exit 2).
@@ -54,7 +57,14 @@ def cmd_upgrade(args: argparse.Namespace) -> Outcome:
         )
     if args.preflight:
         return _preflight_outcome(session.preflight(request))
-    if not args.stage and not args.now:
+    if args.in_window:
+        verdict = window_now(session.config)
+        if not verdict.open:
+            # the switch waits for the window; the fetch and the checks need not (the recovery timer switches)
+            log(f"upgrade: {closed_window_text(session.config, verdict)}: staging now; the recovery timer "
+                "switches to the candidate once the window is open")
+            request = attrs.evolve(request, stage=True, switch_in_window=True)
+    elif not args.stage and not args.now:
         refuse_outside_window(session.config, "upgrade")
     return result_outcome(run_writing(session, args, lambda: session.upgrade(request, delta)))
 
@@ -130,5 +140,8 @@ def cmd_recover(args: argparse.Namespace) -> Outcome:
         payload["busy"] = True
         return Outcome(payload, outcome.reason, 0)
     # design §7: recover exits 0 whenever it leaves no open episode, whatever the result it published.
-    return attrs.evolve(result_outcome(outcome), exit_code=0)
+    done = attrs.evolve(result_outcome(outcome), exit_code=0)
+    if outcome.operation is None:  # nothing was open: the quick path's words, and why, when there is a why
+        return attrs.evolve(done, human="nothing to recover: " + (outcome.reason or "no open episode"))
+    return done
 
