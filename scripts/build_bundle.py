@@ -95,10 +95,24 @@ def _freeze(work: Path) -> Path:
         "--collect-data", "agent",
         "--exclude-module", "kubernetes_asyncio",
         # test-only packages some dependencies import when present
-        "--exclude-module", "tkinter", "--exclude-module", "hypothesis", "--exclude-module", "pytest",
+        *[a for module in ("tkinter", "hypothesis", "pytest", "_pytest", "pluggy", "trio", "outcome")
+          for a in ("--exclude-module", module)],
         # nothing here needs setuptools at run time; bundled, its runtime hook imports pkg_resources (and its
         # vendored packages) at every start, about doubling the start-up time of a no-op recovery
         "--exclude-module", "setuptools", "--exclude-module", "pkg_resources",
+        # Start-up cost (design §9 ``recover.noop.bundle``): every module left in the archive is an entry of
+        # its table of contents, which the frozen program reads at each start (about 25,000 instructions
+        # an entry); a collected package also brings its PyInstaller runtime hook, run at each start.
+        # Collected through the standard library's graph, used by nothing here, each with a runtime hook
+        # that imports it (multiprocessing loads pickle, socket, selectors and subprocess with it):
+        "--exclude-module", "multiprocessing", "--exclude-module", "pkgutil",
+        # optional parts of dependencies that nothing here uses: httpx's own command-line tool (the only
+        # user of click: without click, importing httpx skips it and the rich.syntax and pygments it loads),
+        # rich's syntax highlighting and Markdown (pygments, markdown_it; the progress display uses
+        # neither), HTTP/2 (h2 and its parts; the agent's clients speak HTTP/1.1), truststore's urllib3
+        # injection (urllib3):
+        *[a for module in ("click", "pygments", "markdown_it", "mdurl", "linkify_it", "h2", "hpack",
+                           "hyperframe", "urllib3") for a in ("--exclude-module", module)],
         str(ROOT / "agent" / "cli" / "frozen.py"),
     ]
     subprocess.run(argv, check=True, cwd=work, stdout=sys.stderr)

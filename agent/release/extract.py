@@ -1325,7 +1325,7 @@ async def extract(
         policy: ``agent.member_policy``.
         limits: ``[limits]``.
         expected_sha256: 64 lowercase hex over the file as published (see
-        ``agent.release.fetch.parse_sha256``).
+        ``agent.release.sources.parse_sha256``).
         source_name: the redacted source for messages.
         observe: see :func:`extract_sync`.
         delta_base: see :func:`extract_sync`.

@@ -47,7 +47,8 @@ The bytes are handed, as they arrive, to an async *sink* (the extraction pipelin
   httpx messages quote the full URL, query token included.
 
 The sha256 over the compressed bytes is computed by the consumer (:mod:`agent.release.extract`) in its worker
-thread, so that hashing never blocks the event loop; :func:`parse_sha256` validates the expected value.
+thread, so that hashing never blocks the event loop; :func:`agent.release.sources.parse_sha256` validates the
+expected value, and :mod:`agent.release.sources` holds the syntax rules of a source.
 """
 
 from __future__ import annotations
@@ -56,13 +57,12 @@ import asyncio
 import base64
 import datetime as dt
 import email.utils
-import ipaddress
 import os
 import random
 import re
 import stat
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Literal, Protocol, cast
+from typing import Protocol, cast
 from urllib.parse import unquote, urljoin, urlsplit, urlunsplit
 
 import aiofiles
@@ -70,9 +70,9 @@ import anyio
 import attrs
 import httpx
 
-from agent.errors import UsageError
 from agent.https import Transport, tls_failure
 from agent.redact import redact_url
+from agent.release.sources import AllowHttp, check_http_allowed, parse_source
 from agent.sanitize import clean_text
 from upgrade_core.errors import (
     ArchiveLimitError,
@@ -87,22 +87,16 @@ from upgrade_core.errors import (
 
 __all__ = [
     "SUPPORTED_CODINGS",
-    "AllowHttp",
     "ChunkSink",
     "CodingSink",
     "FetchPolicy",
     "FetchResult",
     "ProgressCallback",
-    "SourceTarget",
-    "check_http_allowed",
     "check_redirect",
     "fetch",
-    "parse_sha256",
-    "parse_source",
     "same_origin",
 ]
 
-AllowHttp = Literal["never", "loopback", "always"]
 ChunkSink = Callable[[bytes], Awaitable[None]]
 """Receives each chunk of the body, in order; may apply backpressure by awaiting."""
 CodingSink = Callable[[tuple[str, ...]], Awaitable[None]]
@@ -112,7 +106,6 @@ ProgressCallback = Callable[[int, int | None], None]
 
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
 _CONTENT_RANGE = re.compile(r"bytes (?P<start>[0-9]{1,18})-(?P<end>[0-9]{1,18})/(?P<total>[0-9]{1,18}|\*)")
-_SHA256_RE = re.compile(r"[0-9a-fA-F]{64}")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 SUPPORTED_CODINGS = frozenset({"gzip", "x-gzip", "deflate", "zstd"})
 """Content codings a consumer can undo (agent.release.extract); ``identity`` is no coding at all."""
@@ -165,75 +158,6 @@ class FetchResult:
     redirects: int
 
 
-def parse_sha256(value: str | None) -> str | None:
-    """Validate an expected archive digest given on the command line.
-
-    Args:
-        value: 64 hex digits, optionally prefixed ``sha256:``; None or "" for "no digest".
-
-    Returns:
-        64 lowercase hex, or None.
-
-    Raises:
-        UsageError: any other syntax (exit 2).
-    """
-    if value is None or value == "":
-        return None
-    digest = value[len("sha256:") :] if value.lower().startswith("sha256:") else value
-    if not _SHA256_RE.fullmatch(digest):
-        raise UsageError(f"--sha256: expected 64 hex digits (optionally 'sha256:' first), got {value!r}")
-    return digest.lower()
-
-
-@attrs.frozen
-class SourceTarget:
-    """Where a source points, from its syntax alone (nothing is opened or resolved).
-
-    Attributes:
-        scheme: ``https``, ``http``, ``file``, or ``path`` for a plain path.
-        local_path: the local file for ``file://`` URLs and plain paths; None for http(s).
-    """
-
-    scheme: Literal["https", "http", "file", "path"]
-    local_path: str | None
-
-
-def parse_source(source: str) -> SourceTarget:
-    """Classify an archive source by its syntax (design §6 Fetch): the one place that knows the schemes.
-
-    Args:
-        source: ``https://``/``http://``/``file://`` URL or a plain path; may carry secrets.
-
-    Returns:
-        The :class:`SourceTarget`.
-
-    Raises:
-        UsageError: an empty source, an unsupported scheme (``ftp:``, ``data:``, ...), an http(s) URL with
-            no host or an unparsable port, or a ``file://`` URL naming a host. The message shows the
-            redacted source only (case C08).
-    """
-    shown = redact_url(source)
-    if not source:
-        raise UsageError("the archive source is empty")
-    if "://" not in source:
-        return SourceTarget("path", source)
-    scheme = source.split("://", 1)[0].lower()
-    try:
-        parts = urlsplit(source)
-        host, _port = parts.hostname, parts.port
-    except ValueError:
-        raise UsageError(f"{shown}: not a valid URL") from None
-    if scheme in ("http", "https"):
-        if not host or any(c.isspace() or c in "<>\"\\^`{|}" for c in host):
-            raise UsageError(f"{shown}: the URL names no valid host")
-        return SourceTarget("https" if scheme == "https" else "http", None)
-    if scheme == "file":
-        if parts.netloc not in ("", "localhost"):
-            raise UsageError(f"{shown}: file:// URLs must name a local path (no host)")
-        return SourceTarget("file", unquote(parts.path))
-    raise UsageError(f"{shown}: unsupported source scheme {scheme!r} (https, http, file or a path)")
-
-
 def content_codings(values: list[str], shown: str) -> tuple[str, ...]:
     """The content codings of a response, in the order the server applied them (RFC 9110 8.4).
 
@@ -277,37 +201,6 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 def same_origin(a: str, b: str) -> bool:
     """True when both URLs have the same scheme, host and (effective) port (RFC 6454 origin)."""
     return _origin(a) == _origin(b)
-
-
-def _is_loopback_host(host: str) -> bool:
-    host = host.lower().rstrip(".")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def check_http_allowed(url: str, allow_http: AllowHttp) -> None:
-    """Refuse a plain ``http://`` URL that ``download.allow_http`` does not allow.
-
-    Args:
-        url: the URL about to be requested.
-        allow_http: the policy; ``"loopback"`` accepts 127.0.0.0/8, ``::1`` and ``localhost`` only,
-            judged from the host literal (no DNS lookup, which an attacker could answer).
-
-    Raises:
-        FetchError: plain http refused by the policy (message names the redacted URL).
-    """
-    parts = urlsplit(url)
-    if parts.scheme.lower() != "http" or allow_http == "always":
-        return
-    if allow_http == "loopback" and _is_loopback_host(parts.hostname or ""):
-        return
-    raise FetchError(
-        f"{redact_url(url)}: plain http is not allowed (download.allow_http = {allow_http!r}); use https"
-    )
 
 
 def check_redirect(from_url: str, to_url: str) -> None:

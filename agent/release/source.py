@@ -18,7 +18,8 @@ import attrs
 from agent.fs import durable
 from agent.redact import redact_url
 from agent.release.extract import DeltaBase, ExtractLimits, MemberPolicy, extract, member_parts
-from agent.release.fetch import ChunkSink, CodingSink, FetchPolicy, ProgressCallback, fetch, parse_sha256
+from agent.release.fetch import ChunkSink, CodingSink, FetchPolicy, ProgressCallback, fetch
+from agent.release.sources import parse_sha256
 from upgrade_core.ports import StagedCandidate
 
 # agent.release.trust loads the whole of upgrade_core and the minisign code: only with a [trust]

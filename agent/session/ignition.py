@@ -91,7 +91,7 @@ def _check_not_usr(path: str, key: str) -> None:
 def _remote(source: str, option: str, allow_http: Any) -> str:
     """Check a source Ignition fetches on the new host: an http(s) URL, no credentials, plain http only as
     ``download.allow_http`` allows. Returns the source unchanged."""
-    from agent.release.fetch import check_http_allowed, parse_source
+    from agent.release.sources import check_http_allowed, parse_source
     from upgrade_core.errors import FetchError
 
     shown = redact_url(source)
@@ -114,7 +114,7 @@ def _remote(source: str, option: str, allow_http: Any) -> str:
 
 
 def _digest(value: str, option: str) -> str:
-    from agent.release.fetch import parse_sha256
+    from agent.release.sources import parse_sha256
 
     try:
         digest = parse_sha256(value)

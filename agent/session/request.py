@@ -13,17 +13,14 @@ from __future__ import annotations
 import os
 import stat
 import uuid
-from typing import TYPE_CHECKING
 
 import attrs
 
 from agent.errors import UsageError
 from agent.redact import redact_url
+from agent.release.sources import AllowHttp, check_http_allowed, parse_sha256, parse_source
 from upgrade_core import OPERATION_ID_RE, UpgradeRequest
 from upgrade_core.errors import FetchError
-
-if TYPE_CHECKING:
-    from agent.release.fetch import AllowHttp
 
 __all__ = ["DeltaPlan", "check_source", "make_delta_request", "make_request"]
 
@@ -45,9 +42,6 @@ def check_source(source: str, allow_http: AllowHttp, option: str = "--archive") 
             that does not exist or is not a regular file (exit 2).
     """
     shown = redact_url(source)
-    # agent.release.fetch (httpx) loads only when a request is checked: an idle operator never pays for it
-    from agent.release.fetch import check_http_allowed, parse_source
-
     target = parse_source(source)
     if target.local_path is None:
         try:
@@ -116,7 +110,6 @@ def make_request(
     source_redacted = check_source(archive, allow_http, option)
     if signature is not None:
         check_source(signature, allow_http, "--signature")
-    from agent.release.fetch import parse_sha256
     from agent.release.verify import normalise_version
 
     digest = parse_sha256(sha256)
@@ -172,8 +165,6 @@ def make_delta_request(
             ``--member-sha256``, a ``--sha256`` without ``--archive``, or anything :func:`make_request`
             refuses (exit 2). Nothing was locked, created or journaled.
     """
-    from agent.release.fetch import parse_sha256
-
     digests = []
     for option, value in (("--delta-sha256", delta_sha256), ("--member-sha256", member_sha256)):
         if not value:

@@ -32,7 +32,7 @@ from agent.host.lock import HostLock
 from agent.host.ownership import check_host_root, check_state
 from agent.host.provision import Provisioner
 from agent.logline import log
-from agent.release.fetch import parse_sha256
+from agent.release.sources import parse_sha256
 from agent.session.frame import EpisodeFrame
 from agent.session.request import make_request
 from agent.session.wiring import recover_executable, service_manager

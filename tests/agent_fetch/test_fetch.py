@@ -16,15 +16,9 @@ from agent.errors import UsageError
 from agent.https import Transport
 from agent.redact import redact_url
 from agent.release.extract import ExtractLimits
-from agent.release.fetch import (
-    FetchPolicy,
-    check_http_allowed,
-    check_redirect,
-    fetch,
-    parse_sha256,
-    same_origin,
-)
+from agent.release.fetch import FetchPolicy, check_redirect, fetch, same_origin
 from agent.release.source import ArchiveSourceImpl
+from agent.release.sources import check_http_allowed, parse_sha256
 from upgrade_core.errors import (
     ArchiveLimitError,
     ArchiveTruncatedError,

@@ -124,3 +124,24 @@ def test_the_archive_comes_with_its_sha256_and_ships_the_man_page(runtime_bundle
     for shipped in ("share/man/man1/upgrade-agent.1", "share/bash-completion/completions/upgrade-agent",
                     "share/zsh/site-functions/_upgrade-agent"):
         assert (runtime_bundle / shipped).is_file(), shipped
+
+
+UNUSED_AT_RUN_TIME = ("multiprocessing", "pkgutil", "click", "pygments", "markdown_it", "h2", "urllib3",
+                      "trio", "_pytest", "pytest", "setuptools", "kubernetes_asyncio")
+"""Packages nothing in the runtime uses (scripts/build_bundle.py says why each is left out)."""
+
+
+def test_a_start_runs_only_the_needed_runtime_hooks_and_no_unused_package_is_archived(
+    runtime_bundle: Path
+) -> None:
+    """Start-up cost (design §9 ``recover.noop.bundle``): the frozen program runs every runtime hook its
+    archive holds and reads the table of contents of every archived module at each start; a bundled
+    ``multiprocessing`` or ``pkgutil`` brings a hook that imports it. Read with PyInstaller's own archive
+    reader."""
+    from PyInstaller.archive.readers import pkg_archive_contents
+
+    contents = pkg_archive_contents(str(runtime_bundle / "upgrade-agent"))
+    assert sorted(n for n in contents if n.startswith("pyi_rth_")) == [
+        "pyi_rth_cryptography_openssl", "pyi_rth_inspect"]
+    assert sorted({n.split(".")[0] for n in contents} & set(UNUSED_AT_RUN_TIME)) == []
+    assert {"agent.cli.frozen", "httpx", "rich.progress", "cryptography"} <= set(contents)

@@ -91,6 +91,33 @@ def test_sigterm_while_idle_exits_0_at_once(installed_rig: Rig) -> None:
     assert "SIGTERM: stopping" in err and "Traceback" not in err
 
 
+IDLE_HEAVY = ("httpx", "httpcore", "truststore", "rich", "cryptography", "zstandard", "isal",
+              "kubernetes_asyncio", "aiohttp", "yaml")
+"""What an idle spool operator must not load (design §9 ``operator.idle``: its resident memory): the download
+and TLS stack, the archive codecs, release signatures, the Kubernetes client; each loads with the first
+operation that needs it."""
+
+
+def test_an_idle_spool_operator_loads_no_download_stack_and_no_kubernetes_client(installed_rig: Rig) -> None:
+    """``operator --once`` over a spool whose one operation the journal has never seen and whose terminal
+    status is already there (acknowledged: nothing to run), then the modules the process holds."""
+    spool = with_spool(installed_rig)
+    put(spool, "done-1", {"agent": installed_rig.name, "archive": {}})
+    status = spool / "done-1.status.json"
+    status.write_text(json.dumps({"operation": "done-1", "phase": "Succeeded", "result": "committed"}))
+    status.chmod(0o600)
+    code = (
+        "import sys\n"
+        "from agent.cli.main import main\n"
+        f"code = main(['--config', {str(installed_rig.config)!r}, 'operator', '--once'])\n"
+        f"print(code, sorted(m for m in {IDLE_HEAVY!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run([PYTHON, "-c", code], cwd=REPO, env=cli_env(), capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.splitlines()[-1:] == ["0 []"], done
+    assert json.loads(status.read_text())["result"] == "committed"  # acknowledged: left as it was
+
+
 def test_sigterm_during_a_download_aborts_reports_failed_and_exits_0(
     installed_rig: Rig, stalling: servers.LoopbackServer
 ) -> None:

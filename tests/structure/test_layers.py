@@ -33,7 +33,7 @@ FUNCTION_LEVEL_IMPORTS = {
                         "on use",
     "agent/session/wiring.py": "each real port loads only when a configuration uses it (httpx and the "
                                "extraction pipeline to fetch, cryptography for [trust], the probes)",
-    "agent/session/request.py": "the fetch and version helpers load only when a request is checked",
+    "agent/session/request.py": "the version helper (agent.release.verify) loads when a request is checked",
     "agent/session/session.py": "the fetch code loads before an upgrade's episode opens, not at start-up; "
                                 "the verifier only for quarantine",
     "agent/session/ignition.py": "the release and unit code load only when a config is rendered",
