@@ -411,6 +411,7 @@ class _E2E:
 
 
 def _end_to_end(name: str, baseline: str, script: Path) -> dict[str, Any]:
+    _harness.compile_project()
     rig = _E2E((baseline,))
     try:
         rig.install()

@@ -102,6 +102,7 @@ def _side_by_side(archive: Path, archive_sha: str, member_sha: str, tar_flag: st
     """``runs`` interleaved runs of ours and the shell baseline on ``archive`` served over loopback HTTP;
     (ours, baseline) wrapper reports. ``tar_flag`` names the baseline's decompressor (``z``, ``J``,
     ``--zstd``)."""
+    _harness.compile_project()
     work = archive.parent / "work"
     handler = partial(_QuietHandler, directory=str(archive.parent))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
