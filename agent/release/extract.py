@@ -83,7 +83,7 @@ import zstandard
 
 from agent.errors import ConfigError
 from agent.fs import durable
-from agent.fs.regular import write_all
+from agent.fs.regular import write_all, write_all_pieces
 from agent.groups import leaves, sole_error
 from agent.release.fetch import ChunkSink, CodingSink
 from upgrade_core.errors import (
@@ -133,7 +133,8 @@ _READ_BYTES = 256 * 1024
 _TAR_PIECE = 64 * 1024  # the least decoded at a time for tar headers (C04: 100,000 entries)
 _STREAM_DEPTH = 4  # batches in flight between the fetch task and the worker thread (peak RSS: design §9)
 _BATCH_BYTES = 256 * 1024  # network chunks are handed to the worker in batches of about this size
-_WRITE_DEPTH = 4  # member pieces queued for the writer thread
+_WRITE_DEPTH = 4  # batches of member pieces queued for the writer thread
+_BATCH_PIECES = 64  # member pieces in one batch at most (writev takes 1024)
 _GZIP_MAGIC = b"\x1f\x8b"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _XZ_MAGIC = b"\xfd7zXZ\x00"
@@ -844,9 +845,12 @@ def _kind(info: tarfile.TarInfo) -> str:
     return f"tar type {info.type!r}"
 
 
-def _write_all(fd: int, data: bytes, staging_path: str) -> None:
+def _write_all(fd: int, data: bytes | list[bytes], staging_path: str) -> None:
     try:
-        write_all(fd, data)
+        if isinstance(data, list):
+            write_all_pieces(fd, data)
+        else:
+            write_all(fd, data)
     except OSError as exc:
         raise _staging_error(exc, staging_path, "write") from None
 
@@ -1226,19 +1230,30 @@ def _copy_member(
         raise RuntimeError(f"tar feed at {feed.tell()}, member data at {info.offset_data}")
     digest = hashlib.sha256()
 
-    def consume(data: bytes) -> None:
-        digest.update(data)
-        _write_all(fd, data, staging_path)
+    def consume(pieces: list[bytes]) -> None:
+        for piece in pieces:
+            digest.update(piece)
+        _write_all(fd, pieces, staging_path)
 
+    # Decoded pieces go to the writer in batches of about _READ_BYTES (never joined: see extract()'s flush),
+    # one queue hand-off and one writev per batch.
     size = 0
+    batch: list[bytes] = []
+    batched = 0
     writer = _Writer(consume, _WRITE_DEPTH)
     try:
         while size < info.size:
             data = feed.read_some(min(_READ_BYTES, info.size - size))
             if not data:
                 break
-            writer.submit(data)
+            batch.append(data)
+            batched += len(data)
             size += len(data)
+            if batched >= _READ_BYTES or len(batch) >= _BATCH_PIECES:
+                writer.submit(batch)
+                batch, batched = [], 0
+        if batch:
+            writer.submit(batch)
     except BaseException:
         writer.close()  # joined before the error propagates (and the caller closes the fd)
         raise
@@ -1253,41 +1268,41 @@ def _copy_member(
 
 
 class _Writer:
-    """Runs ``consume(piece)`` for each submitted piece, in order, on its own thread.
+    """Runs ``consume(pieces)`` for each submitted batch of pieces, in order, on its own thread.
 
-    A bounded queue (``depth`` pieces) keeps memory constant. The first exception ``consume`` raises is
-    re-raised by the next :meth:`submit` or returned by :meth:`close`; pieces after it are dropped.
+    A bounded queue (``depth`` batches) keeps memory constant. The first exception ``consume`` raises is
+    re-raised by the next :meth:`submit` or returned by :meth:`close`; batches after it are dropped.
     :meth:`close` always joins the thread, so once it returns nothing uses the staging file descriptor.
     """
 
-    def __init__(self, consume: Callable[[bytes], None], depth: int) -> None:
+    def __init__(self, consume: Callable[[list[bytes]], None], depth: int) -> None:
         self._consume = consume
-        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[list[bytes] | None] = queue.SimpleQueue()
         self._slots = threading.Semaphore(depth)
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="extract-writer")
         self._thread.start()
 
     def _run(self) -> None:
-        while (piece := self._queue.get()) is not None:
+        while (batch := self._queue.get()) is not None:
             try:
                 if self._error is None:
-                    self._consume(piece)
+                    self._consume(batch)
             except BaseException as exc:  # handed to the submitting thread, never lost
                 self._error = exc
             finally:
                 self._slots.release()
 
-    def submit(self, piece: bytes) -> None:
-        """Queue ``piece`` (waits while ``depth`` pieces are queued).
+    def submit(self, batch: list[bytes]) -> None:
+        """Queue ``batch`` (waits while ``depth`` batches are queued).
 
         Raises:
-            Whatever ``consume`` raised for an earlier piece.
+            Whatever ``consume`` raised for an earlier batch.
         """
         if self._error is not None:
             raise self._error
         self._slots.acquire()
-        self._queue.put(piece)
+        self._queue.put(batch)
 
     def close(self) -> BaseException | None:
         """Let the queued pieces be consumed, stop and join the thread; idempotent.
