@@ -139,7 +139,8 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     p.add_argument("--delta", metavar="SRC", help="a zstd patch-from delta against the current binary")
     p.add_argument("--delta-sha256", metavar="HEX", help="the delta's sha256 (required with --delta)")
     p.add_argument(
-        "--member-sha256", metavar="HEX", help="the rebuilt binary's sha256 (required with --delta)"
+        "--member-sha256", metavar="HEX",
+        help="the rebuilt binary's sha256 (with --delta; without it the delta's frame checksum is required)",
     )
     p.add_argument("--expect-version", metavar="V", help=_EXPECT_HELP)
     p.add_argument("--signature", metavar="SRC", help=_SIG_HELP)

@@ -12,8 +12,9 @@ An operation's *spec* has the same keys in both sources (design §10, the ``Upgr
 ``archive.url``, ``archive.sha256`` and ``agent`` are required (a control plane always knows the digest it
 asks for); ``nodeName`` is required by Kubernetes (the CRD) and optional in a spool file; ``signatureURL``
 and ``expectVersion`` are optional. ``delta`` is optional (docs/delta.md): the candidate is then rebuilt from
-the current slot and the delta, and ``archive`` is its fall-back; its ``url``, ``sha256`` and
-``memberSHA256`` (the rebuilt binary's digest, ``upgrade --member-sha256``) are all required.
+the current slot and the delta, and ``archive`` is its fall-back; its ``url`` and ``sha256`` are required,
+``memberSHA256`` (the rebuilt binary's digest, ``upgrade --member-sha256``) optional: without it the
+frame's own content checksum tells a wrong base (docs/delta.md).
 A spec that fails these checks, names another node or agent, or that
 :func:`agent.session.request.make_request` refuses, is refused before any lock or episode: terminal
 ``Failed``, host untouched.
@@ -270,11 +271,12 @@ def check_spec(
     if "delta" in spec:
         given = spec["delta"]
         if not isinstance(given, Mapping):
-            raise OperationRefused("spec.delta: must be an object with url, sha256 and memberSHA256")
+            raise OperationRefused("spec.delta: must be an object with url and sha256 (and memberSHA256)")
         unknown = sorted(set(given) - DELTA_KEYS)
         if unknown:
             raise OperationRefused(f"spec.delta: unknown key {clean_text(unknown[0])}")
-        delta = {key: _text(given, key, "spec.delta.", required=True) for key in sorted(DELTA_KEYS)}
+        delta = {key: _text(given, key, "spec.delta.", required=key != "memberSHA256")
+                 for key in sorted(DELTA_KEYS)}
         _source(delta["url"], "spec.delta.url", allow_local_sources)
     return OperationSpec(
         agent=name,

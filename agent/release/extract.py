@@ -1038,12 +1038,16 @@ class DeltaBase:
         content: the current slot's bytes (at most ``limits.max_member_bytes``): zstd's raw-content
             dictionary, which libzstd needs as one contiguous buffer (a match may reach any offset of it).
         label: what to call it in messages, e.g. ``slot a (/usr/local/lib/demo/demo-a)``.
-        member_sha256: 64 lowercase hex the rebuilt member must have (``--member-sha256``).
+        member_sha256: 64 lowercase hex the rebuilt member must have (``--member-sha256``), or None: then
+            the frame must carry zstd's content checksum (RFC 8878 §3.1.1: XXH64 of the rebuilt bytes,
+            which ``zstd --patch-from`` writes by default), and the decoder checks it. The delta's own sha256
+            pins that checksum, and the base is this host's own slot, so a wrong base cannot pass unnoticed
+            except by an accidental 64-bit collision.
     """
 
     content: bytes
     label: str
-    member_sha256: str
+    member_sha256: str | None
 
     @property
     def sha256(self) -> str:
@@ -1089,6 +1093,11 @@ def _stage_delta(
             raise ArchiveRejectedError(
                 f"{shown}: not a patch-from delta: its frame names zstd dictionary {params.dict_id}"
             )
+        if base.member_sha256 is None and not params.has_checksum:
+            raise ArchiveRejectedError(
+                f"{shown}: the delta's zstd frame carries no content checksum and no member sha256 was "
+                "given: the rebuilt binary could not be told from one rebuilt against another base"
+            )
         rebuilds = params.content_size
         if rebuilds != zstandard.CONTENTSIZE_UNKNOWN and rebuilds > limits.max_member_bytes:
             raise ArchiveLimitError(
@@ -1125,7 +1134,7 @@ def _stage_delta(
         ) from None
     delta_sha256 = _check_digest(raw, expected_sha256, shown, "delta")
     rebuilt = member.hexdigest()
-    if not hmac.compare_digest(rebuilt, base.member_sha256):
+    if base.member_sha256 is not None and not hmac.compare_digest(rebuilt, base.member_sha256):
         # the rebuilt digest is not named, as for the archive (_check_digest)
         raise DigestMismatchError(
             f"{shown}: the member rebuilt from {base.label} (sha256 {base.sha256}) is not the expected "

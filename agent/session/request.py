@@ -130,12 +130,13 @@ class DeltaPlan:
     request's own source and digest are the delta's.
 
     Attributes:
-        member_sha256: ``--member-sha256``, 64 lowercase hex of the rebuilt binary.
+        member_sha256: ``--member-sha256``, 64 lowercase hex of the rebuilt binary, or None: the frame's own
+            content checksum is checked instead (:class:`agent.release.extract.DeltaBase`).
         archive: ``--archive`` as given (may carry secrets), the fall-back; or None.
         archive_sha256: ``--sha256``, the fall-back archive's, or None.
     """
 
-    member_sha256: str
+    member_sha256: str | None
     archive: str | None = None
     archive_sha256: str | None = None
 
@@ -154,21 +155,25 @@ def make_delta_request(
     retry_known_bad: bool = False,
     stage: bool = False,
 ) -> tuple[UpgradeRequest, DeltaPlan]:
-    """``upgrade --delta SRC --delta-sha256 HEX --member-sha256 HEX [--archive SRC [--sha256 HEX]]``, checked
-    like :func:`make_request`; the request's source is the delta, its fall-back the archive.
+    """``upgrade --delta SRC --delta-sha256 HEX [--member-sha256 HEX] [--archive SRC [--sha256 HEX]]``,
+    checked like :func:`make_request`; the request's source is the delta, its fall-back the archive.
 
-    Both digests are required: a delta carries no name of its base, so only the rebuilt member's sha256
-    tells a wrong base from the right one (and a signed release names no member digest, docs/trust.md).
+    ``--delta-sha256`` is required. A delta carries no name of its base, so the rebuilt binary is told from
+    one rebuilt against another base by ``--member-sha256`` when given, else by the frame's own content
+    checksum, which the delta's sha256 pins (a frame without one is then refused; docs/delta.md).
 
     Raises:
-        UsageError: a bad ``--delta`` (as ``--archive``), a missing or malformed ``--delta-sha256`` or
-            ``--member-sha256``, a ``--sha256`` without ``--archive``, or anything :func:`make_request`
-            refuses (exit 2). Nothing was locked, created or journaled.
+        UsageError: a bad ``--delta`` (as ``--archive``), a missing or malformed ``--delta-sha256``, a
+            malformed ``--member-sha256``, a ``--sha256`` without ``--archive``, or anything
+            :func:`make_request` refuses (exit 2). Nothing was locked, created or journaled.
     """
-    digests = []
+    digests: list[str | None] = []
     for option, value in (("--delta-sha256", delta_sha256), ("--member-sha256", member_sha256)):
         if not value:
-            raise UsageError(f"upgrade --delta needs {option} HEX")
+            if option == "--delta-sha256":
+                raise UsageError(f"upgrade --delta needs {option} HEX")
+            digests.append(None)
+            continue
         try:
             digests.append(parse_sha256(value))
         except UsageError:
@@ -183,4 +188,4 @@ def make_delta_request(
         delta, allow_http=allow_http, sha256=digests[0], operation=operation, expect_version=expect_version,
         signature=signature, retry_known_bad=retry_known_bad, option="--delta", stage=stage,
     )
-    return request, DeltaPlan(str(digests[1]), archive, fallback_sha256)
+    return request, DeltaPlan(digests[1], archive, fallback_sha256)

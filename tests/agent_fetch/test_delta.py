@@ -20,6 +20,7 @@ from agent.release.extract import DeltaBase, ExtractLimits, delta_window_limit
 from agent.release.source import ArchiveSourceImpl
 from upgrade_core.errors import (
     ArchiveLimitError,
+    ArchiveRejectedError,
     ArchiveTruncatedError,
     DeltaBaseError,
     DigestMismatchError,
@@ -54,7 +55,7 @@ def _patched(old: bytes, seed: int) -> bytes:
     return bytes(new) + rng.randbytes(4096)
 
 
-def _base(content: bytes, member_sha256: str) -> DeltaBase:
+def _base(content: bytes, member_sha256: str | None) -> DeltaBase:
     return DeltaBase(content, "slot blue (test)", member_sha256)
 
 
@@ -121,6 +122,39 @@ async def test_a_delta_made_against_another_base_is_refused_naming_the_base(
         await _stage(server, tmp_path, delta, _base(other, _sha(new)))
     assert f"sha256 {_sha(other)}" in str(err.value) and "another base" in str(err.value)
     assert not (tmp_path / "stage").exists()
+
+
+async def test_without_a_member_digest_the_frames_checksum_tells_the_right_base_from_another(
+    server: LoopbackServer, tmp_path: Path, pair: tuple[bytes, bytes, bytes]
+) -> None:
+    # the spool/Kubernetes spec's delta {url, sha256} names no member digest: the real zstd's frame checksum
+    # (written by default) is what the decoder checks against the rebuilt bytes
+    old, new, delta = pair
+    assert zstandard.get_frame_parameters(delta).has_checksum
+    staging, staged = await _stage(server, tmp_path, delta, _base(old, None))
+    assert staging.read_bytes() == new
+    assert staged.sha256 == _sha(new)  # type: ignore[attr-defined]
+    staging.unlink()
+    other = _binary(9, MIB)
+    with pytest.raises(DeltaBaseError) as err:
+        await _stage(server, tmp_path, delta, _base(other, None))
+    assert f"sha256 {_sha(other)}" in str(err.value) and "another base" in str(err.value)
+    assert not (tmp_path / "stage").exists()
+
+
+async def test_without_a_member_digest_a_frame_without_a_checksum_is_refused_before_decoding(
+    server: LoopbackServer, tmp_path: Path, pair: tuple[bytes, bytes, bytes]
+) -> None:
+    old, new, _delta = pair
+    bare = zstd_patch(old, new, tmp_path / "bare", "--no-check").read_bytes()
+    assert not zstandard.get_frame_parameters(bare).has_checksum
+    refusal = ("the delta's zstd frame carries no content checksum and no member sha256 was given: the "
+               "rebuilt binary could not be told from one rebuilt against another base")
+    with pytest.raises(ArchiveRejectedError, match=refusal):
+        await _stage(server, tmp_path, bare, _base(old, None))
+    assert not (tmp_path / "stage").exists()
+    staging, _ = await _stage(server, tmp_path, bare, _base(old, _sha(new)))  # a member digest suffices
+    assert staging.read_bytes() == new
 
 
 async def test_a_corrupt_delta_is_refused_by_its_digest(

@@ -316,8 +316,9 @@ async def test_an_operation_edited_in_place_wakes_the_idle_wait(tmp_path: Path) 
         ({"archive": "https://x/a"}, "spec.archive: required, an object"),
         ({"expectVersion": 3}, "spec.expectVersion: must be a non-empty string"),
         ({"extra": 1}, "spec: unknown key extra"),
-        ({"delta": "https://x/d.zst"}, "spec.delta: must be an object with url, sha256 and memberSHA256"),
-        ({"delta": {"url": "https://x/d.zst", "sha256": SHA}}, "spec.delta.memberSHA256: required"),
+        ({"delta": "https://x/d.zst"},
+         "spec.delta: must be an object with url and sha256 (and memberSHA256)"),
+        ({"delta": {"url": "https://x/d.zst"}}, "spec.delta.sha256: required"),
         ({"delta": {"url": "https://x/d", "sha256": SHA, "memberSHA256": SHA, "base": "x"}},
          "spec.delta: unknown key base"),
         ({"delta": {"url": "/tmp/d.zst", "sha256": SHA, "memberSHA256": SHA}},
@@ -339,6 +340,9 @@ def test_a_delta_beside_the_archive_is_carried_to_the_request() -> None:
     assert (checked.delta_url, checked.delta_sha256, checked.delta_member_sha256) == (
         "https://x/d.zst", SHA, "b" * 64)
     assert (checked.url, checked.sha256) == (SPEC["archive"]["url"], SHA)  # type: ignore[index]
+    bare = check_spec({**SPEC, "delta": {"url": "https://x/d.zst", "sha256": SHA}}, agent="demo-agent",
+                      node_name="node-1", node_required=True)  # the section 11 shape: no member digest
+    assert (bare.delta_url, bare.delta_sha256, bare.delta_member_sha256) == ("https://x/d.zst", SHA, None)
     plain = check_spec(SPEC, agent="demo-agent", node_name="node-1", node_required=True)
     assert (plain.delta_url, plain.delta_sha256, plain.delta_member_sha256) == (None, None, None)
 

@@ -127,7 +127,8 @@ def test_a_decompression_bomb_stops_at_max_member_bytes(rig: Rig, tmp_path: Path
     ("argv", "line"),
     [
         (["--delta", "D"], "upgrade --delta needs --delta-sha256 HEX"),
-        (["--delta", "D", "--delta-sha256", "a" * 64], "upgrade --delta needs --member-sha256 HEX"),
+        (["--delta", "D", "--delta-sha256", "a" * 64, "--member-sha256", "xyz"],
+         "--member-sha256: expected 64 hex digits (optionally 'sha256:' first)"),
         (["--delta", "D", "--delta-sha256", "xyz", "--member-sha256", "a" * 64],
          "--delta-sha256: expected 64 hex digits (optionally 'sha256:' first)"),
         (["--delta", "D", "--delta-sha256", "a" * 64, "--member-sha256", "a" * 64, "--sha256", "b" * 64],

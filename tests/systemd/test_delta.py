@@ -112,15 +112,18 @@ def test_a_delta_that_does_not_apply_without_an_archive_aborts_and_changes_nothi
     assert env.link("current") == f"{env.name}-blue"
 
 
-def test_a_spool_operation_with_a_delta_commits_by_the_delta(make_env: MakeEnv) -> None:
-    """The spool spec's ``delta`` {url, sha256, memberSHA256} (docs/managed.md): the operator rebuilds the
-    candidate from the current slot; the journal's episode fetched the delta, not the archive."""
+@pytest.mark.parametrize("member", [True, False], ids=["with-member-digest", "frame-checksum"])
+def test_a_spool_operation_with_a_delta_commits_by_the_delta(make_env: MakeEnv, member: bool) -> None:
+    """The spool spec's ``delta`` {url, sha256} with or without ``memberSHA256`` (docs/managed.md): the
+    operator rebuilds the candidate from the current slot (checked by the member digest, or else by the
+    frame's checksum); the journal's episode fetched the delta, not the archive."""
     from .test_operator_spool import operator_once, put, spec, spool_env, status
 
     env, _v1 = spool_env(make_env)
     v2 = env.release("1.1.0")
     url, sha = _publish_delta(env, agent_script("1.0.0"), agent_script("1.1.0"), "spool")
-    put(env, "op-delta", spec(env, v2, delta={"url": url, "sha256": sha, "memberSHA256": v2.member_sha256}))
+    delta = {"url": url, "sha256": sha} | ({"memberSHA256": v2.member_sha256} if member else {})
+    put(env, "op-delta", spec(env, v2, delta=delta))
     out = operator_once(env)
     assert out.code == 0, out.stderr
     env.assert_running("green", v2)
