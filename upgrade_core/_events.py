@@ -624,13 +624,25 @@ class StagedSummary:
 
 
 @attrs.frozen
-class LeftStoppedSummary:
-    """What a snapshot keeps of a candidate an ``activate`` left stopped and that still waits for its check
-    (design §4.7): ``journal quarantine`` must not turn an unverified ``current`` into a verified one.
+class LeftStoppedCandidate:
+    """The candidate an ``activate`` switched ``current`` to while leaving the stopped unit stopped (result
+    ``switched_stopped``, design §4.7), as the journal's durable records say: set by ``LeftStopped``;
+    forgotten by the next ``SwitchIntended`` (the check that recovery runs once the unit runs, an operator
+    ``rollback``). It has no health evidence: ``last-good`` names the only verified slot meanwhile.
 
     Attributes:
-        operation / staged_by / slot / sha256 / version / last_good / changed: as
-            :class:`upgrade_core.LeftStoppedCandidate` holds them.
+        operation: the ``activate`` episode that left it stopped.
+        staged_by: the operation that staged it (``StagedCandidateChecked.staged_by``).
+        slot: the slot ``current`` names.
+        sha256: the candidate's digest (64 hex).
+        version: the version staging recorded.
+        last_good: the slot ``last-good`` named at the switch (where a rollback returns).
+        changed: a check found the slot's bytes no longer the candidate's (``StagedCandidateChecked``
+            without a match): recovery checks it no more; ``rollback`` is the way out.
+
+    The fold derives it (:attr:`upgrade_core.JournalView.left_stopped`), and a snapshot carries it
+    (:attr:`HistorySnapshot.left_stopped`) so that ``journal quarantine`` never turns an unverified
+    ``current`` into a verified one.
     """
 
     operation: str
@@ -665,7 +677,7 @@ class HistorySnapshot(Event):
     episodes: tuple[EpisodeSummary, ...]
     facts: JournalFacts | None = None
     staged: StagedSummary | None = None
-    left_stopped: LeftStoppedSummary | None = None
+    left_stopped: LeftStoppedCandidate | None = None
 
 
 SNAPSHOT_EPISODE = "-"

@@ -19,7 +19,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from . import _events as ev
-from ._events import EpisodeKind, Slot, UpgradeResult
+from ._events import EpisodeKind, LeftStoppedCandidate, Slot, UpgradeResult
 from ._state import TERMINAL_STATES, EpisodeContext, EpisodeState, next_state
 from ._watermark import rollback_refusal as _rollback_refusal
 from .errors import HistoryError
@@ -353,33 +353,6 @@ class PendingActivation:
 
 
 @attrs.frozen
-class LeftStoppedCandidate:
-    """The candidate an ``activate`` switched ``current`` to while leaving the stopped unit stopped (result
-    ``switched_stopped``, design §4.7), as the journal's durable records say: set by ``LeftStopped``;
-    forgotten by the next ``SwitchIntended`` (the check that recovery runs once the unit runs, an operator
-    ``rollback``). It has no health evidence: ``last-good`` names the only verified slot meanwhile.
-
-    Attributes:
-        operation: the ``activate`` episode that left it stopped.
-        staged_by: the operation that staged it (``StagedCandidateChecked.staged_by``).
-        slot: the slot ``current`` names.
-        sha256: the candidate's digest (64 hex).
-        version: the version staging recorded.
-        last_good: the slot ``last-good`` named at the switch (where a rollback returns).
-        changed: a check found the slot's bytes no longer the candidate's (``StagedCandidateChecked``
-            without a match): recovery checks it no more; ``rollback`` is the way out.
-    """
-
-    operation: str
-    staged_by: str
-    slot: Slot
-    sha256: str
-    version: str
-    last_good: Slot | None
-    changed: bool = False
-
-
-@attrs.frozen
 class JournalView:
     """Everything the journal says, folded.
 
@@ -647,10 +620,8 @@ class Folder:
         if staged is not None and not self._staged_said:
             self._staged = PendingActivation(staged.operation, staged.slot, staged.sha256, staged.version,
                                              staged.archive_sha256, self._wall, staged.switch_in_window)
-        left = e.left_stopped
-        if left is not None and not self._left_said:
-            self._left_stopped = LeftStoppedCandidate(left.operation, left.staged_by, left.slot, left.sha256,
-                                                      left.version, left.last_good, left.changed)
+        if e.left_stopped is not None and not self._left_said:
+            self._left_stopped = e.left_stopped
         for summary in e.episodes:
             self._history.append(summary)
             self._closed[summary.operation] = summary.result

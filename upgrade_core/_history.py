@@ -60,8 +60,4 @@ def summarize_history(records: Sequence[ev.Recorded]) -> ev.HistorySnapshot:
         staged.operation, staged.slot, staged.sha256, staged.version, staged.archive_sha256,
         staged.switch_in_window,
     )
-    left = view.left_stopped
-    waiting = None if left is None else ev.LeftStoppedSummary(
-        left.operation, left.staged_by, left.slot, left.sha256, left.version, left.last_good, left.changed
-    )
-    return ev.HistorySnapshot(tuple(summaries), folder.facts(), kept, waiting)
+    return ev.HistorySnapshot(tuple(summaries), folder.facts(), kept, view.left_stopped)

@@ -36,7 +36,7 @@ from ._events import (
     Event,
     HealthFailed,
     HistorySnapshot,
-    LeftStoppedSummary,
+    LeftStoppedCandidate,
     StagedForActivation,
     StagedSummary,
 )
@@ -67,7 +67,7 @@ def _make_converter() -> cattrs.Converter:
     for staged in (StagedForActivation, StagedSummary):  # before HistorySnapshot, which nests StagedSummary
         conv.register_unstructure_hook(staged, make_dict_unstructure_fn(staged, conv, switch_in_window=omit))
     conv.register_unstructure_hook(
-        LeftStoppedSummary, make_dict_unstructure_fn(LeftStoppedSummary, conv, changed=omit)
+        LeftStoppedCandidate, make_dict_unstructure_fn(LeftStoppedCandidate, conv, changed=omit)
     )
     conv.register_unstructure_hook(
         HistorySnapshot,
