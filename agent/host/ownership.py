@@ -38,7 +38,7 @@ import stat
 from agent.config.boot import STATE_SUBDIRS
 from agent.errors import ConfigError, journal_error
 from agent.fs.statefile import check_ancestors, open_state_dir, refused
-from agent.fs.tree import open_dir
+from agent.fs.tree import open_dir, open_parent
 from agent.host.adapter import AgentHost
 from agent.host.results import result_path
 from journal import JournalOwnerError, JournalRefusedError, read_owner, safefs
@@ -53,6 +53,7 @@ __all__ = [
     "check_owner",
     "check_placement",
     "check_result",
+    "check_socket_path",
     "check_state",
     "journal_owner",
     "owner_error",
@@ -232,3 +233,34 @@ def check_host_root(host: AgentHost) -> None:
         raise HostRefusedError(exc.filename or root, f"cannot inspect: {exc.strerror or exc}") from None
 
 
+
+
+def check_socket_path(cfg: AgentConfig) -> None:
+    """Refuse an ``[agent] socket`` unix path whose directory is not root's or that names anything but a
+    socket, before ``install`` writes ``NAME.socket``.
+
+    systemd binds that path itself: it creates missing parent directories, and when the bind fails with
+    EADDRINUSE it unlinks whatever stands at the path and binds again (``socket_address_listen``); with
+    ``RemoveOnStop=`` it unlinks the path when the socket stops (systemd.socket(5)). A path naming a file,
+    link or directory of someone else's would be removed on the agent's word, so only a missing path or an
+    existing socket is accepted, in a directory that passes the ancestor rule (root's, not writable by
+    others unless sticky). A port, address or abstract name (``@name``) touches no path: nothing to check.
+
+    Raises:
+        HostRefusedError: the directory or an ancestor fails the rule, or the path exists and is not a
+            socket (exit 4); nothing was changed.
+    """
+    listen = cfg.agent.socket
+    if not listen.startswith("/"):
+        return
+    directory = open_parent(listen)
+    if directory is None:  # missing: systemd creates it, beneath ancestors that must pass the rule
+        check_ancestors(listen)
+        return
+    with directory:
+        st = directory.lstat(os.path.basename(listen))
+    if st is not None and not stat.S_ISSOCK(st.st_mode):
+        raise HostRefusedError(
+            listen, "agent.socket names an existing file that is not a socket; systemd would remove it to "
+            "bind there"
+        )

@@ -29,7 +29,7 @@ from agent.host.install_record import (
     remove_state_files,
 )
 from agent.host.lock import HostLock
-from agent.host.ownership import check_host_root, check_state
+from agent.host.ownership import check_host_root, check_socket_path, check_state
 from agent.host.provision import Provisioner
 from agent.logline import log
 from agent.release.sources import parse_sha256
@@ -97,6 +97,7 @@ class Setup:
         if request is None:
             parse_sha256(sha256)  # a malformed digest is refused before the host is looked at
         check_stable_executables(self.unit_executables(), allow=allow_unstable_paths)
+        check_socket_path(self.config)  # systemd would bind (and unlink) that path on the agent's word
         provision = Provisioner(self.host)
         source_override: Any = None
         legacy = False
