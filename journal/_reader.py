@@ -333,7 +333,9 @@ UNSURE = "unsure"
 """What :func:`live_tail` returns when only a full replay can tell (see there)."""
 
 
-def live_tail(directory: str | os.PathLike[str], unsure_mark: bytes | None = None) -> bytes | str | None:
+def live_tail(
+    directory: str | os.PathLike[str], unsure: Callable[[bytes], bool] | None = None
+) -> bytes | str | None:
     """The newest episode record of the live segment, read with the standard library only (design §9).
 
     For the boot-time no-op recovery, which must not pay for a replay: it reads only the live segment,
@@ -348,9 +350,9 @@ def live_tail(directory: str | os.PathLike[str], unsure_mark: bytes | None = Non
         file, an older segment that is not a structurally whole sealed frame): the caller must take the
         full path (lock, repair, replay), which names any corruption with its file and offset. An older
         sealed segment is checked by structure only (:func:`zstd_frame_intact`), never decompressed.
-        :data:`UNSURE` too when ``unsure_mark`` is given and occurs anywhere in the intact live segment: the
-        caller's own way to say that a record still live needs the full path whatever follows it (one byte
-        search; a false match only costs the full path).
+        :data:`UNSURE` too when ``unsure`` is given and says so of the intact live segment's bytes: the
+        caller's own way to say that a record still live needs the full path whatever follows it (byte
+        searches; a false True only costs the full path).
     """
     try:
         dir_fd = open_journal_dir(os.path.abspath(os.fspath(directory)))
@@ -378,7 +380,7 @@ def live_tail(directory: str | os.PathLike[str], unsure_mark: bytes | None = Non
     frames, end, _chain, bad = decode_frames(data, SEGMENT_HEADER_SIZE, first_seq, header.crc)
     if bad is not None or end != len(data):
         return UNSURE
-    if unsure_mark is not None and unsure_mark in data:
+    if unsure is not None and unsure(data):
         return UNSURE
     # Walk back over compaction snapshots (episode "-"): the newest episode record decides.
     for _offset, _seq, start, stop in reversed(frames):

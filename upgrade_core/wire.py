@@ -11,7 +11,7 @@ module.
 
 from __future__ import annotations
 
-__all__ = ["LEFT_STOPPED_MARK", "TAG_KEY", "VERSION_KEY", "event_tag", "surely_closes"]
+__all__ = ["TAG_KEY", "VERSION_KEY", "event_tag", "left_stopped_may_wait", "surely_closes"]
 
 TAG_KEY = "_type"
 """The key of the event's stable tag (its class's ``TAG``)."""
@@ -37,11 +37,26 @@ def event_tag(payload: bytes) -> str | None:
 
 _CLOSED_END = b',"_type":"EpisodeClosed"}'
 
-LEFT_STOPPED_MARK = b'"switched_stopped"'
-"""Bytes that occur in the encoded result of an ``activate`` that left the unit stopped (design §4.7). While
-its candidate waits for its check, the session does not compact, so those records stay in the live segment
-and the boot reader, finding this mark there (:func:`journal.live_tail`), leaves the answer to the full
-path: recovery may have a started unit to check, whatever episode closed after it."""
+_LEFT_STOPPED = b',"_type":"LeftStopped"}'
+_SWITCH_INTENDED = b',"_type":"SwitchIntended"}'
+_SNAPSHOT_LEFT_STOPPED = b'"left_stopped":{'
+
+
+def left_stopped_may_wait(segment: bytes) -> bool:
+    """True when the live segment's records may leave a candidate an ``activate`` left stopped waiting for
+    its check (design §4.7), so that the boot reader must take the full path (:func:`journal.live_tail`);
+    False only when they certainly do not.
+
+    The fold's own rule, read as bytes: a ``LeftStopped`` record with no ``SwitchIntended`` after it in the
+    segment (the next switch, the check's or an operator rollback's, ends the wait), or a snapshot that
+    carries one (``HistorySnapshot.left_stopped``, written by quarantine; compaction does not run while one
+    waits). A false True only costs the full path. Once the check has switched, the records of that old
+    episode no longer send every boot and timer run there.
+    """
+    last = segment.rfind(_LEFT_STOPPED)
+    if last >= 0 and segment.find(_SWITCH_INTENDED, last) < 0:
+        return True
+    return _SNAPSHOT_LEFT_STOPPED in segment
 
 
 def surely_closes(payload: bytes) -> bool:

@@ -7,9 +7,10 @@ live segment (:func:`journal.live_tail`), read without a JSON parser
 (:func:`upgrade_core.wire.surely_closes`). The answer is True only when it is *certain* that no episode is
 open: no journal directory or no segment; an intact, empty live segment (sealing only ever happens once
 every episode is closed); or a live segment whose newest record other than a compaction snapshot is
-``EpisodeClosed`` in the codec's own form, and no record of a candidate an ``activate`` left stopped
-(design §4.7; :data:`upgrade_core.wire.LEFT_STOPPED_MARK`). Anything else is False, and the full path
-(lock, repair, replay, fold, decide) takes over and words every error. It never writes or creates a file.
+``EpisodeClosed`` in the codec's own form, and no candidate an ``activate`` left stopped may still wait
+for its check (design §4.7; :func:`upgrade_core.wire.left_stopped_may_wait`). Anything else is False, and
+the full path (lock, repair, replay, fold, decide) takes over and words every error. It never writes or
+creates a file.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import stat
 import journal
 from agent.config.boot import STATE_SUBDIRS, discover_config_path, quick_paths
 from journal import safefs
-from upgrade_core.wire import LEFT_STOPPED_MARK, surely_closes
+from upgrade_core.wire import left_stopped_may_wait, surely_closes
 
 __all__ = ["nothing_open"]
 
@@ -70,7 +71,7 @@ def nothing_open(config_path: str | None, *, timer: bool = False) -> bool:
         if not all(_plainly_ours(d) for d in owned):
             return False
         # a candidate an activate left stopped may wait for its check (design §4.7): full path
-        tail = journal.live_tail(os.path.join(state_dir, "journal"), LEFT_STOPPED_MARK)
+        tail = journal.live_tail(os.path.join(state_dir, "journal"), left_stopped_may_wait)
     except Exception:
         return False
     if tail is None:

@@ -33,6 +33,7 @@ from upgrade_core import (
 from upgrade_core import _events as ev
 from upgrade_core.errors import IllegalTransitionError, UnverifiedCurrentError
 from upgrade_core.ports import LinkState
+from upgrade_core.wire import left_stopped_may_wait
 
 from ..sim.host import SIM_POLICY, CrashPlan, FaultKind, SimCrash, SimRecord, World
 from ..sim.invariants import check_always, check_settled, events_by_episode, settle_after_fault
@@ -100,6 +101,24 @@ async def test_a_snapshot_carries_the_candidate_waiting_for_its_check() -> None:
     compacted = [*kept, SimRecord(len(later) + 1, ev.SNAPSHOT_EPISODE, 3.0, snapshot)]
     assert fold(compacted).left_stopped is None  # the kept, newer switch wins
     assert b"left_stopped" not in EVENT_CODEC.encode(ev.HistorySnapshot(()))  # None: the bytes as before
+
+
+async def test_the_boot_readers_byte_test_sees_a_waiting_candidate_and_lets_go_once_it_was_checked() -> None:
+    """``upgrade_core.wire.left_stopped_may_wait`` over the encoded live records (what the boot reader
+    reads): True while the candidate waits, after quarantine's snapshot too; False once the check switched,
+    so that an old ``switched_stopped`` episode does not send every later boot to the full path."""
+    def segment(records: list[SimRecord]) -> bytes:
+        return b"\n".join(EVENT_CODEC.encode(r.event) for r in records)
+
+    w = await stopped_and_activated()
+    assert left_stopped_may_wait(segment(w.replay()))
+    assert left_stopped_may_wait(EVENT_CODEC.encode(summarize_history(w.replay())))  # quarantine's seed
+    w.unit_active = True  # someone started the unit: the timer's recovery checks and commits it
+    assert (await recover(w.ports(), SIM_POLICY, "timer")).result == "committed"  # type: ignore[union-attr]
+    records = w.replay()
+    assert fold(records).left_stopped is None
+    assert not left_stopped_may_wait(segment(records))
+    assert not left_stopped_may_wait(EVENT_CODEC.encode(summarize_history(records)))
 
 
 @pytest.mark.parametrize("trigger", ["boot", "timer", "manual", "on-failure"])
