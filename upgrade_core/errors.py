@@ -193,6 +193,16 @@ class StagedCandidateChangedError(HostError):
     forgets the staged candidate. Exit 1 (aborted)."""
 
 
+class CompactionHeldError(HostError):
+    """``journal compact`` (or the compaction after a close) while a live record must stay where the
+    boot-time no-op reader looks for it: a candidate an ``activate`` left stopped waiting for its check
+    (design §4.7), or a candidate ``upgrade --in-window`` left for the recovery timer (docs/configuration.md
+    ``[schedule]``). Sealing would move that record out of the live segment and the quick path would answer
+    "nothing to do". Nothing is sealed or dropped. Exit 2."""
+
+    exit_code: ClassVar[int] = 2
+
+
 class UnverifiedCurrentError(HostError):
     """``upgrade`` (or ``upgrade --stage``, or a self-upgrade) while ``current`` names a candidate that an
     ``activate`` switched to with the unit stopped and that has not been health-checked yet (design §4.7):

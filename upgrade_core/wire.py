@@ -11,7 +11,9 @@ module.
 
 from __future__ import annotations
 
-__all__ = ["TAG_KEY", "VERSION_KEY", "event_tag", "left_stopped_may_wait", "surely_closes"]
+__all__ = [
+    "TAG_KEY", "VERSION_KEY", "event_tag", "left_stopped_may_wait", "surely_closes", "window_switch_may_wait",
+]
 
 TAG_KEY = "_type"
 """The key of the event's stable tag (its class's ``TAG``)."""
@@ -57,6 +59,26 @@ def left_stopped_may_wait(segment: bytes) -> bool:
     if last >= 0 and segment.find(_SWITCH_INTENDED, last) < 0:
         return True
     return _SNAPSHOT_LEFT_STOPPED in segment
+
+
+_WINDOW_STAGED = b'"switch_in_window":true'
+_CANDIDATE_INSTALLED = b',"_type":"CandidateInstalled"}'
+
+
+def window_switch_may_wait(segment: bytes) -> bool:
+    """True when the live segment's records may leave a candidate ``upgrade --in-window`` staged for the
+    recovery timer to switch to (``StagedForActivation.switch_in_window``, docs/configuration.md
+    ``[schedule]``), so that a timer run must take the full path, which judges the window; False only when
+    they certainly do not.
+
+    The fold's rule, read as bytes: the newest record or snapshot that says ``"switch_in_window":true`` with
+    no ``CandidateInstalled`` (other bytes staged) and no ``SwitchIntended`` (``current`` moved) after it. A
+    false True only costs the full path. (A configuration that names a window never reaches this test: the
+    boot reader leaves a window expression to the full loader. It matters once the window was removed from
+    the configuration with such a candidate still staged: the window is then always open.)
+    """
+    last = segment.rfind(_WINDOW_STAGED)
+    return last >= 0 and all(segment.find(end, last) < 0 for end in (_SWITCH_INTENDED, _CANDIDATE_INSTALLED))
 
 
 def surely_closes(payload: bytes) -> bool:

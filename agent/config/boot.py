@@ -192,7 +192,7 @@ def decode_config(path: str, data: bytes) -> str:
     return text
 
 
-def quick_paths(path: str, *, window_decides: bool = False) -> tuple[str, str, str] | None:
+def quick_paths(path: str) -> tuple[str, str, str] | None:
     """Read ``(agent.name, host.state_dir, host.lock_path)`` with :func:`agent.config.quicktoml.loads_plain`
     only, substituted; None when unsure.
 
@@ -203,9 +203,6 @@ def quick_paths(path: str, *, window_decides: bool = False) -> tuple[str, str, s
 
     Args:
         path: the configuration file.
-        window_decides: the caller's answer also depends on the ``[schedule]`` maintenance window (the
-            recovery timer switches to a candidate staged for the window): None when ``schedule.window`` is
-            set, since only the full path judges a window.
 
     Returns:
         ``(name, state_dir, lock_path)``, paths absolute and normalised as the full loader gives them, or
@@ -217,9 +214,6 @@ def quick_paths(path: str, *, window_decides: bool = False) -> tuple[str, str, s
             return None  # the full loader words the error (decode_config)
         doc = loads_plain(data.decode("utf-8"))  # UnicodeDecodeError is a ValueError: same answer
         if doc is None:  # outside the plain subset: the full loader reads it
-            return None
-        schedule = doc.get("schedule")
-        if window_decides and isinstance(schedule, dict) and schedule.get("window"):
             return None
         return _fast_values(doc, os.path.dirname(os.path.abspath(path)))
     except (OSError, ValueError, TypeError, KeyError):

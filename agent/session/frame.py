@@ -35,12 +35,12 @@ from upgrade_core import (
     summarize_history,
 )
 from upgrade_core.errors import (
+    CompactionHeldError,
     EpisodeLeftOpenError,
     HistoryError,
     JournalError,
     JournalUnreadableError,
     NotInstalledError,
-    UnverifiedCurrentError,
     UpgradeError,
 )
 
@@ -215,14 +215,20 @@ class EpisodeFrame:
         if wired.journal.relinquished:  # a handed-off recovery unit owns the journal now
             return
         view = folder.view()
-        left = view.left_stopped
-        if left is not None:
-            # design §4.7: the close of the activate that left the unit stopped stays the live segment's
-            # newest record (sealing would leave an empty one), so the boot reader's no-op answer is never
-            # certain while its candidate waits for the check (upgrade_core.wire.surely_closes)
-            self.compaction_error = UnverifiedCurrentError(
+        # The records the boot reader looks for stay in the live segment while they matter (sealing would
+        # leave an empty one and the quick path would answer "nothing to do"): upgrade_core.wire's
+        # left_stopped_may_wait and window_switch_may_wait.
+        left, staged = view.left_stopped, view.staged
+        if left is not None:  # design §4.7
+            self.compaction_error = CompactionHeldError(
                 f"not compacted while current names {left.slot} ({left.version}), left stopped by activate "
                 f"{left.operation} and not checked yet"
+            )
+            return
+        if staged is not None and staged.switch_in_window:  # docs/configuration.md [schedule]
+            self.compaction_error = CompactionHeldError(
+                f"not compacted while {staged.version}, staged by {staged.operation}, waits for the recovery "
+                "timer to switch to it in the maintenance window"
             )
             return
 

@@ -21,7 +21,7 @@ import stat
 import journal
 from agent.config.boot import STATE_SUBDIRS, discover_config_path, quick_paths
 from journal import safefs
-from upgrade_core.wire import left_stopped_may_wait, surely_closes
+from upgrade_core.wire import left_stopped_may_wait, surely_closes, window_switch_may_wait
 
 __all__ = ["nothing_open"]
 
@@ -50,15 +50,19 @@ def _plainly_ours(directory: str) -> bool:
     return True
 
 
+def _timer_may_act(segment: bytes) -> bool:
+    return left_stopped_may_wait(segment) or window_switch_may_wait(segment)
+
+
 def nothing_open(config_path: str | None, *, timer: bool = False) -> bool:
     """True when the configuration at ``config_path`` (None: discovered) certainly has no open episode (and,
-    for the recovery timer, ``timer``, no maintenance window whose staged candidate it might switch to:
-    a configured ``schedule.window`` is always False then).
+    for the recovery timer, ``timer``, no candidate ``upgrade --in-window`` left for it to switch to:
+    :func:`upgrade_core.wire.window_switch_may_wait`).
 
     Never raises: any doubt (a bad configuration, a torn or corrupt tail, an unusual file set) is False.
     """
     try:
-        paths = quick_paths(discover_config_path(config_path), window_decides=timer)
+        paths = quick_paths(discover_config_path(config_path))
         if paths is None:  # the full loader words whatever is wrong with the file
             return False
         if any(_shared(os.path.dirname(p)) for p in paths[1:]):  # the full path names the key (exit 2)
@@ -71,7 +75,9 @@ def nothing_open(config_path: str | None, *, timer: bool = False) -> bool:
         if not all(_plainly_ours(d) for d in owned):
             return False
         # a candidate an activate left stopped may wait for its check (design §4.7): full path
-        tail = journal.live_tail(os.path.join(state_dir, "journal"), left_stopped_may_wait)
+        tail = journal.live_tail(
+            os.path.join(state_dir, "journal"), _timer_may_act if timer else left_stopped_may_wait
+        )
     except Exception:
         return False
     if tail is None:

@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from ._rig import PYTHON, REPO, Rig, cli_env, snapshot, version_script
+from .test_clean_input import IMPORT_TIME, imported
 from .test_operator_cli import put
 from .test_signed_releases import release
 
@@ -193,3 +194,25 @@ def test_the_operator_reports_an_operation_waiting_for_its_window(installed_rig:
     assert (after["current"], after["last_good"]) == (before["current"], before["last_good"])
     assert rig.slot("green").read_bytes() == version_script("2.0.0")
     assert rig.cli("status").payload()["staged"]["operation"] == "op1"
+
+
+def test_a_candidate_staged_for_the_window_still_switches_once_the_window_is_removed(
+    installed_rig: Rig, tmp_path: Path
+) -> None:
+    # without a window the boot reader's quick path answers the timer: it must still see the candidate
+    # upgrade --in-window left (its StagedForActivation record), or the switch would never come
+    rig = installed_rig
+    closed_window(rig)
+    staged = rig.cli("upgrade", "--in-window", "--archive", str(release(rig, tmp_path, "2.0.0")),
+                     "--operation", "up1")
+    assert staged.code == 0 and staged.payload()["result"] == "staged", staged
+    held = rig.cli("journal", "compact")  # sealing would hide the record from the boot reader
+    assert held.code == 2 and "waits for the recovery timer to switch to it" in held.stderr, held
+    rig.write_config("")  # the window removed: always open
+    tick = rig.cli("recover", "--trigger", "timer", env=IMPORT_TIME)
+    assert "agent.config.loader" in imported(tick), tick  # the full path ran
+    # the rig's systemctl is /bin/false: the activation switches, then fails its restart and rolls back
+    history = rig.cli("history").payload()["episodes"]
+    assert history[0]["kind"] == "activate", history[0]
+    boot = rig.cli("recover", "--trigger", "boot", env=IMPORT_TIME)
+    assert boot.code == 0 and "agent.config.loader" not in imported(boot), boot  # boot keeps the quick path
