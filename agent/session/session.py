@@ -387,7 +387,7 @@ class Session:
             closed = closed_window_text(self.config, verdict)
             reason = f"candidate {staged.version} staged by {staged.operation} waits: {closed}"
             return UpgradeResult(None, "noop", reason=reason)
-        operation = self.activate_operation(None)
+        operation = operation_id(None)  # a fresh id; activate checks what is staged itself, under the lock
         log(f"recover: the maintenance window is open: activate {operation}: "
             f"the candidate {staged.operation} staged")
         return await self.activate(operation)
