@@ -52,7 +52,8 @@ until curl -fsS -o /dev/null --max-time 1 "$health"; do
     [ "$(date +%s%N)" -lt "$deadline" ] || { echo "no healthy answer in ${timeout} s" >&2; exit 1; }
     sleep 0.05
 done
-end=$(( $(date +%s%N) + $(awk -v s="$stability" 'BEGIN { printf "%d", s * 1000000000 }') ))
+# "%.0f", not "%d": mawk (Debian's awk) saturates %d at 2^31 - 1, which cut a 3 s window to 2.147 s
+end=$(( $(date +%s%N) + $(awk -v s="$stability" 'BEGIN { printf "%.0f", s * 1000000000 }') ))
 while [ "$(date +%s%N)" -lt "$end" ]; do
     now=$("$@" systemctl show -p MainPID --value "$unit")
     [ "$now" = "$pid" ] || { echo "MainPID changed: $pid -> $now" >&2; exit 1; }
