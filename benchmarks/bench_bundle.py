@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _harness
+from ._harness import cache_dir
 from .bench_e2e import (
     EPISODES,
     NOOP_RUNS,
@@ -39,7 +40,6 @@ from .bench_e2e import (
     noop_config,
     noop_journal,
 )
-from .bench_installed import cache_dir
 
 TARGET = 1.3  # design §9: what a frozen no-op may add to a frozen empty program
 BUILD_TIMEOUT_S = 900.0

@@ -20,15 +20,16 @@ zstd command line gave on the same pair (zstd 1.5.4): ``--patch-from`` at its de
 the file), ``-19`` with ``targetLength=4096,chainLog=30`` 0.191: only the level matters. ``delta make``
 wrote 917,403 bytes (0.1935).
 
-Ours: ``DeltaSource.stage`` (agent.release.delta) in a child process: the base is the old binary in a slot
-file, read whole as the session reads it (one read in a worker thread), the delta fetched from a loopback HTTP
-server, decoded against the base into the staging file, its sha256 and the rebuilt member's checked,
-fsynced. Baseline: ``ArchiveSourceImpl.stage`` of the full ``.tgz`` from the same server (member
-``package/bin/esbuild``, ``member_policy = "select"``), sha256 checked, fsynced. Both in fresh processes,
-interleaved, ``RUNS`` each; the ratio compares the medians of the stage alone (timed inside the child
-around ``stage``: the modules the stage imports lazily, the HTTP client's among them, count on both sides;
-the interpreter's start and the agent's modules do not). Beside it: the median of the per-run ratios (each
-delta stage against the full stage run right after it: steadier than the ratio of medians when the
+Ours: ``DeltaSource.stage`` (agent.release.delta) in a child process of the installed venv
+(:func:`benchmarks._harness.installed_prefix`, as hosts run it; the baseline's child too): the base is the old
+binary in a slot file, read whole as the session reads it (one read in a worker thread), the delta fetched
+from a loopback HTTP server, decoded against the base into the staging file, its sha256 and the rebuilt
+member's checked, fsynced. Baseline: ``ArchiveSourceImpl.stage`` of the full ``.tgz`` from the same server
+(member ``package/bin/esbuild``, ``member_policy = "select"``), sha256 checked, fsynced. Both in fresh
+processes, interleaved, ``RUNS`` each; the ratio compares the medians of the stage alone (timed inside the
+child around ``stage``: the modules the stage imports lazily, the HTTP client's among them, count on both
+sides; the interpreter's start and the agent's modules do not). Beside it: the median of the per-run ratios
+(each delta stage against the full stage run right after it: steadier than the ratio of medians when the
 machine's load moves during the row), the best of each side and the whole-process seconds.
 
 Figures: ``delta_bytes``, ``full_bytes``, ``bytes_ratio`` (target <= 0.30, goal 0.15), ``ratio`` (target
@@ -129,10 +130,11 @@ def _stages(
     new_binary.write_bytes(tar_member(published[NEW_VERSION][0], ESBUILD_MEMBER))
     full_archive, full_sha = published[NEW_VERSION]
     shutil.copyfile(full_archive, served / full_archive.name)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))  # delta make: the publisher's side, not measured
     delta = served / f"esbuild-{OLD_VERSION}-to-{NEW_VERSION}.zst"
     made, make_s = _make_delta(slot_file, new_binary, delta, env)
     server = ReleaseServer(served)
+    python = _harness.installed("python")
     staging = work / ".esbuild-green.stage-bench"
     sides: dict[str, list[dict[str, Any]]] = {"delta": [], "full": []}
     try:
@@ -140,12 +142,12 @@ def _stages(
             for side in ("delta", "full"):
                 staging.unlink(missing_ok=True)
                 if side == "delta":
-                    argv = [sys.executable, "-c", _DELTA, f"{server.base}/{delta.name}", made["delta_sha256"],
+                    argv = [python, "-c", _DELTA, f"{server.base}/{delta.name}", made["delta_sha256"],
                             str(staging), str(slot_file), made["member_sha256"]]
                 else:
-                    argv = [sys.executable, "-c", _FULL, f"{server.base}/{full_archive.name}", full_sha,
+                    argv = [python, "-c", _FULL, f"{server.base}/{full_archive.name}", full_sha,
                             str(staging), ESBUILD_MEMBER, made["member_sha256"]]
-                report = _harness.measure(argv, env)
+                report = _harness.measure(argv, _harness.clean_env())
                 report["stage_s"] = json.loads(report["output"][-1])["stage_s"]
                 sides[side].append(report)
     finally:

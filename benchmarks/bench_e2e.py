@@ -7,7 +7,8 @@ also says whether the run took the lean path (``agent/cli/fastpath.py``: it neve
 when the target is missed, the five costliest top-level imports from ``-X importtime``.
 
 ``upgrade.end_to_end``: a whole supervised upgrade of a 50 MiB binary under the private systemd
-(``agent.testing.sandbox.PrivateSystemd``), through the ``upgrade-agent`` entry script, versus
+(``agent.testing.sandbox.PrivateSystemd``), through the ``upgrade-agent`` entry script of the installed venv
+(:func:`benchmarks._harness.installed_prefix`, as hosts run it), versus
 ``benchmarks/baselines/upgrade_naive.sh`` doing the same steps with no journal and no checks on a twin agent
 in the same sandbox; both wait the same stability window (``health.stability_s``, the design §3 default 3 s
 unless ``$UPGRADE_CORE_BENCH_STABILITY_S``). Each side alternates between two releases, interleaved, best of
@@ -346,8 +347,10 @@ class _E2E:
         self.sha = {key: sha256_file(path) for key, path in self.files.items()}
         self.server = ReleaseServer(releases)
         self.sandbox = PrivateSystemd.start(self.work / "systemd")
-        self.cli = _entry("upgrade-agent")
-        self.env = _entry_env()
+        # ours runs as hosts run it: the installed venv's entry script, an environment without PYTHON*
+        # (install is told that the prefix is a throw-away one: docs/install.md)
+        self.cli = [_harness.installed("upgrade-agent")]
+        self.env = _harness.clean_env(UPGRADE_AGENT_ALLOW_UNSTABLE_PATHS="1")
         self.configs: dict[str, Path] = {}
         self.ports: dict[str, int] = {}
 
@@ -411,7 +414,6 @@ class _E2E:
 
 
 def _end_to_end(name: str, baseline: str, script: Path) -> dict[str, Any]:
-    _harness.compile_project()
     rig = _E2E((baseline,))
     try:
         rig.install()

@@ -1,15 +1,15 @@
 """Fetch benchmarks: loopback HTTP fetch + sha256 + decompress + untar + fsync of one member.
 
 Ours: ``ArchiveSourceImpl.stage`` (agent.release.fetch + agent.release.extract) in a child ``python -c``
-process, with ``--sha256`` checked, member written and fsynced. Baseline, same server, same archive, same
+process of the installed venv (:func:`benchmarks._harness.installed_prefix`, as hosts run it), with
+``--sha256`` checked, member written and fsynced. Baseline, same server, same archive, same
 disk, with GNU tar's matching decompressor (``-z``: gzip, ``--zstd``: zstd, ``-J``: xz):
 
     curl -s URL | tee >(sha256sum >/dev/null) | tar -x FLAG -C DIR && sync DIR/MEMBER
 
 Each side runs in a fresh wrapper process that reports ``resource.getrusage(RUSAGE_CHILDREN).ru_maxrss``
 (the peak RSS of the measured process tree) and the wall time; the rows give medians of 3 interleaved runs.
-Inputs are built once under the cache dir (``$UPGRADE_CORE_BENCH_CACHE``, default
-``~/.cache/upgrade-core/bench``; a disk, not tmpfs) and reused:
+Inputs are built once under :func:`benchmarks._harness.cache_dir` and reused:
 
 - ``fetch.extract`` (incompressible input): ``gzip -1`` of 256 MiB of random bytes. Stored blocks: the
   decoder hardly runs, so this row measures hashing, copying and writing.
@@ -30,7 +30,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import threading
 from collections.abc import Callable
 from functools import partial
@@ -45,7 +44,6 @@ MEMBER_BYTES = 256 << 20
 TARGET_RATIO = 0.7  # design §9 (the first target, 1.3, was tightened once met)
 RSS_LIMIT_MIB = 48.0  # design §9 (the first limit, 80, was tightened once met)
 RUNS = 3
-ROOT = Path(__file__).resolve().parents[1]
 
 _OURS = r"""
 import anyio, hashlib, os, sys
@@ -57,11 +55,6 @@ src = ArchiveSourceImpl(member=member, limits=limits)
 staged = anyio.run(src.stage, url, digest, staging, "blue")
 sys.exit(0 if staged.sha256 == member_sha else 3)
 """
-
-
-def _cache_dir() -> Path:
-    default = Path.home() / ".cache" / "upgrade-core" / "bench"
-    return Path(os.environ.get("UPGRADE_CORE_BENCH_CACHE", str(default)))
 
 
 def _build(cache: Path) -> tuple[Path, str, str]:
@@ -102,14 +95,14 @@ def _side_by_side(archive: Path, archive_sha: str, member_sha: str, tar_flag: st
     """``runs`` interleaved runs of ours and the shell baseline on ``archive`` served over loopback HTTP;
     (ours, baseline) wrapper reports. ``tar_flag`` names the baseline's decompressor (``z``, ``J``,
     ``--zstd``)."""
-    _harness.compile_project()
+    python = _harness.installed("python")
     work = archive.parent / "work"
     handler = partial(_QuietHandler, directory=str(archive.parent))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{server.server_address[1]}/{archive.name}"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = _harness.clean_env()
     ours: list[dict[str, Any]] = []
     base: list[dict[str, Any]] = []
     try:
@@ -119,7 +112,7 @@ def _side_by_side(archive: Path, archive_sha: str, member_sha: str, tar_flag: st
                 work.mkdir(parents=True)
                 if side == "ours":
                     staging = work / f".{MEMBER}-blue.stage-bench"
-                    argv = [sys.executable, "-c", _OURS, url, archive_sha, str(staging), MEMBER, member_sha]
+                    argv = [python, "-c", _OURS, url, archive_sha, str(staging), MEMBER, member_sha]
                     ours.append(_harness.measure(argv, env))
                 else:
                     script = (
@@ -136,7 +129,7 @@ def _side_by_side(archive: Path, archive_sha: str, member_sha: str, tar_flag: st
 
 def run() -> dict[str, Any]:
     """Run both sides ``RUNS`` times, interleaved; return the row (medians of wall seconds)."""
-    archive, archive_sha, member_sha = _build(_cache_dir())
+    archive, archive_sha, member_sha = _build(_harness.cache_dir())
     ours, base = _side_by_side(archive, archive_sha, member_sha, "-z")
     value = statistics.median(r["seconds"] for r in ours)
     baseline_value = statistics.median(r["seconds"] for r in base)
@@ -214,7 +207,7 @@ DECODER_LIMIT_TARGET = 1.3
 def _packed(fmt: str) -> tuple[Path, str, str]:
     """The corpus as a one-member tar packed by ``FORMATS[fmt]``'s tool (built once, cached):
     (archive, archive sha256, member sha256)."""
-    cache = _cache_dir()
+    cache = _harness.cache_dir()
     member, member_sha, _ = _corpus(cache, CORPUS_BYTES)
     packer, suffix, _flag, _target = FORMATS[fmt]
     archive = cache / "corpus" / f"corpus.{suffix}"
@@ -287,14 +280,14 @@ with open(path, "rb") as f:
 def decoder_limit(runs: int = RUNS) -> dict[str, Any]:
     """``fetch.extract.decoder_limit``: for each format, ours (the whole fetch, digest, extract and fsync)
     against the fastest decoder this project has for it alone (``isal``, ``zstandard``, ``lzma``) in a
-    fresh Python process reading the archive from the page cache, no hashing, no writing. The row is the
-    format with the highest ratio; every format's figures are beside it."""
+    fresh Python process of the same installed venv reading the archive from the page cache, no hashing, no
+    writing. The row is the format with the highest ratio; every format's figures are beside it."""
     per: dict[str, dict[str, float]] = {}
     for fmt in FORMATS:
         archive, archive_sha, member_sha = _packed(fmt)
         ours, _base = _side_by_side(archive, archive_sha, member_sha, FORMATS[fmt][2], runs)
-        alone = [_harness.measure([sys.executable, "-c", _DECODE_ONLY, fmt, str(archive)])["seconds"]
-                 for _ in range(runs)]
+        decode = [_harness.installed("python"), "-c", _DECODE_ONLY, fmt, str(archive)]
+        alone = [_harness.measure(decode, _harness.clean_env())["seconds"] for _ in range(runs)]
         value, limit = statistics.median(r["seconds"] for r in ours), min(alone)
         per[fmt] = {"ours_s": round(value, 3), "decoder_s": round(limit, 3), "ratio": round(value / limit, 3),
                     "peak_rss_mib": round(max(r["peak_rss_mib"] for r in ours), 1)}

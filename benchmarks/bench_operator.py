@@ -1,19 +1,20 @@
 """``operator.idle`` (design §9): what ``upgrade-agent operator`` costs while it waits for work.
 
-The real operator process is started on a configuration whose source holds ``ACKNOWLEDGED`` finished
-operations (each with its terminal status, so nothing is left to do), left to settle, then observed for a
-bounded window (``UPGRADE_CORE_BENCH_IDLE_S``, default 120 s): CPU seconds of the process and all its threads,
-read from its CPU-time clock (``clock_getcpuclockid(3)``, nanoseconds: the 10 ms ticks of ``/proc/PID/stat``
-are 7 % of the budget in a 120 s window, so one tick more or less moved the row across it) and extrapolated
-to an hour (``cpu_ticks_s`` beside it is ``utime + stime`` of ``/proc/PID/stat``, for comparison), and
-resident memory (``VmRSS`` at the end, ``VmHWM`` as the peak; ``Pss`` of ``smaps_rollup`` beside them, which
-divides the shared libraries among the processes that map them), and ``wakeups``: the context switches of
-all its threads in the window (``/proc/PID/task/*/status``), one per wake-up of a sleeping thread. Targets
-(``cpu_s_per_h`` and the peak RSS): the spool source <= 0.3 CPU s/h and <= 30 MiB, the Kubernetes source
-<= 0.5 CPU s/h and <= 40 MiB; the row's value is the CPU rate, its baseline that budget (target ratio 1),
-and ``met`` needs both. ``sleeper_cpu_s_per_h`` is a bare Python loop of ``time.sleep(2)`` measured in the
-same window, for context: on the benchmark VM a wake-up alone cost 0.2 to 1.1 ms of CPU (0.36 to 2.03 s/h
-at one wake every 2 s) within one day, with what its host was doing.
+The real operator process (the installed venv's ``upgrade-agent``,
+:func:`benchmarks._harness.installed_prefix`, as hosts run it) is started on a configuration whose source
+holds ``ACKNOWLEDGED`` finished operations (each with its terminal status, so nothing is left to do), left to
+settle, then observed for a bounded window (``UPGRADE_CORE_BENCH_IDLE_S``, default 120 s): CPU seconds of the
+process and all its threads, read from its CPU-time clock (``clock_getcpuclockid(3)``, nanoseconds: the 10 ms
+ticks of ``/proc/PID/stat`` are 7 % of the budget in a 120 s window, so one tick more or less moved the row
+across it) and extrapolated to an hour (``cpu_ticks_s`` beside it is ``utime + stime`` of ``/proc/PID/stat``,
+for comparison), and resident memory (``VmRSS`` at the end, ``VmHWM`` as the peak; ``Pss`` of ``smaps_rollup``
+beside them, which divides the shared libraries among the processes that map them), and ``wakeups``: the
+context switches of all its threads in the window (``/proc/PID/task/*/status``), one per wake-up of a sleeping
+thread. Targets (``cpu_s_per_h`` and the peak RSS): the spool source <= 0.3 CPU s/h and <= 30 MiB, the
+Kubernetes source <= 0.5 CPU s/h and <= 40 MiB; the row's value is the CPU rate, its baseline that budget
+(target ratio 1), and ``met`` needs both. ``sleeper_cpu_s_per_h`` is a bare Python loop of ``time.sleep(2)``
+measured in the same window, for context: on the benchmark VM a wake-up alone cost 0.2 to 1.1 ms of CPU (0.36
+to 2.03 s/h at one wake every 2 s) within one day, with what its host was doing.
 
 - ``operator.idle.spool``: the spool source on a local disk: it sleeps in inotify and reads the spool again
   every 60 s (``[operations] poll_s``, 2 s, applies only where inotify cannot see every writer).
@@ -124,12 +125,12 @@ unit_dir = "{work}/units"
 
 def measure(config: Path, name: str, source: str, **extras: Any) -> dict[str, Any]:
     """Run ``upgrade-agent --config CONFIG operator``, let it settle, observe it for the window; one row."""
-    argv = [sys.executable, "-m", "agent.cli.main", "--config", str(config), "operator"]
-    env = {**os.environ, "PYTHONPATH": str(_harness.REPO_ROOT)}
+    # as hosts run it: the installed venv's entry script, an environment without PYTHON*
+    argv = [_harness.installed("upgrade-agent"), "--config", str(config), "operator"]
     log = config.parent / "operator.log"
     with log.open("wb") as err:
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=env,
-                                cwd=str(_harness.REPO_ROOT))
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err, env=_harness.clean_env(),
+                                cwd=str(config.parent))
     sleeper: subprocess.Popen[bytes] | None = None
     try:
         # The VM's own cost of waking a sleeping Python process, in the same window: a bare loop of
