@@ -86,12 +86,29 @@ def _make_converter() -> cattrs.Converter:
 
 _converter = _make_converter()
 _BY_TAG: dict[str, type[Event]] = {cls.TAG: cls for cls in ALL_EVENTS}
-_STRUCTURE: dict[str, Callable[[Any, Any], Any]] = {
-    tag: _converter.get_structure_hook(cls) for tag, cls in _BY_TAG.items()
-}
-_UNSTRUCTURE: dict[type[Event], Callable[[Any], Any]] = {
-    cls: _converter.get_unstructure_hook(cls) for cls in ALL_EVENTS
-}
+# Each class's hooks are made the first time it is encoded or decoded, not here: cattrs generates and
+# compiles a function per class, and made for every event at import they cost each command's start about
+# 15 ms (design §9, upgrade.end_to_end), where an episode uses a dozen of them. A race between two threads
+# making the same hook makes it twice; both are the same function.
+_STRUCTURE: dict[str, Callable[[Any, Any], Any]] = {}
+_UNSTRUCTURE: dict[type[Event], Callable[[Any], Any]] = {}
+
+
+def _structure_hook(tag: str) -> Callable[[Any, Any], Any]:
+    """The cattrs structure hook of the event tagged ``tag`` (a key of ``_BY_TAG``), made once."""
+    hook = _STRUCTURE.get(tag)
+    if hook is None:
+        hook = _STRUCTURE[tag] = _converter.get_structure_hook(_BY_TAG[tag])
+    return hook
+
+
+def _unstructure_hook(cls: type[Event]) -> Callable[[Any], Any]:
+    """The cattrs unstructure hook of event class ``cls``, made once."""
+    hook = _UNSTRUCTURE.get(cls)
+    if hook is None:
+        hook = _UNSTRUCTURE[cls] = _converter.get_unstructure_hook(cls)
+    return hook
+
 # Upcasters: (TAG, from_version) -> function mapping the old field dict to the next version's dict.
 UPCASTERS: dict[tuple[str, int], Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
@@ -249,19 +266,36 @@ def _take(names: tuple[str, ...]) -> Callable[[dict[str, Any]], tuple[Any, ...]]
     return operator.itemgetter(*names)
 
 
-_FAST: dict[str, Callable[[dict[str, Any]], Any]] = {}
-for _tag, _cls in _BY_TAG.items():
-    _fn = _fast_structurer(_cls)
-    if _fn is not None:
-        _FAST[_tag] = _fn
-# The tags whose payloads decode without upcasting (payload version 1, the only one written so far).
-_FAST_V1 = {tag: fn for tag, fn in _FAST.items() if _BY_TAG[tag].VERSION == 1}
+# The fast structurers, made on first use like the cattrs hooks (None: the class has none). _FAST_V1 holds
+# them for the tags whose payloads decode without upcasting (payload version 1, the only one written so
+# far), None for the others.
+_FAST: dict[str, Callable[[dict[str, Any]], Any] | None] = {}
+_FAST_V1: dict[str, Callable[[dict[str, Any]], Any] | None] = {}
+
+
+def _fast(tag: str) -> Callable[[dict[str, Any]], Any] | None:
+    """The fast structurer of the event tagged ``tag`` (a key of ``_BY_TAG``), or None; made once."""
+    try:
+        return _FAST[tag]
+    except KeyError:
+        fn = _FAST[tag] = _fast_structurer(_BY_TAG[tag])
+        return fn
+
+
+def _fast_v1(tag: str) -> Callable[[dict[str, Any]], Any] | None:
+    """:func:`_fast` for a version-1 event's ``tag``; None for an unknown tag (never cached: the journal's
+    bytes choose it) or a class past version 1."""
+    cls = _BY_TAG.get(tag)
+    if cls is None:
+        return None
+    fn = _FAST_V1[tag] = _fast(tag) if cls.VERSION == 1 else None
+    return fn
 
 
 def to_dict(event: Event) -> dict[str, Any]:
     """Unstructure ``event`` into its tagged dict (the JSON object stored in the journal)."""
     cls = type(event)
-    data: dict[str, Any] = _UNSTRUCTURE[cls](event)
+    data: dict[str, Any] = _unstructure_hook(cls)(event)
     data[_TAG] = cls.TAG
     if cls.VERSION > 1:
         data[_VER] = cls.VERSION
@@ -296,8 +330,8 @@ def _from_fields(tag: Any, data: dict[str, Any]) -> Event:
         data = UPCASTERS[(tag, version)](data)
         version += 1
     try:
-        fast = _FAST.get(tag)
-        event: Event = fast(data) if fast is not None else _STRUCTURE[tag](data, cls)
+        fast = _fast(tag)
+        event: Event = fast(data) if fast is not None else _structure_hook(tag)(data, cls)
         return event
     except (cattrs.BaseValidationError, TypeError, ValueError, KeyError) as exc:
         raise EventDecodeError(f"event {tag} does not fit its class: {exc}") from None
@@ -334,6 +368,8 @@ class EventCodec:
             raise EventDecodeError("event payload is not a JSON object")
         tag = obj.pop(_TAG, None)
         fast = _FAST_V1.get(tag) if type(tag) is str else None
+        if fast is None and type(tag) is str and tag not in _FAST_V1:
+            fast = _fast_v1(tag)  # the first payload of its kind
         if fast is None or _VER in obj:
             return _from_fields(tag, obj)
         try:

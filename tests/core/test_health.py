@@ -142,15 +142,16 @@ def test_with_no_main_process_before_the_restart_an_older_process_is_not_ours() 
 
 
 def test_samples_come_sooner_while_waiting_and_when_the_window_ends() -> None:
-    """Before the window the gaps double from 0.02 s up to the poll interval; inside it the next
-    sample comes no later than the window's end (never sooner than 0.01 s); the window keeps its length."""
+    """Before the window the gaps grow by a quarter from 0.02 s up to the poll interval; inside it the
+    next sample comes no later than the window's end (never sooner than 0.01 s); the window keeps its
+    length."""
     judge = HealthJudge(EXPECT, T0)
     assert judge.next_sample_in(T0, 0.25) == pytest.approx(0.02)
     gaps = []
-    for i in range(6):
+    for i in range(14):
         judge.observe(OLD, None, T0 + 0.01 * i)  # the old process: restart not observed yet
         gaps.append(judge.next_sample_in(T0, 0.25))
-    assert gaps == pytest.approx([0.04, 0.08, 0.16, 0.25, 0.25, 0.25])
+    assert gaps == pytest.approx([0.02 * 1.25**n for n in range(1, 12)] + [0.25, 0.25, 0.25])
     assert isinstance(judge.observe(GOOD, None, T0 + 0.3), Pending)  # the window starts at T0 + 0.3
     assert judge.next_sample_in(T0 + 0.3, 0.25) == 0.25
     assert judge.next_sample_in(T0 + 1.2, 0.25) == pytest.approx(0.1)
@@ -163,7 +164,7 @@ def test_a_window_broken_by_the_probe_waits_with_short_gaps_again() -> None:
     judge = HealthJudge(EXPECT, T0)
     judge.observe(GOOD, None, T0 + 0.2)
     judge.observe(GOOD, "HTTP 503", T0 + 0.4)
-    assert judge.window_start is None and judge.next_sample_in(T0 + 0.4, 0.25) == pytest.approx(0.04)
+    assert judge.window_start is None and judge.next_sample_in(T0 + 0.4, 0.25) == pytest.approx(0.025)
 
 
 @pytest.mark.parametrize(

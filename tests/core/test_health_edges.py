@@ -14,7 +14,7 @@ import attrs
 import pytest
 
 from upgrade_core import Failed, HealthJudge, Passed, Pending
-from upgrade_core._health import FIRST_GAP_S, backoff_gap
+from upgrade_core._health import FIRST_GAP_S, GAP_GROWTH, backoff_gap
 from upgrade_core.ports import ProbeUnreachable, UnitSnapshot
 
 from .test_health import EXPECT, GOOD, LINK, OLD, SLOT, T0, run, steady
@@ -29,11 +29,21 @@ def test_a_judge_that_saw_no_sample_has_no_verdict_yet() -> None:
     assert judge.observed is None and judge.window_start is None
 
 
-def test_the_backoff_doubles_eight_times_then_stays() -> None:
-    gaps = [backoff_gap(n) for n in range(12)]
-    assert gaps[:9] == pytest.approx([FIRST_GAP_S * 2**n for n in range(9)])
-    assert gaps[9:] == [gaps[8]] * 3
+def test_the_backoff_grows_by_a_quarter_sixteen_times_then_stays() -> None:
+    gaps = [backoff_gap(n) for n in range(20)]
+    assert gaps[:17] == pytest.approx([FIRST_GAP_S * GAP_GROWTH**n for n in range(17)])
+    assert gaps[17:] == [gaps[16]] * 3
+    assert gaps[16] > 0.25  # past the default poll interval, which caps it (design §4.3 step 7)
     assert math.isfinite(backoff_gap(100_000))  # a very long wait never overflows the float
+
+
+def test_a_backoff_gap_is_at_most_about_a_quarter_of_the_time_already_waited() -> None:
+    """What a wait looks for is seen at most ~25 % (plus the first gap) after it happened."""
+    waited = 0.0
+    for n in range(16):
+        gap = backoff_gap(n)
+        assert gap <= 0.25 * waited + FIRST_GAP_S + 1e-12
+        waited += gap
 
 
 @pytest.mark.parametrize("state", ["failed", "inactive"])
