@@ -103,7 +103,9 @@ def installed_prefix() -> Path:
 
 def installed(name: str) -> str:
     """The path of ``name`` (``python``, ``upgrade-agent``, ``recover-agent-upgrade``) in
-    :func:`installed_prefix`'s ``bin``."""
+    :func:`installed_prefix`'s ``bin``. Run its ``python -c`` with ``-P``: without it ``sys.path`` starts
+    with the working directory, the checkout when the runner runs there, and the child would import the
+    checkout's packages instead of the installed ones."""
     return str(installed_prefix() / "bin" / name)
 
 

@@ -142,10 +142,10 @@ def _stages(
             for side in ("delta", "full"):
                 staging.unlink(missing_ok=True)
                 if side == "delta":
-                    argv = [python, "-c", _DELTA, f"{server.base}/{delta.name}", made["delta_sha256"],
+                    argv = [python, "-P", "-c", _DELTA, f"{server.base}/{delta.name}", made["delta_sha256"],
                             str(staging), str(slot_file), made["member_sha256"]]
                 else:
-                    argv = [python, "-c", _FULL, f"{server.base}/{full_archive.name}", full_sha,
+                    argv = [python, "-P", "-c", _FULL, f"{server.base}/{full_archive.name}", full_sha,
                             str(staging), ESBUILD_MEMBER, made["member_sha256"]]
                 report = _harness.measure(argv, _harness.clean_env())
                 report["stage_s"] = json.loads(report["output"][-1])["stage_s"]

@@ -112,7 +112,7 @@ def _side_by_side(archive: Path, archive_sha: str, member_sha: str, tar_flag: st
                 work.mkdir(parents=True)
                 if side == "ours":
                     staging = work / f".{MEMBER}-blue.stage-bench"
-                    argv = [python, "-c", _OURS, url, archive_sha, str(staging), MEMBER, member_sha]
+                    argv = [python, "-P", "-c", _OURS, url, archive_sha, str(staging), MEMBER, member_sha]
                     ours.append(_harness.measure(argv, env))
                 else:
                     script = (
@@ -286,7 +286,7 @@ def decoder_limit(runs: int = RUNS) -> dict[str, Any]:
     for fmt in FORMATS:
         archive, archive_sha, member_sha = _packed(fmt)
         ours, _base = _side_by_side(archive, archive_sha, member_sha, FORMATS[fmt][2], runs)
-        decode = [_harness.installed("python"), "-c", _DECODE_ONLY, fmt, str(archive)]
+        decode = [_harness.installed("python"), "-P", "-c", _DECODE_ONLY, fmt, str(archive)]
         alone = [_harness.measure(decode, _harness.clean_env())["seconds"] for _ in range(runs)]
         value, limit = statistics.median(r["seconds"] for r in ours), min(alone)
         per[fmt] = {"ours_s": round(value, 3), "decoder_s": round(limit, 3), "ratio": round(value / limit, 3),
