@@ -270,6 +270,13 @@ class HealthJudge:
             return "exe unreadable"
         if snap.exe == e.slot_path:
             return None
+        if not snap.cmdline:
+            # A process that has begun to exit has an empty command line (proc(5): "unless the process is a
+            # zombie"), and the exe and the command line are read one after the other: a main process that
+            # exits between the two reads looks like an interpreter running something else. Wait for the
+            # next sample, which shows the exit (MainPID changed, the unit failed); a process that hides its
+            # command line never opens the window, so the attempt ends at its timeout.
+            return "main process command line unreadable (exiting)"
         # An interpreted agent: exe is the interpreter; its command line must name the link or the slot,
         # and the process must have started after our restart request.
         names_us = any(arg in (e.current_link_path, e.slot_path) for arg in snap.cmdline)

@@ -193,6 +193,23 @@ def test_a_unit_that_failed_says_its_exit_status() -> None:
         "unit failed (failed, result exit-code): the service exited with status 3")
 
 
+def test_an_interpreter_whose_command_line_reads_empty_is_waited_for_not_called_a_mismatch() -> None:
+    """The exe and the command line are two reads: a candidate that exits between them shows the interpreter
+    and an empty command line (proc(5): a zombie's). Found by tests/systemd/test_human_output.py once samples
+    came closer together: the rollback's reason read "exe mismatch" instead of the exit systemd saw."""
+    judge = HealthJudge(EXPECT, T0)
+    exiting = attrs.evolve(GOOD, exe="/usr/bin/python3.11", cmdline=())
+    assert judge.observe(exiting, None, T0 + 0.3) == Pending("main process command line unreadable (exiting)")
+    gone = attrs.evolve(GOOD, active_state="activating", sub_state="auto-restart", main_pid=0, exe=None,
+                        exec_main_code=1, exec_main_status=1)
+    verdict = judge.observe(gone, None, T0 + 0.35)
+    assert verdict == Failed("MainPID changed from 20 to 0: the service exited with status 1")
+    # and a process that keeps its command line empty never passes: the attempt ends at its timeout
+    verdict = run(steady(exiting, T0 + 0.25, T0 + 5.0))
+    assert isinstance(verdict, Failed)
+    assert "within 5 s: main process command line unreadable" in verdict.reason
+
+
 def test_exe_mismatch_names_what_execstart_runs_not_the_interpreter() -> None:
     """A drop-in that pins ``ExecStart`` elsewhere: the reason names the script the unit runs."""
     snap = attrs.evolve(GOOD, exe="/usr/bin/python3.11", cmdline=("/usr/bin/python3.11", "/opt/other/agent"),
