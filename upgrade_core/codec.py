@@ -89,7 +89,7 @@ _BY_TAG: dict[str, type[Event]] = {cls.TAG: cls for cls in ALL_EVENTS}
 # Each class's hooks are made the first time it is encoded or decoded, not here: cattrs generates and
 # compiles a function per class, and made for every event at import they cost each command's start about
 # 15 ms (design §9, upgrade.end_to_end), where an episode uses a dozen of them. A race between two threads
-# making the same hook makes it twice; both are the same function.
+# making the same hook makes it twice, and either one does the same.
 _STRUCTURE: dict[str, Callable[[Any, Any], Any]] = {}
 _UNSTRUCTURE: dict[type[Event], Callable[[Any], Any]] = {}
 
