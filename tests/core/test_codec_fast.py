@@ -41,7 +41,8 @@ EVENTS: list[ev.Event] = [
 def _cattrs(payload: bytes) -> ev.Event:
     data = json.loads(payload)
     tag = data.pop("_type")
-    return codec._structure_hook(tag)(data, codec._BY_TAG[tag])  # type: ignore[no-any-return]
+    cls = codec._BY_TAG[tag]
+    return codec._converter.get_structure_hook(cls)(data, cls)  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize("event", EVENTS, ids=lambda e: e.TAG)
