@@ -233,8 +233,6 @@ def check_host_root(host: AgentHost) -> None:
         raise HostRefusedError(exc.filename or root, f"cannot inspect: {exc.strerror or exc}") from None
 
 
-
-
 def check_socket_path(cfg: AgentConfig) -> None:
     """Refuse an ``[agent] socket`` unix path whose directory is not root's or that names anything but a
     socket, before ``install`` writes ``NAME.socket``.
@@ -253,12 +251,15 @@ def check_socket_path(cfg: AgentConfig) -> None:
     listen = cfg.agent.socket
     if not listen.startswith("/"):
         return
-    directory = open_parent(listen)
-    if directory is None:  # missing: systemd creates it, beneath ancestors that must pass the rule
-        check_ancestors(listen)
-        return
-    with directory:
-        st = directory.lstat(os.path.basename(listen))
+    try:
+        directory = open_parent(listen)
+        if directory is None:  # missing: systemd creates it, beneath ancestors that must pass the rule
+            check_ancestors(listen)
+            return
+        with directory:
+            st = directory.lstat(os.path.basename(listen))
+    except OSError as exc:
+        raise HostRefusedError(exc.filename or listen, f"cannot inspect: {exc.strerror or exc}") from None
     if st is not None and not stat.S_ISSOCK(st.st_mode):
         raise HostRefusedError(
             listen, "agent.socket names an existing file that is not a socket; systemd would remove it to "
