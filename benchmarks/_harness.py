@@ -7,6 +7,7 @@ Every benchmark measures our figure and its baseline in the same run on the same
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -68,11 +69,12 @@ def _install_digest() -> str:
     return h.hexdigest()
 
 
+@functools.cache
 def installed_prefix() -> Path:
     """A venv built from this checkout the way ``make install PREFIX=... EXTRAS=kubernetes`` builds it
     (``scripts/install_prefix.sh``: a wheel, not editable, bytecode compiled by pip, dependencies from the
     package index, ``/usr/bin/python3``); cached in ``cache_dir()/installed/<digest>`` and rebuilt when the
-    sources change. Its directory.
+    sources change. Its directory; looked up once per process (the lookup hashes every source file).
 
     Why every row that starts our code runs from it (design §9): that is how hosts run the program. The
     development venv imports an editable-install hook in every process and holds the test dependencies,

@@ -23,7 +23,6 @@ import subprocess
 from typing import Any
 
 from . import _harness
-from ._harness import clean_env, installed_prefix
 from .bench_e2e import EPISODES, NOOP_RUNS, _peak_rss_mib, _timed, _top_imports, noop_config, noop_journal
 
 TARGET = 1.8  # design §9 (goal 1.5)
@@ -32,11 +31,11 @@ TARGET = 1.8  # design §9 (goal 1.5)
 def recover_noop_installed() -> dict[str, Any]:
     """``recover-agent-upgrade --trigger boot`` with nothing to do vs ``python -c pass``, both in the
     installed venv (target <= 1.8, design §9)."""
-    prefix = installed_prefix()
+    prefix = _harness.installed_prefix()
     work = _harness.disk_dir("recover-noop-installed")
     records = noop_journal(work)
     config, lock = noop_config(work)
-    env = clean_env()
+    env = _harness.clean_env()
     python = str(prefix / "bin" / "python")
     ours_argv = [str(prefix / "bin" / "recover-agent-upgrade"), "--config", str(config), "--trigger", "boot"]
     base_argv = [python, "-c", "pass"]
