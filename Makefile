@@ -18,10 +18,14 @@ $(DEMO_STAMP): pyproject.toml scripts/bootstrap.sh
 demo: $(DEMO_STAMP)
 	@$(PY) -m agent.cli demo
 
+# the real kube-apiserver and etcd of the Kubernetes tests: built from source once (about 8 minutes on 2 cores),
+# then cached outside the checkout (tests/kube/realserver.py)
 test: $(STAMP)
+	@scripts/kube-real build
 	@$(PY) -m tests.runner
 
 test-long: $(STAMP)
+	@scripts/kube-real build
 	@UPGRADE_CORE_LONG=1 $(PY) -m tests.runner
 
 lint: $(STAMP)
