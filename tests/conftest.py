@@ -23,7 +23,8 @@ os.environ[ALLOW_ENV] = "1"
 settings.register_profile("mutation", derandomize=True, database=None,
                           phases=(Phase.explicit, Phase.reuse, Phase.generate))
 
-pytest_plugins = ["tests.bundle"]  # the session's runtime bundle fixture, ``runtime_bundle``
+# the session's runtime bundle (``runtime_bundle``) and real Kubernetes API server (``real_kube``)
+pytest_plugins = ["tests.bundle", "tests.kube.backends"]
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -43,7 +43,9 @@ API server when ``UPGRADE_CORE_KUBECONFIG`` is set):
   ``deletionGracePeriodSeconds: 0`` and bumps ``generation``; the object stays (status writes allowed, new
   finalizers refused with 422) until its last finalizer is removed, which deletes it (one DELETED event);
 - watch bookmarks: with ``allowWatchBookmarks=true``, a ``BOOKMARK`` event (kind, apiVersion,
-  ``metadata.resourceVersion`` only) every minute and 2 s before ``timeoutSeconds`` ends the watch;
+  ``metadata.resourceVersion`` only) every minute and 2 s before ``timeoutSeconds`` ends the watch, once a
+  write made after the watch began has moved the resourceVersion on (the watch cache sends no bookmark that
+  would not move the watch past what it was given when it began);
 - test hooks: :meth:`expire_history` (every watch from an older version gets 410), :meth:`status_writes`
   (accepted status-subresource writes per object), :meth:`after_next_get` (run a concurrent write right after
   the next GET of an object, to provoke a 409), :meth:`put_object` / :meth:`mutate` (server-side writes,
@@ -733,8 +735,12 @@ class UpgradeOperationsAPI(KubernetesEmulator):
         """The watch's events after ``since`` until ``deadline``; with ``bookmarks`` (the client sent
         ``allowWatchBookmarks=true``) also a ``BOOKMARK`` (an object with only kind, apiVersion and
         ``metadata.resourceVersion``: the version every event up to which was sent or filtered out) every
-        ``BOOKMARK_EVERY_S`` and 2 s before the deadline, as the apiserver's watch cache does."""
+        ``BOOKMARK_EVERY_S`` and 2 s before the deadline, as the apiserver's watch cache does, and as it does
+        only once a write made after the watch began has moved the version past every event the watch was
+        given or filtered out when it began (``cacheWatcher.process`` sends a bookmark only with a newer
+        version; a quiet watch gets none)."""
         loop = asyncio.get_running_loop()
+        started = self._rv
 
         def next_bookmark() -> float | None:
             at = min(loop.time() + BOOKMARK_EVERY_S, deadline - 2.0)
@@ -761,8 +767,9 @@ class UpgradeOperationsAPI(KubernetesEmulator):
                 elif was:
                     yield "DELETED", copy.deepcopy(event.new)
             if bookmark_at is not None and loop.time() >= bookmark_at:
-                yield "BOOKMARK", {"kind": KIND, "apiVersion": API_VERSION,
-                                   "metadata": {"resourceVersion": str(self._rv)}}
+                if self._rv > started:
+                    yield "BOOKMARK", {"kind": KIND, "apiVersion": API_VERSION,
+                                       "metadata": {"resourceVersion": str(self._rv)}}
                 bookmark_at = next_bookmark()
             remaining = deadline - loop.time()
             if remaining <= 0:

@@ -1,12 +1,15 @@
-"""Fixtures of the Kubernetes tests: the mock API server (or a real one), a client, a clean namespace.
+"""Fixtures of the Kubernetes tests: the mock API server and a real one, a client, a clean namespace.
 
-``UPGRADE_CORE_KUBECONFIG`` names a kubeconfig whose context reaches a real API server with
-``deploy/kubernetes/crd.yaml`` applied; then the conformance suite runs there (objects named ``conf-*``,
-deleted afterwards, their finalizers removed first; namespace ``UPGRADE_CORE_NAMESPACE`` or ``default``) and
-the mock is not used. ``UPGRADE_CORE_AGENT_TOKEN``, a token of the ``upgrade-agent`` ServiceAccount with
-``deploy/kubernetes/rbac.yaml`` applied (``kubectl -n upgrade-core create token upgrade-agent``), enables the
-RBAC test there (``UPGRADE_CORE_NAMESPACE`` must then be the Role's namespace). The mock serves its objects
-in the Role's namespace, ``upgrade-core``.
+The :func:`cluster` fixture runs each conformance test twice: ``mock`` (``tests/kube/apiserver.py``) and
+``real``, a real ``kube-apiserver`` and etcd that :mod:`tests.kube.realserver` builds and starts once per
+session (``real_kube`` in :mod:`tests.kube.backends`), with ``deploy/kubernetes/crd.yaml`` and ``rbac.yaml``
+applied. Both serve the objects in the Role's namespace, ``upgrade-core``; objects are named ``conf-*`` and
+deleted afterwards on the real server (their finalizers removed first).
+
+``UPGRADE_CORE_KUBECONFIG`` points ``real`` at another server instead (a cluster of yours with the CRD
+applied; namespace ``UPGRADE_CORE_NAMESPACE`` or ``default``); ``UPGRADE_CORE_AGENT_TOKEN``, a token of the
+``upgrade-agent`` ServiceAccount with ``rbac.yaml`` applied (``kubectl -n upgrade-core create token
+upgrade-agent``), enables the RBAC test there (``UPGRADE_CORE_NAMESPACE`` must then be the Role's namespace).
 kubernetes_asyncio runs on asyncio only, so these tests do too.
 """
 
@@ -16,7 +19,7 @@ import contextlib
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
@@ -24,6 +27,7 @@ import pytest
 
 from agent.operations.kubernetes import GROUP, PLURAL, VERSION, _lean_import
 from tests.kube.apiserver import UpgradeOperationsAPI, kubeconfig_for, serve, service_account
+from tests.kube.backends import RealBackend
 
 REAL_KUBECONFIG = os.environ.get("UPGRADE_CORE_KUBECONFIG", "")
 REAL_AGENT_TOKEN = os.environ.get("UPGRADE_CORE_AGENT_TOKEN", "")
@@ -53,9 +57,9 @@ class Cluster:
     """
 
     def __init__(self, api: Any, client: Any, namespace: str, mock: UpgradeOperationsAPI | None,
-                 kubeconfig: str) -> None:
+                 kubeconfig: str, real: RealBackend | None = None) -> None:
         self.api, self.client, self.namespace = api, client, namespace
-        self.mock, self.kubeconfig = mock, kubeconfig
+        self.mock, self.kubeconfig, self.real = mock, kubeconfig, real
         self.prefix = f"conf-{uuid.uuid4().hex[:8]}-"
         self.names: list[str] = []
 
@@ -94,8 +98,11 @@ class Cluster:
         return str(obj["metadata"]["resourceVersion"])
 
     def revoked_token(self) -> str:
-        """A bearer token the server no longer accepts: on the mock one issued then revoked; on a real
-        server one it never issued (the same answer from its point of view)."""
+        """A bearer token the server no longer accepts: on the mock one issued then revoked; on the real
+        server one bound to a ServiceAccount deleted since; on another server one it never issued (the same
+        answer from its point of view)."""
+        if self.real is not None:
+            return self.real.refused_token()
         token = f"conf-{uuid.uuid4().hex}"
         if self.mock is not None:
             self.mock.issue_token(token)
@@ -103,7 +110,9 @@ class Cluster:
         return token
 
     def agent_token(self) -> str | None:
-        """A token of rbac.yaml's ServiceAccount (its Role applies), None when the real server gave none."""
+        """A token of rbac.yaml's ServiceAccount (its Role applies), None when another server gave none."""
+        if self.real is not None:
+            return self.real.issue_token("", service_account()[1])
         if self.mock is None:
             return REAL_AGENT_TOKEN or None
         return self.mock.issue_token(f"agent-{uuid.uuid4().hex}", service_account()[1])
@@ -114,10 +123,11 @@ class Cluster:
         return _client(_lean_import(), self.kubeconfig, token=token)
 
     async def watch(self, resource_version: str, *, timeout_s: int = 5, field_selector: str = "",
-                    until: str | None = None, bookmarks: bool = False) -> list[dict[str, Any]]:
+                    until: str | None = None, bookmarks: bool = False,
+                    on_event: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
         """The events of one watch from ``resource_version``, until ``until`` names an object seen in an
         event, or the server ends it (``timeoutSeconds``), or an ERROR event; bounded by timeout_s + 10.
-        ``bookmarks``: ask for them (``allowWatchBookmarks``)."""
+        ``bookmarks``: ask for them (``allowWatchBookmarks``); ``on_event`` sees each event as it comes."""
         events: list[dict[str, Any]] = []
         with anyio.fail_after(timeout_s + 10):
             response = await self.api.list_namespaced_custom_object(
@@ -130,6 +140,8 @@ class Cluster:
                 while line := await response.content.readline():
                     event = json.loads(line)
                     events.append(event)
+                    if on_event is not None:
+                        on_event(event)
                     if event["type"] == "ERROR" or event["object"]["metadata"].get("name") == until:
                         break
             finally:
@@ -137,14 +149,20 @@ class Cluster:
         return events
 
 
-@pytest.fixture
-async def cluster(tmp_path: Any) -> AsyncIterator[Cluster]:
-    """A :class:`Cluster` on the mock (on 127.0.0.1), or on the real server ``UPGRADE_CORE_KUBECONFIG``."""
+@pytest.fixture(params=["mock", "real"])
+async def cluster(request: pytest.FixtureRequest, tmp_path: Any) -> AsyncIterator[Cluster]:
+    """A :class:`Cluster` on the mock (on 127.0.0.1), then on the real server: the one the session started,
+    or ``UPGRADE_CORE_KUBECONFIG``'s."""
     kube = _lean_import()
-    if REAL_KUBECONFIG:
-        async with _client(kube, REAL_KUBECONFIG) as (api, client):
-            ns = os.environ.get("UPGRADE_CORE_NAMESPACE", "default")
-            c = Cluster(api, client, ns, None, REAL_KUBECONFIG)
+    if request.param == "real":
+        real: RealBackend | None = None
+        if REAL_KUBECONFIG:
+            path, ns = REAL_KUBECONFIG, os.environ.get("UPGRADE_CORE_NAMESPACE", "default")
+        else:
+            real = request.getfixturevalue("real_kube")
+            path, ns = real.cluster.admin_kubeconfig, real.cluster.namespace
+        async with _client(kube, path) as (api, client):
+            c = Cluster(api, client, ns, None, path, real)
             try:
                 yield c
             finally:

@@ -29,7 +29,7 @@ import pytest
 
 from agent.operations.kubernetes import GROUP, PLURAL, VERSION, _lean_import
 from tests.kube.apiserver import serve
-from tests.kube.conftest import REAL_KUBECONFIG, Cluster, spec
+from tests.kube.conftest import Cluster, spec
 
 pytestmark = pytest.mark.anyio
 
@@ -130,7 +130,6 @@ async def test_generation_bumps_on_spec_change_only(cluster: Cluster) -> None:
     assert (await cluster.get(name))["metadata"]["generation"] == 1
 
 
-@pytest.mark.skipif(bool(REAL_KUBECONFIG), reason="the mock's own switch; the CRD makes spec immutable")
 async def test_mock_generation_bumps_on_a_spec_change_when_mutable(tmp_path: Any) -> None:
     async with serve(immutable_spec=False) as mock:
         obj = mock.put_object("default", {"metadata": {"name": "g"}, "spec": spec()})
@@ -238,14 +237,34 @@ async def test_unknown_fields_with_strict_field_validation_are_400(cluster: Clus
 
 
 async def test_watch_sends_bookmarks_when_allowed(cluster: Cluster) -> None:
-    obj = await cluster.create("bookmark")
-    since = obj["metadata"]["resourceVersion"]
-    events = await cluster.watch(since, timeout_s=5, bookmarks=True)
-    marks = [e["object"] for e in events if e["type"] == "BOOKMARK"]
-    assert marks, events
+    # A change this watch filters out (another node's object) moves the resourceVersion past what the watch
+    # was given: the bookmark (2 s before timeoutSeconds) carries the newer version, so the watcher resumes
+    # after the change. The watch cache sends no bookmark that would not move a watch on: not one for the
+    # events it already had when the watch began (given, or filtered out, before it began to wait), so the
+    # other node's object is made once the watch has delivered one of ours.
+    mine = "spec.nodeName=node-a"
+    first = await cluster.create("bookmark", node="node-a")
+    since = first["metadata"]["resourceVersion"]
+    delivered = anyio.Event()
+    events: list[dict[str, Any]] = []
+
+    async def watch() -> None:
+        events.extend(await cluster.watch(since, timeout_s=6, bookmarks=True, field_selector=mine,
+                                          on_event=lambda e: delivered.set()))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        ours = await cluster.create("bookmark-2", node="node-a")
+        with anyio.fail_after(10):
+            await delivered.wait()
+        other = await cluster.create("bookmark-b", node="node-b")
+    assert (events[0]["type"], events[0]["object"]["metadata"]["name"]) == ("ADDED", ours["metadata"]["name"])
+    marks = [e["object"] for e in events[1:]]
+    assert marks and all(e["type"] == "BOOKMARK" for e in events[1:]), events  # node-b's ADDED: filtered
     assert all(m["kind"] == "UpgradeOperation" and m["metadata"]["resourceVersion"] for m in marks)
-    plain = await cluster.watch(since, timeout_s=5)
-    assert all(e["type"] != "BOOKMARK" for e in plain), plain
+    assert int(marks[-1]["metadata"]["resourceVersion"]) >= int(other["metadata"]["resourceVersion"])
+    plain = await cluster.watch(since, timeout_s=4, field_selector=mine)
+    assert [e["type"] for e in plain] == ["ADDED"], plain  # without allowWatchBookmarks: none
 
 
 async def test_a_revoked_token_is_401(cluster: Cluster) -> None:

@@ -189,9 +189,18 @@ async def test_a_401_with_the_credentials_read_again_is_credentials_refused(mock
 async def test_a_bookmark_moves_the_watch_version_past_other_nodes_events(mock: Mock, src: Source) -> None:
     put(mock, "a")
     await src.snapshot()
-    put(mock, "elsewhere", node="node-b")  # filtered out: only a bookmark can tell the watch it is past it
+
+    async def elsewhere_once_watching() -> None:
+        # the watch cache bookmarks only writes made after the watch began (tests/kube/test_conformance.py)
+        with anyio.fail_after(10):
+            while not requests(mock, watch=True):
+                await anyio.sleep(0.01)
+        put(mock, "elsewhere", node="node-b")  # filtered out: only a bookmark tells the watch it is past it
+
     with anyio.fail_after(30):
-        await src.wait_for_change(3)  # the server ends it after 3 s, its bookmark comes 2 s before
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(elsewhere_once_watching)
+            await src.wait_for_change(3)  # the server ends it after 3 s, its bookmark comes 2 s before
     assert src._resource_version == str(mock.resource_version)
     mock.expire_history()  # a watch from the listed version would now be 410 and list again
     with anyio.fail_after(30):
