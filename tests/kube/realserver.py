@@ -98,11 +98,11 @@ def _go() -> str:
     return go
 
 
-def build_key(go: str) -> str:
+def build_key(go: str, servers: Path = SERVERS) -> str:
     """The cache key: sha256 of the module's files and of ``go version`` (16 hex digits)."""
     h = hashlib.sha256()
     for name in ("go.mod", "go.sum", "etcd/main.go"):
-        h.update(name.encode() + b"\0" + (SERVERS / name).read_bytes() + b"\0")
+        h.update(name.encode() + b"\0" + (servers / name).read_bytes() + b"\0")
     h.update(subprocess.run([go, "version"], capture_output=True, check=True, timeout=60).stdout)
     return h.hexdigest()[:16]
 
@@ -117,15 +117,16 @@ def kubernetes_version() -> str:
     raise KubeRealError(f"build: {SERVERS / 'go.mod'} pins no k8s.io/kubernetes version")
 
 
-def ensure_binaries(say: Callable[[str], None] = lambda _: None) -> Binaries:
-    """The cached servers for this module and Go, built first when missing (one build at a time: a lock).
+def ensure_binaries(say: Callable[[str], None] = lambda _: None, *, servers: Path = SERVERS) -> Binaries:
+    """The cached servers for the Go module ``servers`` and this Go, built first when missing (one build at a
+    time: a lock).
 
     Raises:
         KubeRealError: no ``go``, or a build failed (the line names the package and Go's last error line;
             the whole log is kept in the cache directory) or took longer than ``BUILD_TIMEOUT_S``.
     """
     go = _go()
-    key = build_key(go)
+    key = build_key(go, servers)
     final = CACHE / key
     binaries = Binaries(final / "kube-apiserver", final / "etcd", False, 0.0)
     if binaries.apiserver.is_file() and binaries.etcd.is_file():
@@ -140,14 +141,14 @@ def ensure_binaries(say: Callable[[str], None] = lambda _: None) -> Binaries:
         began = time.monotonic()
         work = Path(tempfile.mkdtemp(prefix=f".{key}-", dir=CACHE))
         try:
-            _build(go, work)
+            _build(go, servers, work)
             work.rename(final)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return attrs.evolve(binaries, built=True, seconds=time.monotonic() - began)
 
 
-def _build(go: str, out: Path) -> None:
+def _build(go: str, servers: Path, out: Path) -> None:
     version = kubernetes_version()
     stamp = (f"-X k8s.io/component-base/version.gitVersion={version} "
              f"-X k8s.io/component-base/version.gitMajor={version[1:].split('.')[0]} "
@@ -157,12 +158,12 @@ def _build(go: str, out: Path) -> None:
                GOCACHE=str(CACHE / "go-build"))
     deadline = time.monotonic() + BUILD_TIMEOUT_S
     log = CACHE / "build.log"
-    for what, package, ldflags in (("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", stamp),
-                                   ("etcd", "./etcd", "")):
+    for what, package, ldflags in (("etcd", "./etcd", ""),
+                                   ("kube-apiserver", "k8s.io/kubernetes/cmd/kube-apiserver", stamp)):
         with open(log, "w") as f:
             try:
                 done = subprocess.run([go, "build", "-ldflags", ldflags, "-o", str(out / what), package],
-                                      cwd=SERVERS, env=env, stdout=f, stderr=subprocess.STDOUT,
+                                      cwd=servers, env=env, stdout=f, stderr=subprocess.STDOUT,
                                       timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 raise KubeRealError(f"build: {package} took longer than {BUILD_TIMEOUT_S:.0f} s; "
@@ -448,6 +449,11 @@ def apply(client: httpx.Client, path: Path) -> list[dict[str, Any]]:
     return docs
 
 
+_NAMES: Final = ("pki", "audit-policy.yaml", "etcd-data", "etcd.log", "apiserver.log", "audit.log",
+                  "admin.kubeconfig", "operator.kubeconfig", STATE_FILE)
+"""What :func:`start` makes in ``DIR``."""
+
+
 def start(dir_: str, *, apiserver_port: int = 0, etcd_port: int = 0, say: Callable[[str], None] = print,
           ) -> Cluster:
     """Build if needed, start etcd and the API server on loopback, apply the CRD and RBAC, write the
@@ -467,6 +473,10 @@ def start(dir_: str, *, apiserver_port: int = 0, etcd_port: int = 0, say: Callab
     if running is not None:
         say(f"kube-real: already running in {d}: {running.url}")
         return running
+    for port, what, option in ((apiserver_port, "kube-apiserver", "--apiserver-port"),
+                               (etcd_port, "etcd", "--etcd-port")):
+        if port:
+            _check_port_free(port, what, option)
     binaries = ensure_binaries(say)
     made: list[str] = []
     if not d.exists():
@@ -477,10 +487,10 @@ def start(dir_: str, *, apiserver_port: int = 0, etcd_port: int = 0, say: Callab
         raise KubeRealError(f"{d}: not a directory of this user's that only it may write")
     if (d / STATE_FILE).exists():
         raise KubeRealError(f"{d}: holds a cluster that is not running; run: scripts/kube-real stop {d}")
-    for port, what, option in ((apiserver_port, "kube-apiserver", "--apiserver-port"),
-                               (etcd_port, "etcd", "--etcd-port")):
-        if port:
-            _check_port_free(port, what, option)
+    there = [n for n in _NAMES if os.path.lexists(d / n)]
+    if there:  # stop removes what start makes: never something of the same name that was there before
+        raise KubeRealError(f"{d}: already holds {', '.join(there)}, which kube-real did not make; "
+                            "name an empty or new directory")
     procs: list[Proc] = []
     try:
         pki = d / "pki"
@@ -655,9 +665,13 @@ def stop(dir_: str, say: Callable[[str], None] = print) -> None:
     if cluster is None:
         say(f"kube-real: nothing to stop in {d}")
         return
-    for line in _end(cluster.processes):
+    left = _end(cluster.processes)
+    for line in left:
         say(f"kube-real: {line}")
     _remove(cluster.made)
+    if not left:
+        ended = " and ".join(f"{p.name} (pid {p.pid})" for p in cluster.processes)
+        say(f"kube-real: stopped {ended}; removed what start made in {d}")
 
 
 # -- reading the audit log -----------------------------------------------------------------------------------
