@@ -28,6 +28,7 @@ from agent.config.loader import AgentConfig
 from agent.fs import durable
 from agent.fs.tree import Dir, open_dir
 from agent.host.layout import Layout
+from agent.host.selinux import restore_labels
 from upgrade_core import Slot
 from upgrade_core.errors import HostError, LayoutConflictError, NoExecError, NoSpaceError
 from upgrade_core.ports import LinkState, StagedCandidate
@@ -447,16 +448,21 @@ class AgentHost:
                 raise host_error("install the staged candidate", path, e) from None
 
     async def install_staged(self, staged: StagedCandidate) -> None:
-        """Rename the staging file onto its slot, then fsync the slot directory (case C12).
+        """Rename the staging file onto its slot, then fsync the slot directory (case C12), then restore the
+        slot's SELinux label when the host has SELinux enabled (:func:`agent.host.selinux.restore_labels`).
 
         Raises:
             SlotInUseError: ``current`` or ``last-good`` names the target slot; nothing changed.
-            HostError: the staging file is missing, of the wrong size, or the rename/fsync failed.
+            HostError: the staging file is missing, of the wrong size, or the rename/fsync failed; or
+                ``restorecon`` failed on the slot (the candidate is in its slot, no link names it: the
+                episode stops before the switch).
+            HostRefusedError: the ``restorecon`` on ``PATH`` is not one the agent may run (exit 4).
             RuntimeError: the path or slot do not belong together (caller misuse).
 
         Cancellation: shielded; may have happened when interrupted by a crash: re-check ``slot_sha256``.
         """
         await _in_thread_shielded(self._install_sync, staged)
+        await restore_labels([self.layout.slot_path(staged.slot)])
 
     # -- links -------------------------------------------------------------------------------------
     def _point_sync(self, link: str, slot: Slot) -> None:

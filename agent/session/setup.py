@@ -31,6 +31,7 @@ from agent.host.install_record import (
 from agent.host.lock import HostLock
 from agent.host.ownership import check_host_root, check_socket_path, check_state
 from agent.host.provision import Provisioner
+from agent.host.selinux import restore_labels
 from agent.logline import log
 from agent.release.sources import parse_sha256
 from agent.session.frame import EpisodeFrame
@@ -142,7 +143,7 @@ class Setup:
         try:
             # Intent before effect: each thing is listed in the install record before it is created.
             record.intend("dir", missing_dirs(lay.agent_dir) + missing_dirs(lay.bin_dir))
-            provision.create_layout_dirs()
+            await restore_labels(provision.create_layout_dirs(), recursive=True)
             record.intend("file", [lay.slot_path("blue")])
             record.intend("link", [lay.current_link, lay.last_good_link, lay.bin_link])
             await self._install_units(ports.service, record, start_operator=False)
