@@ -228,6 +228,15 @@ class NoExecError(HostError):
     exit_code: ClassVar[int] = 2
 
 
+class ActiveMachineError(HostError):
+    """A ``[[mirrors]] active_from`` file cannot tell the active machine: unreadable, not the host's own
+    (owner, mode), too large, not JSON, or its ``active_key`` names no absolute path (docs/configuration.md
+    ``[[mirrors]]``). Exit 2; the message names the file and the key. Before an episode opens nothing was
+    changed; at a mirror copy it fails that copy as any mirror failure does."""
+
+    exit_code: ClassVar[int] = 2
+
+
 class HostRefusedError(HostError):
     """The host refused: permission, ownership, file type, read-only file system; nothing was changed.
 

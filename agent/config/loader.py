@@ -438,22 +438,52 @@ class ScheduleSection:
 
 @attrs.frozen
 class MirrorEntry:
-    """One ``[[mirrors]]`` entry: an absolute path that receives a verified copy of the current slot.
+    """One ``[[mirrors]]`` entry: a path that receives a verified copy of the current slot
+    (docs/configuration.md ``[[mirrors]]``).
 
     Attributes:
-        path: the mirror file.
+        path: the mirror file: absolute; with ``active_from``, relative to the active machine's root (no
+            ``..``).
         root: the mirror tree it lies in ("" = ``path``'s directory); the tree may belong to another uid
             (a container's root), so the copy is confined beneath it: no component below ``root`` is
-            followed if it is a symlink (design §10).
+            followed if it is a symlink (design §10). Must be "" with ``active_from`` (the machine's root is
+            the tree).
+        active_from: "" or the absolute path of a JSON file the host keeps that names the active machine
+            (the seeds' kube1/kube2 nspawn machines); read at every copy (SPEC §12).
+        active_key: with ``active_from``, the JSON pointer (RFC 6901) of the active machine's root in it (an
+            absolute path string).
     """
 
-    path: str = attrs.field(validator=_absolute)
+    path: str = attrs.field()
     root: str = attrs.field(default="", validator=_absolute_or_empty)
+    active_from: str = attrs.field(default="", validator=_absolute_or_empty)
+    active_key: str = attrs.field(default="")
+
+    @path.validator
+    def _path_form(self, _attribute: object, value: str) -> None:
+        if not self.active_from:
+            if not os.path.isabs(value):
+                raise _BadValue("path", f"must be an absolute path (or relative with active_from), "
+                                        f"got {value!r}")
+            return
+        parts = value.split("/")
+        if not value or os.path.isabs(value) or ".." in parts:
+            raise _BadValue("path", f"must be relative to the active machine's root (no leading / and no ..) "
+                                    f"with active_from, got {value!r}")
 
     @root.validator
     def _root_holds_path(self, _attribute: object, value: str) -> None:
+        if value and self.active_from:
+            raise _BadValue("root", "must be empty with active_from: the active machine's root is the tree")
         if value and not os.path.normpath(self.path).startswith(os.path.normpath(value).rstrip("/") + "/"):
             raise _BadValue("root", f"{value} does not hold path {self.path}")
+
+    @active_key.validator
+    def _pointer(self, _attribute: object, value: str) -> None:
+        if bool(value) != bool(self.active_from):
+            raise _BadValue("active_key", "active_from and active_key go together")
+        if value and not value.startswith("/"):
+            raise _BadValue("active_key", f"must be a JSON pointer (RFC 6901) starting with /, got {value!r}")
 
 
 @attrs.frozen
@@ -609,7 +639,7 @@ def _substituted(cfg: AgentConfig, machine: str | None) -> AgentConfig:
                 raise _BadValue(f"{prefix}.{a.name}", str(e)) from None
         for k, v in changes.items():
             if k in ("root", "legacy_root", "state_dir", "unit_dir", "lock_path", "path", "spool_dir",
-                     "kubeconfig", "ca_file", "client_cert", "client_key") and v:
+                     "kubeconfig", "ca_file", "client_cert", "client_key", "active_from") and v:
                 changes[k] = os.path.normpath(v)
         try:
             return attrs.evolve(section, **changes)

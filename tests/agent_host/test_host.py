@@ -11,6 +11,7 @@ import pytest
 from agent.fs import durable
 from agent.host.adapter import AgentHost, ProtectedPathError, SlotInUseError
 from agent.host.install_record import Entry, Remover
+from agent.host.mirrors import Mirror
 from agent.host.provision import Provisioner
 from upgrade_core.errors import HostError, LayoutConflictError, NoSpaceError
 from upgrade_core.ports import LinkState, StagedCandidate
@@ -379,7 +380,7 @@ def test_from_config(tmp_path: Path) -> None:
     )
     host = AgentHost.from_config(cfg)
     assert host.slot_path("green") == str(tmp_path / "R" / "lib" / NAME / f"{NAME}-green")
-    assert host._mirrors == ((f"/m/{NAME}", ""),)
+    assert host._mirrors == (Mirror(f"/m/{NAME}"),)
     assert host._max_member_bytes == 7
 
 
