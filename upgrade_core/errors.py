@@ -80,6 +80,14 @@ class VerifyCannotRunError(VerifyError):
     condemns_release: ClassVar[bool] = False
 
 
+class HostRootMismatchError(VerifyError):
+    """The candidate answers ``host-root`` with another host root than this host's (a runtime built or
+    configured for another layout, the seeds' ``<candidate> host-root`` check); exit 1, refused before the
+    switch, the message naming both roots. Not known-bad: it may be right for hosts of its own root."""
+
+    condemns_release: ClassVar[bool] = False
+
+
 class VersionMismatchError(VerifyError):
     """The reported version differs from ``--expect-version`` (compared without a leading ``v``).
     Not known-bad: the request expected another release."""

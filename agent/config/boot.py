@@ -324,6 +324,7 @@ FAST_SCHEMA: dict[str, dict[str, Callable[[Any], bool]]] = {
         "unit": lambda v: _plain_service(v) and "-recover" not in v,
         "exec_args": _argv,
         "version_args": _argv,
+        "host_root_args": _argv,
         "member": lambda v: _text(v) and v != "",
         "member_policy": lambda v: v in ("exact", "select", "none"),
         # no "{" here: a substituted path's length is the full loader's to check; only an "[IPv6]:PORT"

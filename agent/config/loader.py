@@ -188,6 +188,10 @@ class AgentSection:
         socket: "" (the agent binds its own socket) or a ``ListenStream=`` value (a port, ``IPv4:PORT``,
             ``[IPv6]:PORT``, a unix socket path or ``@name``; :mod:`agent.systemd.listen`): ``install``
             renders ``NAME.socket`` and the agent unit takes its listening socket from systemd (design §11).
+        host_root_args: () or the arguments that make a candidate print the host root it works on (the
+            self-contained runtime managing itself: ``["--config", CFG, "host-root"]``); a candidate whose
+            answer differs from this host's root is refused (docs/candidate.md, "A runtime that checks its
+            host root").
     """
 
     name: str = attrs.field(validator=_agent_name)
@@ -197,6 +201,7 @@ class AgentSection:
     member: str = attrs.field(default="{name}-linux-{arch}", validator=_non_empty)
     member_policy: MemberPolicy = "exact"
     socket: str = attrs.field(default="", validator=_listen_stream)
+    host_root_args: tuple[str, ...] = attrs.field(default=(), validator=_argv)
 
 
 @attrs.frozen
