@@ -245,6 +245,14 @@ class ActiveMachineError(HostError):
     exit_code: ClassVar[int] = 2
 
 
+class HostMoveRefusedError(HostError):
+    """``upgrade-agent host move`` cannot start: the host root is not a link to the legacy root, an episode
+    is open, or a slot ``current`` or ``last-good`` names predates the host root (docs/host.md). Exit 2;
+    nothing was changed or journaled."""
+
+    exit_code: ClassVar[int] = 2
+
+
 class HostRefusedError(HostError):
     """The host refused: permission, ownership, file type, read-only file system; nothing was changed.
 

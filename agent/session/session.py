@@ -542,6 +542,10 @@ class Session:
             request, sha256=sha256, expect_version=expect_version, allow_unstable_paths=allow_unstable_paths
         )
 
+    async def host_move(self) -> UpgradeResult:
+        """``host move``: see :meth:`agent.session.setup.Setup.host_move`."""
+        return await self._setup.host_move()
+
     def units(self, *, bin_dir: str | None = None, config_path: str | None = None) -> dict[str, str]:
         """The rendered unit files: see :meth:`agent.session.setup.Setup.units`."""
         return self._setup.units(bin_dir=bin_dir, config_path=config_path)

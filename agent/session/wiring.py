@@ -27,6 +27,7 @@ from agent.config.loader import AgentConfig
 from agent.crashhook import crash_point
 from agent.errors import journal_error
 from agent.host.adapter import AgentHost
+from agent.host.hostmove import RootMover
 from agent.host.lock import HostLock
 from agent.host.provision import Provisioner
 from journal import JournalFullError, JournalPoisonedError, JournalWriter
@@ -404,5 +405,6 @@ async def wire(
         probe=make_probe(cfg.health.http_probe, cfg.health.command_probe),
         sink=FileResultSink(cfg.host.state_dir),
         ids=Ids(),
+        mover=RootMover(host),
     )
     return Wired(ports=ports, policy=policy_from(cfg), host=host, journal=journal)
