@@ -755,6 +755,6 @@ def read_paths(path: str) -> tuple[str, str, str]:
     """
     quick = quick_paths(path)
     if quick is not None:
-        return quick
+        return quick[:3]
     cfg = load_config(path)
     return cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path

@@ -364,7 +364,8 @@ class Session:
         try:
             result = await self._frame.write(lambda p, pol, f: recover(p, pol, trigger, folder=f))
             if trigger == "timer" and isinstance(result, UpgradeResult) and result.operation is None:
-                return await self._switch_in_window(result)
+                repaired = await self._setup.converge()  # docs/recovery.md, "A damaged layout"
+                return repaired if repaired is not None else await self._switch_in_window(result)
             return result
         except LockBusyError:
             if trigger != "timer":

@@ -114,6 +114,7 @@ class Setup:
         check_socket_path(self.config)  # systemd would bind (and unlink) that path on the agent's word
         provision = Provisioner(self.host)
         source_override: Any = None
+        adopting_slot = False
         if request is None:
             found = provision.find_adoptable()
             if found is None:
@@ -124,6 +125,7 @@ class Setup:
                     f"nothing to adopt at {self.host.layout.bin_link} or under host.legacy_root; "
                     "pass --archive"
                 )
+            adopting_slot = found.kind == "slot"
             if found.kind != "legacy_layout":  # a legacy layout is linked as it is: no file to stage
                 request = make_request(found.source, allow_http=self.config.download.allow_http,
                                        sha256=sha256, expect_version=expect_version)
@@ -136,9 +138,9 @@ class Setup:
                 lambda p, pol, f: self._install_again(p, request), source_override=source_override,
                 signature=request.signature, fetches=source_override is None,
             )
-        provision.check_bare()  # before the lock file too: a refusal leaves the host untouched
+        provision.check_bare(adopting_slot=adopting_slot)  # before the lock file: a refusal touches nothing
         return await self._frame.write(
-            lambda p, pol, f: self._install_bare(p, pol, f, request, provision),
+            lambda p, pol, f: self._install_bare(p, pol, f, request, provision, adopting_slot),
             source_override=source_override,
             operation=request.operation,
             signature=request.signature,
@@ -146,9 +148,10 @@ class Setup:
         )
 
     async def _install_bare(
-        self, ports: Ports, policy: Policy, folder: Folder, request: UpgradeRequest, provision: Any
+        self, ports: Ports, policy: Policy, folder: Folder, request: UpgradeRequest, provision: Any,
+        adopting_slot: bool = False,
     ) -> UpgradeResult:
-        provision.check_bare()
+        provision.check_bare(adopting_slot=adopting_slot)
         record = self.install_record()
         lay = self.host.layout
         done = False
@@ -156,7 +159,8 @@ class Setup:
             # Intent before effect: each thing is listed in the install record before it is created.
             record.intend("dir", missing_dirs(lay.agent_dir) + missing_dirs(lay.bin_dir))
             await restore_labels(provision.create_layout_dirs(), recursive=True)
-            record.intend("file", [lay.slot_path("blue")])
+            # a slot an adoption starts from was there before: a failed install's clean-up must not take it
+            record.intend("file", [p for p in [lay.slot_path("blue")] if not os.path.lexists(p)])
             record.intend("link", [lay.current_link, lay.last_good_link, lay.bin_link])
             await self._install_units(ports.service, record, start_operator=False)
             result = await run_install(ports, policy, request, folder=folder)
@@ -298,6 +302,29 @@ class Setup:
         await self._install_units(service, record)
         await service.start()
         return UpgradeResult(None, "noop", slot=self.host.links().current, reason="adopted legacy layout")
+
+    async def converge(self) -> UpgradeResult | None:
+        """The recovery timer's converge step (docs/recovery.md, "A damaged layout"): a host whose
+        ``current`` link is gone (damaged or reset by hand after install) is adopted again exactly as
+        ``install`` without ``--archive`` would (:meth:`install`: a journaled ``install`` episode from the
+        slot holding a plain executable, blue first, or from a legacy single binary; units, start, health
+        check). A slot holding a verified binary is never overwritten: blue is re-installed from itself
+        (the same bytes) or, when blue holds no executable, from green or the legacy binary.
+
+        Returns:
+            The install's result, or None when there is nothing to repair (``current`` names a slot, or
+            nothing can be adopted; a legacy layout to link is left to ``install``).
+
+        Raises:
+            As :meth:`install`.
+        """
+        if self.host.is_installed():
+            return None
+        found = Provisioner(self.host).find_adoptable()
+        if found is None or found.kind == "legacy_layout":
+            return None
+        log(f"recover: {self.host.current_link_path()} is missing; adopting {found.source} as install would")
+        return await self.install()
 
     async def host_move(self) -> UpgradeResult:
         """``host move`` (docs/host.md, "Moving a linked host into a real root"): a host root that is a link
