@@ -103,12 +103,13 @@ async def open_host_move(
         JournalError: an append failed.
     """
     mover = _mover(run)
-    policy_ep = ev.EpisodeOpened(
+    # A host move restarts and checks nothing: its health policy fields are nominal.
+    opened = ev.EpisodeOpened(
         operation=operation, kind="host-move", source=f"host move {intent.legacy_root} -> {intent.root}",
         expected_sha256=None, expected_version=None, from_slot=intent.current_slot, from_version=from_version,
         max_health_attempts=1, stability_s=0.0, health_timeout_s=1.0, boot_id=run.p.clock.boot_id(),
     )
-    await run.emit(operation, policy_ep)
+    await run.emit(operation, opened)
     staging = intent.staging_path
 
     async def effect() -> None:
