@@ -9,7 +9,10 @@ The steps that call it and their tags:
 - each journal append, once its record is durable: the event's stable tag (``agent/session/wiring.py``);
 - the operator, after each status it published: ``operator-InProgress``, ``operator-terminal``;
 - each unit file written durably by the systemd binding: ``unit-file`` (so ``unit-file#2`` is the moment
-  between the second and the third write of one ``install``; ``agent/systemd/manager.py``).
+  between the second and the third write of one ``install``; ``agent/systemd/manager.py``);
+- ``host move``, between its records: ``host-move-copied`` (the copy made and labelled, before the
+  exchange) and ``host-move-exchanged`` (the exchange durable, the old link not removed yet;
+  ``agent/host/hostmove.py``).
 
 A foundation module (no import of the project) so that every layer can mark its steps.
 """

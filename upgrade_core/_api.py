@@ -15,6 +15,7 @@ from ._decide import (
     PublishAndClose,
     ResumeHealth,
     Rollback,
+    SettleHostMove,
     decide,
 )
 from ._events import *  # noqa: F403
@@ -28,6 +29,7 @@ from ._flows import (
     resume_self_upgrade,
     rollback_target,
     run_activate,
+    run_host_move,
     run_install,
     run_rollback,
     run_upgrade,
@@ -36,6 +38,7 @@ from ._flows import (
 from ._fold import EpisodeView, Folder, JournalView, LeftStoppedCandidate, PendingActivation, fold
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, Verdict
 from ._history import summarize_history
+from ._hostmove import move_refusal
 from ._operations import (
     PHASE_OF_RESULT,
     TERMINAL_PHASES,

@@ -150,6 +150,12 @@ class PublishAndClose:
 
 
 @attrs.frozen
+class SettleHostMove:
+    """A ``host move`` cut after ``HostMoveIntended``: the host decides whether its exchange landed (finish
+    and commit) or not (remove the copy and abort); see :func:`upgrade_core._hostmove.settle_host_move`."""
+
+
+@attrs.frozen
 class CloseOnly:
     """The result is published; only ``EpisodeClosed`` is missing."""
 
@@ -158,7 +164,7 @@ class CloseOnly:
 
 Plan = (
     NoOp | Abort | ResumeHealth | Commit | Rollback | FinishRollback | PublishAndClose | CloseOnly
-    | LeaveStopped | CheckLeftStopped
+    | LeaveStopped | CheckLeftStopped | SettleHostMove
 )
 """What recovery does; the orchestrator carries out the plan's fields as given."""
 
@@ -191,6 +197,7 @@ def decide(view: JournalView, facts: HostFacts) -> Plan:
         - a terminal state not published -> :class:`PublishAndClose` (after ``UpgradeCommitted``: never
           a rollback; after ``StagedForActivation``: ``staged``);
         - ``RollbackStarted`` without ``RolledBack`` -> :class:`FinishRollback`;
+        - ``HostMoveIntended`` without ``HostMoved`` -> :class:`SettleHostMove` (the host decides);
         - published, not closed -> :class:`CloseOnly`.
     """
     ep = view.open_episode
@@ -242,6 +249,8 @@ def _decide_open(ep: EpisodeView, facts: HostFacts) -> Plan:
         return _active_candidate(ep, confirm_switch=False)
     if state is _S.HEALTHY:
         return Commit()
+    if state is _S.MOVING:
+        return SettleHostMove()
     if state is _S.ROLLING_BACK:
         assert ep.rollback_slot is not None
         open_attempt = ep.rollback_attempts_started > ep.rollback_attempts_failed

@@ -24,7 +24,7 @@ ResultValue = Literal[
     "committed", "rolled_back", "aborted", "noop", "needs_attention", "staged", "switched_stopped"
 ]
 EpisodeKind = Literal[
-    "upgrade", "install", "self_upgrade", "quarantine", "rollback", "trust-reset", "activate"
+    "upgrade", "install", "self_upgrade", "quarantine", "rollback", "trust-reset", "activate", "host-move"
 ]
 Trigger = Literal["boot", "on-failure", "manual", "timer", "upgrade", "resume"]
 HealthTarget = Literal["candidate", "last_good"]
@@ -507,6 +507,42 @@ class TrustReset(Event):
     known_bad: tuple[str, ...]
 
 
+@attrs.frozen
+class HostMoveIntended(Event):
+    """Intent of ``upgrade-agent host move`` (docs/host.md, "Moving a linked host into a real root"): the
+    host root ``root`` is a link to the legacy root ``legacy_root`` that ``install`` adopted, and its layout
+    is about to be copied into ``staging_path`` (a new directory beside ``root``), which then takes the link's
+    place in one atomic exchange. Durable before anything is created. The slots ``current`` and ``last-good``
+    name, with the digests they held when checked (none predates the host root), are recorded so that the
+    move is judged against them again before the exchange.
+
+    Attributes:
+        root: ``host.root`` (absolute).
+        legacy_root: ``host.legacy_root``, what ``root`` links to.
+        staging_path: the copy's directory, ``<dirname(root)>/.<basename(root)>.move-<hex>``.
+        current_slot / current_sha256: what ``current`` named and the bytes of that slot (64 hex).
+        last_good_slot / last_good_sha256: the same for ``last-good``.
+    """
+
+    TAG: ClassVar[str] = "HostMoveIntended"
+    root: str
+    legacy_root: str
+    staging_path: str
+    current_slot: Slot
+    current_sha256: str
+    last_good_slot: Slot
+    last_good_sha256: str
+
+
+@attrs.frozen
+class HostMoved(Event):
+    """Completion of a host move: ``root`` is now a real directory holding the layout (the exchange
+    landed and the link it replaced is gone). The legacy root's files are left where they are."""
+
+    TAG: ClassVar[str] = "HostMoved"
+    root: str
+
+
 # -- history kept across compaction -----------------------------------------------------------------
 @attrs.frozen
 class EpisodeSummary:
@@ -572,11 +608,15 @@ class KnownBadMark:
 
 @attrs.frozen
 class SlotVersion:
-    """What the journal knows of a slot's binary at ``seq``: the version it reported (None: unknown)."""
+    """What the journal knows of a slot's binary at ``seq``: the version it reported (None: unknown) and,
+    when an episode of this host installed the bytes (``CandidateInstalled``), their digest (64 hex; None:
+    the bytes came from elsewhere, e.g. a legacy layout adopted as it was, or a snapshot written before
+    digests were kept). ``host move`` refuses while a slot holds bytes no episode installed (docs/host.md)."""
 
     seq: int
     slot: Slot
     version: str | None
+    sha256: str | None = None
 
 
 @attrs.frozen
@@ -714,4 +754,6 @@ ALL_EVENTS: tuple[type[Event], ...] = (
     StagedCandidateChecked,
     UnitFoundStopped,
     LeftStopped,
+    HostMoveIntended,
+    HostMoved,
 )

@@ -29,9 +29,11 @@ from ._events import EpisodeKind, Slot, Trigger, UpgradeResult, other_slot
 from ._flow_types import HandedOff, Policy, RestartScheduled, ResumeOutcome, UpgradeRequest
 from ._fold import Folder
 from ._health import Failed, Passed
+from ._hostmove import move_refusal, open_host_move
 from ._steps import FlowRun
 from .errors import (
     AlreadyInstalledError,
+    HostMoveRefusedError,
     NothingStagedError,
     NothingToRollBackError,
     NotInstalledError,
@@ -534,6 +536,54 @@ async def record_trust_reset(
     return result
 
 
+async def run_host_move(
+    ports: Ports,
+    policy: Policy,
+    operation: str,
+    *,
+    root: str,
+    legacy_root: str,
+    staging_path: str,
+    digests: dict[Slot, str | None],
+    folder: Folder | None = None,
+) -> UpgradeResult:
+    """``upgrade-agent host move`` (docs/host.md): refuse by :func:`~upgrade_core.move_refusal`, else open a
+    ``host-move`` episode and move the host root (:mod:`upgrade_core._hostmove`). The caller holds the host
+    lock and checked that ``root`` is a link to ``legacy_root``.
+
+    Args:
+        ports: the world; ``ports.mover`` does the files.
+        policy: as :func:`run_upgrade`.
+        operation: the episode id.
+        root / legacy_root: ``host.root`` and what it links to.
+        staging_path: the copy's directory beside ``root`` (absent).
+        digests: each slot's sha256 read from the host now (None: missing or empty).
+        folder: as :func:`run_upgrade`.
+
+    Returns:
+        ``committed`` or ``aborted`` (undone before the exchange).
+
+    Raises:
+        HostMoveRefusedError: :func:`~upgrade_core.move_refusal` says why (exit 2); nothing journaled.
+        HostError: a failure after the exchange (the episode stays open for recovery).
+        JournalError: an append failed.
+    """
+    run = FlowRun(ports, policy, folder)
+    view = run.folder.view()
+    links = ports.host.links()
+    refusal = move_refusal(view, links, digests)
+    if refusal is not None:
+        raise HostMoveRefusedError(f"{root}: not moved: {refusal}")
+    assert links.current is not None and links.last_good is not None  # move_refusal checked both
+    current_sha, last_good_sha = digests[links.current], digests[links.last_good]
+    assert current_sha is not None and last_good_sha is not None
+    intent = ev.HostMoveIntended(root, legacy_root, staging_path, links.current, current_sha, links.last_good,
+                                 last_good_sha)
+    with anyio.CancelScope(shield=True):
+        result = await open_host_move(run, operation, intent, view.slot_versions.get(links.current))
+    return result
+
+
 async def _record_only(
     ports: Ports,
     policy: Policy,
@@ -567,6 +617,7 @@ __all__ = [
     "resume_self_upgrade",
     "rollback_target",
     "run_activate",
+    "run_host_move",
     "run_install",
     "run_rollback",
     "run_upgrade",

@@ -88,6 +88,8 @@ class EpisodeView:
             not ``activate``, switches to its candidate, inside the maintenance window.
         unit_found_stopped: ``UnitFoundStopped`` was journaled: an ``activate`` that found the agent unit
             stopped on purpose, and so switches without starting it (design §4.7).
+        move: a ``host-move`` episode's ``HostMoveIntended`` (the root, the legacy root, the copy's
+            directory), or None.
     """
 
     episode_id: str
@@ -146,6 +148,7 @@ class EpisodeView:
     staged_by: str | None = None
     switch_in_window: bool = False
     unit_found_stopped: bool = False
+    move: ev.HostMoveIntended | None = None
 
     # -- derived facts ---------------------------------------------------------------------------------
     @property
@@ -286,6 +289,12 @@ class EpisodeView:
             return UpgradeResult(
                 self.episode_id, "noop", self.from_version, self.unchanged_version, self.from_slot, None
             )
+        if state is _S.MOVED and self.move is not None:
+            return UpgradeResult(
+                self.episode_id, "committed", self.from_version, self.from_version, self.from_slot,
+                f"host root {self.move.root} is a real directory now, no longer a link to "
+                f"{self.move.legacy_root} (whose files are left in place)",
+            )
         if state is _S.ROLLED_BACK:
             return UpgradeResult(
                 self.episode_id, "rolled_back", self.from_version, self.candidate_version, self.rollback_slot,
@@ -366,6 +375,9 @@ class JournalView:
             opening, ``EpisodeSummary.opened_seq``).
         slot_versions: slot -> the version its current binary reported, as far as the journal knows (kept
             across compaction and quarantine: ``JournalFacts.slot_versions``).
+        installed_digests: slot -> the digest of the bytes an episode of this host last installed in it
+            (``CandidateInstalled``; kept across compaction and quarantine with ``slot_versions``); a slot
+            missing here holds bytes no episode installed (a legacy layout adopted as it was).
         last_seq: the last sequence number, 0 for an empty journal.
         security_watermark: the highest ``security_version`` of a signed release committed on this host
             since the latest ``TrustReset`` (``UpgradeCommitted`` in an episode with ``ReleaseTrusted``, or
@@ -397,6 +409,7 @@ class JournalView:
     signed_security_versions: dict[str, int] = attrs.Factory(dict)
     staged: PendingActivation | None = None
     left_stopped: LeftStoppedCandidate | None = None
+    installed_digests: dict[Slot, str] = attrs.Factory(dict)
 
     def rollback_refusal(self, slot: Slot, sha256: str | None) -> str | None:
         """Why an operator rollback to ``slot``, whose bytes hash to ``sha256`` (None: unknown), is refused by
@@ -531,6 +544,9 @@ class Folder:
                 signed_security_versions=dict(self._signed),
                 staged=self._staged,
                 left_stopped=self._left_stopped,
+                installed_digests={
+                    slot: f.sha256 for slot, f in sorted(self._slot_facts.items()) if f.sha256 is not None
+                },
             )
         return self._cache
 
@@ -707,7 +723,7 @@ class Folder:
         f["staging_path"] = None
         self._staged = None  # the inactive slot now holds these bytes, whatever was staged there before
         self._staged_said = True
-        self._slot_fact(ev.SlotVersion(seq, e.slot, f.get("candidate_version")))
+        self._slot_fact(ev.SlotVersion(seq, e.slot, f.get("candidate_version"), e.sha256))
 
     def _h_last_good(self, ep: _Ep, e: ev.LastGoodRepointed, seq: int) -> None:
         ep.fields["last_good_slot"] = e.slot
@@ -733,7 +749,8 @@ class Folder:
             f["candidate_sha256"] = f["expected_sha256"]
             version = f.get("candidate_version")
             if version is not None:
-                self._slot_fact(ev.SlotVersion(seq, e.candidate_slot, version))
+                installed = self._installed(e.candidate_slot, f["expected_sha256"])
+                self._slot_fact(ev.SlotVersion(seq, e.candidate_slot, version, installed))
             _refresh(ep)
 
     def _h_staged_for_activation(self, ep: _Ep, e: ev.StagedForActivation, seq: int) -> None:
@@ -846,8 +863,19 @@ class Folder:
     def _h_quarantined(self, ep: _Ep, e: ev.JournalQuarantined, seq: int) -> None:
         ep.fields["unchanged_version"] = e.current_version
         ep.fields["last_good_slot"] = e.last_good_slot
-        self._slot_fact(ev.SlotVersion(seq, e.last_good_slot, e.last_good_version))
-        self._slot_fact(ev.SlotVersion(seq, e.current_slot, e.current_version))
+        last_good = self._installed(e.last_good_slot, e.last_good_sha256)
+        current = self._installed(e.current_slot, e.current_sha256)
+        self._slot_fact(ev.SlotVersion(seq, e.last_good_slot, e.last_good_version, last_good))
+        self._slot_fact(ev.SlotVersion(seq, e.current_slot, e.current_version, current))
+
+    def _installed(self, slot: Slot, sha256: str | None) -> str | None:
+        """``sha256`` when an episode installed exactly those bytes in ``slot`` (a fact that a record naming
+        the slot's digest keeps), else None: the bytes' provenance is not known."""
+        old = self._slot_facts.get(slot)
+        return sha256 if old is not None and sha256 is not None and old.sha256 == sha256 else None
+
+    def _h_move_intended(self, ep: _Ep, e: ev.HostMoveIntended, seq: int) -> None:
+        ep.fields["move"] = e
 
     def _h_trust_reset(self, ep: _Ep, e: ev.TrustReset, seq: int) -> None:
         self._reset_seq = seq
@@ -891,6 +919,7 @@ _HANDLERS: Final[dict[type[ev.Event], Callable[[Folder, _Ep, Any, int], None]]] 
     ev.Aborted: Folder._h_aborted,
     ev.JournalQuarantined: Folder._h_quarantined,
     ev.TrustReset: Folder._h_trust_reset,
+    ev.HostMoveIntended: Folder._h_move_intended,
     ev.ResultPublished: Folder._h_published,
     ev.EpisodeClosed: Folder._h_closed,
     ev.RecoveryStarted: Folder._h_recovery,

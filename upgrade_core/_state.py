@@ -53,6 +53,8 @@ class EpisodeState(enum.Enum):
     VERIFIED = "verified"
     READY = "ready"
     LEFT_STOPPED = "left_stopped"
+    MOVING = "moving"
+    MOVED = "moved"
     SWITCHING = "switching"
     SWITCHED = "switched"
     RESTARTED = "restarted"
@@ -105,6 +107,11 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     # ``activate`` on a host whose agent unit was stopped on purpose (design §4.7): the observation, before
     # the switch (next_state: an ``activate`` whose staged bytes matched, ``inactive`` only, once).
     (S.VERIFIED, ev.UnitFoundStopped.TAG): S.VERIFIED,
+    # ``host move`` (docs/host.md): the layout under the compatibility link is copied into a real host root
+    # that takes the link's place in one exchange; an exchange that never landed is undone (aborted).
+    (S.OPENED, ev.HostMoveIntended.TAG): S.MOVING,
+    (S.MOVING, ev.HostMoved.TAG): S.MOVED,
+    (S.MOVING, ev.Aborted.TAG): S.ABORTED,
     # -- the switch: intent, then completion; a switch that never landed is aborted ---------------------
     (S.VERIFIED, ev.SwitchIntended.TAG): S.SWITCHING,
     (S.SWITCHING, ev.SwitchCommitted.TAG): S.SWITCHED,
@@ -149,6 +156,7 @@ _T: dict[tuple[EpisodeState, str], EpisodeState] = {
     (S.NEEDS_ATTENTION, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.READY, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.LEFT_STOPPED, ev.ResultPublished.TAG): S.PUBLISHED,
+    (S.MOVED, ev.ResultPublished.TAG): S.PUBLISHED,
     (S.PUBLISHED, ev.EpisodeClosed.TAG): S.CLOSED,
 }
 # A recovery may take over an open episode in any state, any number of times (crashes inside recovery).
@@ -159,7 +167,7 @@ TRANSITIONS: Final[dict[tuple[EpisodeState, str], EpisodeState]] = _T
 """The lifecycle: ``(state, event TAG) -> next state``. Anything absent is illegal."""
 
 TERMINAL_STATES: Final = frozenset(
-    {S.COMMITTED, S.UNCHANGED, S.ABORTED, S.ROLLED_BACK, S.NEEDS_ATTENTION, S.READY, S.LEFT_STOPPED}
+    {S.COMMITTED, S.UNCHANGED, S.ABORTED, S.ROLLED_BACK, S.NEEDS_ATTENTION, S.READY, S.LEFT_STOPPED, S.MOVED}
 )
 """States holding a terminal result that still has to be published."""
 
@@ -253,8 +261,8 @@ class EpisodeContext:
 
     Attributes:
         episode_id: the episode the next event belongs to.
-        kind: ``upgrade``, ``install``, ``self_upgrade``, ``quarantine``, ``rollback``, ``trust-reset`` or
-            ``activate``; None before ``EpisodeOpened``.
+        kind: ``upgrade``, ``install``, ``self_upgrade``, ``quarantine``, ``rollback``, ``trust-reset``,
+            ``activate`` or ``host-move``; None before ``EpisodeOpened``.
         candidate_slot / candidate_sha256: what ``CandidateStaged`` recorded (slot, 64 hex), or None; for a
             ``rollback`` episode the last-good slot its ``SwitchIntended`` names and the digest its
             ``EpisodeOpened`` expected; for an ``activate`` episode the staged slot and digest its
@@ -293,6 +301,7 @@ _OPENED: Final = S.OPENED
 _UNCHANGED: Final = S.UNCHANGED
 _READY: Final = S.READY
 _LEFT_STOPPED: Final = S.LEFT_STOPPED
+_MOVED: Final = S.MOVED
 _ROLLING_BACK: Final = S.ROLLING_BACK
 _ACTIVE: Final = (S.SWITCHED, S.RESTARTED)
 
@@ -443,9 +452,11 @@ def _verified_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Candidate
 def _rollback_kind_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.Event) -> str | None:
     """A ``rollback`` episode fetches nothing and never moves ``last-good`` (docs/recovery.md: a failed
     rollback leaves both links as they were; a committed one leaves both naming the rolled-back-to slot).
-    An ``activate`` fetches nothing either: its candidate was staged by an earlier episode."""
-    if ctx.kind == "rollback":
-        return f"{event.TAG} in a rollback episode"
+    An ``activate`` fetches nothing either: its candidate was staged by an earlier episode. A
+    ``host-move`` episode only moves the host root (docs/host.md): from its opening only
+    ``HostMoveIntended`` or an abort."""
+    if ctx.kind in ("rollback", "host-move"):
+        return f"{event.TAG} in a {ctx.kind} episode"
     if ctx.kind == "activate" and type(event) is ev.ArchiveFetched:
         return "ArchiveFetched in an activate episode"
     return None
@@ -466,13 +477,23 @@ def _trust_reset_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.TrustR
     return None
 
 
+def _host_move_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.HostMoveIntended) -> str | None:
+    """docs/host.md: only a ``host-move`` episode moves the host root (and it does nothing else)."""
+    if ctx.kind != "host-move":
+        return f"HostMoveIntended in a {ctx.kind} episode"
+    return None
+
+
 def _published_rule(state: EpisodeState, ctx: EpisodeContext, event: ev.ResultPublished) -> str | None:
-    """design §4.3 step 4: an unchanged candidate publishes ``noop``, nothing else."""
+    """design §4.3 step 4: an unchanged candidate publishes ``noop``, nothing else; a host move that
+    landed, ``committed``."""
     if state is _UNCHANGED and event.result.result != "noop":
         return f"{event.result.result} published for an unchanged candidate"
     if (state is _READY) != (event.result.result == "staged"):
         return f"{event.result.result} published in state {state.value}"
     if (state is _LEFT_STOPPED) != (event.result.result == "switched_stopped"):
+        return f"{event.result.result} published in state {state.value}"
+    if state is _MOVED and event.result.result != "committed":
         return f"{event.result.result} published in state {state.value}"
     return None
 
@@ -499,6 +520,7 @@ _RULES: Final[dict[type[ev.Event], _Rule]] = {
     ev.EpisodeClosed: _closed_rule,
     ev.JournalQuarantined: _quarantined_rule,
     ev.TrustReset: _trust_reset_rule,
+    ev.HostMoveIntended: _host_move_rule,
     ev.CandidateVerified: _verified_rule,
     ev.ArchiveFetched: _rollback_kind_rule,
     ev.LastGoodRepointed: _rollback_kind_rule,

@@ -32,6 +32,7 @@ from ._decide import (
     PublishAndClose,
     ResumeHealth,
     Rollback,
+    SettleHostMove,
     decide,
 )
 from ._events import EpisodeKind, HealthTarget, Slot, Trigger, UpgradeResult
@@ -39,6 +40,7 @@ from ._executor import CheckedJournal, StepExecutor
 from ._flow_types import HandedOff, Policy, UpgradeRequest
 from ._fold import EpisodeView, Folder, LeftStoppedCandidate
 from ._health import Expectation, Failed, HealthJudge, Passed, Pending, backoff_gap
+from ._hostmove import settle_host_move
 from ._state import EpisodeState
 from ._watermark import release_refusal
 from .errors import (
@@ -615,6 +617,8 @@ class FlowRun(StepExecutor):
                 if boot:
                     return await self.boot_hand_off(op, close, "candidate")
                 return await self.after_switch(op, left, close_open_attempt=close)
+            case SettleHostMove():
+                return await settle_host_move(self, op)
             case Commit():
                 return await self.commit(op)
             case LeaveStopped(confirm_switch=confirm):

@@ -38,6 +38,7 @@ from ._events import (
     HealthFailed,
     HistorySnapshot,
     LeftStoppedCandidate,
+    SlotVersion,
     StagedForActivation,
     StagedSummary,
 )
@@ -70,6 +71,7 @@ def _make_converter() -> cattrs.Converter:
     conv.register_unstructure_hook(
         LeftStoppedCandidate, make_dict_unstructure_fn(LeftStoppedCandidate, conv, changed=omit)
     )
+    conv.register_unstructure_hook(SlotVersion, make_dict_unstructure_fn(SlotVersion, conv, sha256=omit))
     conv.register_unstructure_hook(
         HistorySnapshot,
         make_dict_unstructure_fn(HistorySnapshot, conv, facts=omit, staged=omit, left_stopped=omit),

@@ -80,6 +80,14 @@ class VerifyCannotRunError(VerifyError):
     condemns_release: ClassVar[bool] = False
 
 
+class HostRootMismatchError(VerifyError):
+    """The candidate answers ``host-root`` with another host root than this host's (a runtime built or
+    configured for another layout, the seeds' ``<candidate> host-root`` check); exit 1, refused before the
+    switch, the message naming both roots. Not known-bad: it may be right for hosts of its own root."""
+
+    condemns_release: ClassVar[bool] = False
+
+
 class VersionMismatchError(VerifyError):
     """The reported version differs from ``--expect-version`` (compared without a leading ``v``).
     Not known-bad: the request expected another release."""
@@ -224,6 +232,23 @@ class NoSpaceError(HostError):
 
 class NoExecError(HostError):
     """The host root is mounted ``noexec``: a staged binary could never run. Exit 2."""
+
+    exit_code: ClassVar[int] = 2
+
+
+class ActiveMachineError(HostError):
+    """A ``[[mirrors]] active_from`` file cannot tell the active machine: unreadable, not the host's own
+    (owner, mode), too large, not JSON, or its ``active_key`` names no absolute path (docs/configuration.md
+    ``[[mirrors]]``). Exit 2; the message names the file and the key. Before an episode opens nothing was
+    changed; at a mirror copy it fails that copy as any mirror failure does."""
+
+    exit_code: ClassVar[int] = 2
+
+
+class HostMoveRefusedError(HostError):
+    """``upgrade-agent host move`` cannot start: the host root is not a link to the legacy root, an episode
+    is open, or a slot ``current`` or ``last-good`` names predates the host root (docs/host.md). Exit 2;
+    nothing was changed or journaled."""
 
     exit_code: ClassVar[int] = 2
 

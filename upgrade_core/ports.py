@@ -365,6 +365,60 @@ class ResultSink(Protocol):
         ...
 
 
+class HostMover(Protocol):
+    """Moves a host root that is a link to the legacy root into a real directory (``upgrade-agent host
+    move``, docs/host.md). Each step names the copy's directory ``staging`` that ``HostMoveIntended``
+    recorded; every step is idempotent, so recovery may repeat any of them.
+    """
+
+    async def copy(self, staging: str) -> dict[Slot, str]:
+        """Copy the layout (both slots, the ``current``/``last-good`` links, ``R/bin/NAME``) into
+        ``staging``, a new directory beside the root, durably (files, then directories, fsynced), and
+        restore its SELinux labels; an earlier partial copy of that name is removed first.
+
+        Returns:
+            The sha256 (64 hex) of each slot file copied, read from the copy.
+
+        Raises:
+            upgrade_core.errors.HostError: a copy failed (the partial copy is left for :meth:`undo`).
+
+        Cancellation: may have happened in part; :meth:`undo` removes it.
+        """
+        ...
+
+    async def swap(self, staging: str) -> None:
+        """Exchange ``staging`` and the root link in one atomic rename (``RENAME_EXCHANGE``), fsync their
+        directory: the root is a real directory from then on, and ``staging`` names the old link.
+
+        Raises:
+            upgrade_core.errors.HostError: the exchange was refused; nothing changed.
+
+        Cancellation: shielded; re-check with :meth:`landed`.
+        """
+        ...
+
+    def landed(self, staging: str) -> bool:
+        """True when the root is a real directory holding the layout (the exchange landed)."""
+        ...
+
+    async def finish(self, staging: str) -> None:
+        """After a landed exchange: remove the old link left at ``staging`` (nothing when absent), fsync.
+
+        Raises:
+            upgrade_core.errors.HostError: it cannot be removed.
+        """
+        ...
+
+    async def undo(self, staging: str) -> None:
+        """Before a landed exchange: remove the copy at ``staging`` (only what the copy made; nothing when
+        absent). The root link is untouched.
+
+        Raises:
+            upgrade_core.errors.HostError: it cannot be removed.
+        """
+        ...
+
+
 @attrs.frozen
 class Ports:
     """Everything the orchestrator may touch (design §2). ``agent.session.wiring`` and ``tests/sim`` build
@@ -379,3 +433,5 @@ class Ports:
     probe: HealthProbe
     sink: ResultSink
     ids: IdSource
+    mover: HostMover | None = None
+    """``upgrade-agent host move``'s binding; None where no host root can be moved (the simulator)."""

@@ -184,6 +184,9 @@ def build_parser(*, wants_json: bool = False) -> argparse.ArgumentParser:
     )
     p = cmd("trust", "anti-rollback state (reset: clear the watermark and the known-bad releases, journaled)")
     p.add_argument("action", choices=["reset"], help="reset: clear the watermark and the known-bad releases")
+    p = cmd("host", "the host root (move: a root linked to host.legacy_root becomes a real directory)")
+    p.add_argument("action", choices=["move"],
+                   help="move: copy the layout into a real host root that takes the link's place atomically")
     cmd("units", "print the rendered unit files")
     cmd("host-root", "print the resolved host root; changes nothing")
     cmd("reset", "stop, disable and remove the agent's units")

@@ -192,9 +192,9 @@ def decode_config(path: str, data: bytes) -> str:
     return text
 
 
-def quick_paths(path: str) -> tuple[str, str, str] | None:
-    """Read ``(agent.name, host.state_dir, host.lock_path)`` with :func:`agent.config.quicktoml.loads_plain`
-    only, substituted; None when unsure.
+def quick_paths(path: str) -> tuple[str, str, str, str] | None:
+    """Read ``(agent.name, host.state_dir, host.lock_path, host.root)`` with
+    :func:`agent.config.quicktoml.loads_plain` only, substituted; None when unsure.
 
     The whole file must pass the stdlib pre-check :func:`plausibly_valid`, and the three keys must be usable;
     anything unexpected (unreadable file, bad TOML, an unknown key, a bad value, an unsupported ``{arch}``)
@@ -205,8 +205,8 @@ def quick_paths(path: str) -> tuple[str, str, str] | None:
         path: the configuration file.
 
     Returns:
-        ``(name, state_dir, lock_path)``, paths absolute and normalised as the full loader gives them, or
-        None.
+        ``(name, state_dir, lock_path, root)``, paths absolute and normalised as the full loader gives them,
+        or None.
     """
     try:
         data = read_regular_file(path, trusted=True)
@@ -324,6 +324,7 @@ FAST_SCHEMA: dict[str, dict[str, Callable[[Any], bool]]] = {
         "unit": lambda v: _plain_service(v) and "-recover" not in v,
         "exec_args": _argv,
         "version_args": _argv,
+        "host_root_args": _argv,
         "member": lambda v: _text(v) and v != "",
         "member_policy": lambda v: v in ("exact", "select", "none"),
         # no "{" here: a substituted path's length is the full loader's to check; only an "[IPv6]:PORT"
@@ -419,7 +420,7 @@ def plausibly_valid(doc: dict[str, Any]) -> bool:
     return not (health.get("http_probe") and health.get("command_probe"))
 
 
-def _fast_values(doc: dict[str, Any], config_dir: str) -> tuple[str, str, str]:
+def _fast_values(doc: dict[str, Any], config_dir: str) -> tuple[str, str, str, str]:
     if not plausibly_valid(doc):
         raise ValueError("let the full loader check this file")
     agent = doc["agent"]
@@ -457,4 +458,4 @@ def _fast_values(doc: dict[str, Any], config_dir: str) -> tuple[str, str, str]:
     if spool and spool_problem(os.path.normpath(spool), out[2], out[0], unit_dir=os.path.normpath(unit_dir),
                                lock_path=out[1], config_dir=config_dir) is not None:
         raise ValueError("let the full loader name the key")
-    return name, out[0], out[1]
+    return name, out[0], out[1], out[2]

@@ -188,6 +188,10 @@ class AgentSection:
         socket: "" (the agent binds its own socket) or a ``ListenStream=`` value (a port, ``IPv4:PORT``,
             ``[IPv6]:PORT``, a unix socket path or ``@name``; :mod:`agent.systemd.listen`): ``install``
             renders ``NAME.socket`` and the agent unit takes its listening socket from systemd (design §11).
+        host_root_args: () or the arguments that make a candidate print the host root it works on (the
+            self-contained runtime managing itself: ``["--config", CFG, "host-root"]``); a candidate whose
+            answer differs from this host's root is refused (docs/candidate.md, "A runtime that checks its
+            host root").
     """
 
     name: str = attrs.field(validator=_agent_name)
@@ -197,6 +201,7 @@ class AgentSection:
     member: str = attrs.field(default="{name}-linux-{arch}", validator=_non_empty)
     member_policy: MemberPolicy = "exact"
     socket: str = attrs.field(default="", validator=_listen_stream)
+    host_root_args: tuple[str, ...] = attrs.field(default=(), validator=_argv)
 
 
 @attrs.frozen
@@ -438,22 +443,52 @@ class ScheduleSection:
 
 @attrs.frozen
 class MirrorEntry:
-    """One ``[[mirrors]]`` entry: an absolute path that receives a verified copy of the current slot.
+    """One ``[[mirrors]]`` entry: a path that receives a verified copy of the current slot
+    (docs/configuration.md ``[[mirrors]]``).
 
     Attributes:
-        path: the mirror file.
+        path: the mirror file: absolute; with ``active_from``, relative to the active machine's root (no
+            ``..``).
         root: the mirror tree it lies in ("" = ``path``'s directory); the tree may belong to another uid
             (a container's root), so the copy is confined beneath it: no component below ``root`` is
-            followed if it is a symlink (design §10).
+            followed if it is a symlink (design §10). Must be "" with ``active_from`` (the machine's root is
+            the tree).
+        active_from: "" or the absolute path of a JSON file the host keeps that names the active machine
+            (the seeds' kube1/kube2 nspawn machines); read at every copy (SPEC §12).
+        active_key: with ``active_from``, the JSON pointer (RFC 6901) of the active machine's root in it (an
+            absolute path string).
     """
 
-    path: str = attrs.field(validator=_absolute)
+    path: str = attrs.field()
     root: str = attrs.field(default="", validator=_absolute_or_empty)
+    active_from: str = attrs.field(default="", validator=_absolute_or_empty)
+    active_key: str = attrs.field(default="")
+
+    @path.validator
+    def _path_form(self, _attribute: object, value: str) -> None:
+        if not self.active_from:
+            if not os.path.isabs(value):
+                raise _BadValue("path", f"must be an absolute path (or relative with active_from), "
+                                        f"got {value!r}")
+            return
+        parts = value.split("/")
+        if not value or os.path.isabs(value) or ".." in parts:
+            raise _BadValue("path", f"must be relative to the active machine's root (no leading / and no ..) "
+                                    f"with active_from, got {value!r}")
 
     @root.validator
     def _root_holds_path(self, _attribute: object, value: str) -> None:
+        if value and self.active_from:
+            raise _BadValue("root", "must be empty with active_from: the active machine's root is the tree")
         if value and not os.path.normpath(self.path).startswith(os.path.normpath(value).rstrip("/") + "/"):
             raise _BadValue("root", f"{value} does not hold path {self.path}")
+
+    @active_key.validator
+    def _pointer(self, _attribute: object, value: str) -> None:
+        if bool(value) != bool(self.active_from):
+            raise _BadValue("active_key", "active_from and active_key go together")
+        if value and not value.startswith("/"):
+            raise _BadValue("active_key", f"must be a JSON pointer (RFC 6901) starting with /, got {value!r}")
 
 
 @attrs.frozen
@@ -609,7 +644,7 @@ def _substituted(cfg: AgentConfig, machine: str | None) -> AgentConfig:
                 raise _BadValue(f"{prefix}.{a.name}", str(e)) from None
         for k, v in changes.items():
             if k in ("root", "legacy_root", "state_dir", "unit_dir", "lock_path", "path", "spool_dir",
-                     "kubeconfig", "ca_file", "client_cert", "client_key") and v:
+                     "kubeconfig", "ca_file", "client_cert", "client_key", "active_from") and v:
                 changes[k] = os.path.normpath(v)
         try:
             return attrs.evolve(section, **changes)
@@ -720,6 +755,6 @@ def read_paths(path: str) -> tuple[str, str, str]:
     """
     quick = quick_paths(path)
     if quick is not None:
-        return quick
+        return quick[:3]
     cfg = load_config(path)
     return cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path

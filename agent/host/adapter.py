@@ -28,6 +28,8 @@ from agent.config.loader import AgentConfig
 from agent.fs import durable
 from agent.fs.tree import Dir, open_dir
 from agent.host.layout import Layout
+from agent.host.mirrors import Mirror
+from agent.host.selinux import restore_labels
 from upgrade_core import Slot
 from upgrade_core.errors import HostError, LayoutConflictError, NoExecError, NoSpaceError
 from upgrade_core.ports import LinkState, StagedCandidate
@@ -75,8 +77,9 @@ class AgentHost:
         name: ``agent.name``.
         legacy_root: ``host.legacy_root`` or "" for none.
         max_member_bytes: ``limits.max_member_bytes``; free space on the slot filesystem must exceed it.
-        mirrors: ``[[mirrors]]`` entries: ``(path, root)`` pairs, or a path alone (root "" = the path's
-            directory); each copy is confined beneath its root (docs/configuration.md ``[[mirrors]]``).
+        mirrors: ``[[mirrors]]`` entries: :class:`~agent.host.mirrors.Mirror` (a fixed path, or one in the
+            machine a JSON file names as active), ``(path, root)`` pairs, or a path alone (root "" = the
+            path's directory); each copy is confined beneath its root (docs/configuration.md ``[[mirrors]]``).
         protected_prefix: writes are refused under this prefix unless under ``protected_prefix/local``
             (design §3 "nothing under /usr"); tests pass a fake prefix.
     """
@@ -88,14 +91,16 @@ class AgentHost:
         *,
         legacy_root: str = "",
         max_member_bytes: int = 268435456,
-        mirrors: Sequence[str | tuple[str, str]] = (),
+        mirrors: Sequence[str | tuple[str, str] | Mirror] = (),
         protected_prefix: str = "/usr",
     ) -> None:
         self._root = os.path.normpath(root)
         self._name = name
         self._legacy_root = os.path.normpath(legacy_root) if legacy_root else ""
         self._max_member_bytes = max_member_bytes
-        self._mirrors = tuple((m, "") if isinstance(m, str) else m for m in mirrors)
+        self._mirrors = tuple(
+            m if isinstance(m, Mirror) else Mirror(m) if isinstance(m, str) else Mirror(*m) for m in mirrors
+        )
         self._protected = os.path.normpath(protected_prefix)
         self.layout = Layout(self._root, name)
 
@@ -107,7 +112,7 @@ class AgentHost:
             cfg.agent.name,
             legacy_root=cfg.host.legacy_root,
             max_member_bytes=cfg.limits.max_member_bytes,
-            mirrors=[(m.path, m.root) for m in cfg.mirrors],
+            mirrors=[Mirror(m.path, m.root, m.active_from, m.active_key) for m in cfg.mirrors],
         )
 
     @property
@@ -447,16 +452,21 @@ class AgentHost:
                 raise host_error("install the staged candidate", path, e) from None
 
     async def install_staged(self, staged: StagedCandidate) -> None:
-        """Rename the staging file onto its slot, then fsync the slot directory (case C12).
+        """Rename the staging file onto its slot, then fsync the slot directory (case C12), then restore the
+        slot's SELinux label when the host has SELinux enabled (:func:`agent.host.selinux.restore_labels`).
 
         Raises:
             SlotInUseError: ``current`` or ``last-good`` names the target slot; nothing changed.
-            HostError: the staging file is missing, of the wrong size, or the rename/fsync failed.
+            HostError: the staging file is missing, of the wrong size, or the rename/fsync failed; or
+                ``restorecon`` failed on the slot (the candidate is in its slot, no link names it: the
+                episode stops before the switch).
+            HostRefusedError: the ``restorecon`` on ``PATH`` is not one the agent may run (exit 4).
             RuntimeError: the path or slot do not belong together (caller misuse).
 
         Cancellation: shielded; may have happened when interrupted by a crash: re-check ``slot_sha256``.
         """
         await _in_thread_shielded(self._install_sync, staged)
+        await restore_labels([self.layout.slot_path(staged.slot)])
 
     # -- links -------------------------------------------------------------------------------------
     def _point_sync(self, link: str, slot: Slot) -> None:
@@ -496,10 +506,12 @@ class AgentHost:
     # -- mirrors -----------------------------------------------------------------------------------
     def _sync_mirrors_sync(self, slot: Slot, sha256: str) -> tuple[str, ...]:
         src = self.layout.slot_path(slot)
-        for mirror, tree_root in self._mirrors:
+        done: list[str] = []
+        for entry in self._mirrors:
+            mirror, tree_root = entry.resolve()  # an active machine is read again for every copy
             parent = os.path.dirname(mirror)
             try:
-                d = open_dir(parent, owned_from=tree_root or parent, confined=True)
+                d = open_dir(parent, owned_from=tree_root, confined=True)
                 if d is None:
                     raise HostError(f"{mirror}: mirror directory {parent} does not exist")
                 with d:
@@ -510,7 +522,8 @@ class AgentHost:
                 raise HostError(str(e)) from None
             except OSError as e:
                 raise host_error("write the mirror", mirror, e) from None
-        return tuple(m for m, _ in self._mirrors)
+            done.append(mirror)
+        return tuple(done)
 
     def check_mirrors(self) -> None:
         """Walk to every mirror's directory as :meth:`sync_mirrors` will (confined beneath its root), writing
@@ -520,12 +533,15 @@ class AgentHost:
         Raises:
             HostRefusedError: a symlink or a non-directory on the way, or an ancestor of the mirror's root
                 that is not root's (exit 4).
+            ActiveMachineError: an ``active_from`` file cannot tell the active machine (exit 2, naming the
+                file and the key).
             HostError: a mirror's directory is missing or cannot be opened.
         """
-        for mirror, tree_root in self._mirrors:
+        for entry in self._mirrors:
+            mirror, tree_root = entry.resolve()
             parent = os.path.dirname(mirror)
             try:
-                d = open_dir(parent, owned_from=tree_root or parent, confined=True)
+                d = open_dir(parent, owned_from=tree_root, confined=True)
             except OSError as e:
                 raise host_error("open the mirror directory", parent, e) from None
             if d is None:
@@ -547,12 +563,13 @@ class AgentHost:
             sha256: 64 lowercase hex the copied bytes must hash to.
 
         Returns:
-            The mirror paths, in configuration order.
+            The mirror paths written, in configuration order (an active-machine entry as resolved now).
 
         Raises:
             HostRefusedError: a mirror's directory cannot be walked that way (a symlink or a non-directory
                 on the way, an ancestor of its root not root's) (exit 4); nothing written there.
             HostError: a mirror directory is missing, a copy failed, or the bytes differ from ``sha256``;
+                an ``active_from`` file cannot tell the active machine (:class:`ActiveMachineError`);
                 mirrors after the failing one are not touched.
 
         Cancellation: shielded; each mirror is either the old file or the new one.

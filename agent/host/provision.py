@@ -31,13 +31,15 @@ class Adoption:
     """Something found on the host that ``install`` without ``--archive`` takes over (design §3).
 
     Attributes:
-        kind: ``legacy_layout`` (R is absent; a layout under LEGACY is linked as R) or ``binary`` (a plain
-            executable is copied into blue).
-        source: the legacy root, or the path of the adopted binary.
+        kind: ``legacy_layout`` (R is absent; a layout under LEGACY is linked as R), ``binary`` (a plain
+            executable is copied into blue) or ``slot`` (a layout whose ``current`` link is gone: the slot
+            holding a plain executable, blue first, is installed into blue again; the seeds'
+            ``EnsureDaemonBinaryLinks``).
+        source: the legacy root, or the path of the adopted binary or slot.
         sha256: 64 lowercase hex of the adopted binary; None for a legacy layout.
     """
 
-    kind: Literal["legacy_layout", "binary"]
+    kind: Literal["legacy_layout", "binary", "slot"]
     source: str
     sha256: str | None = None
 
@@ -49,6 +51,13 @@ def is_plain_executable(path: str) -> bool:
     except OSError:
         return False
     return _plain_executable(st)
+
+
+def _same_bytes(a: str, b: str) -> bool:
+    try:
+        return durable.file_sha256(a) == durable.file_sha256(b)
+    except OSError:
+        return False
 
 
 def _plain_executable(st: os.stat_result | None) -> bool:
@@ -66,11 +75,13 @@ class Provisioner:
         self.host = host
         self.layout = host.layout
 
-    def check_bare(self) -> None:
-        """Refuse to install unless the host is bare: ``R/lib/NAME`` absent or empty (design §6, 7).
+    def check_bare(self, *, adopting_slot: bool = False) -> None:
+        """Refuse to install unless the host is bare: ``R/lib/NAME`` absent or empty (design §6, 7); with
+        ``adopting_slot``, a directory holding only the two slots (no link, nothing else) is accepted too: a
+        layout whose links are gone, adopted from its slots (:meth:`find_adoptable`).
 
         A failed install removes the layout it made, so it must never start over slots, links or files it
-        did not create.
+        did not create (the slots an adoption starts from are not listed in the install record).
 
         Raises:
             LayoutConflictError: a real file or directory where a link must be, or a layout without its
@@ -87,6 +98,9 @@ class Provisioner:
                 return
             with d:
                 entries = d.names()
+        if adopting_slot:
+            slots = {self.layout.slot_target(s) for s in ("blue", "green")}
+            entries = [e for e in entries if e not in slots]
         if entries:
             shown = ", ".join(entries[:4]) + (" ..." if len(entries) > 4 else "")
             raise LayoutConflictError(
@@ -177,8 +191,11 @@ class Provisioner:
         """What :meth:`adopt` would take over, without changing anything (design §3 adoption).
 
         Order: a legacy layout under LEGACY while R is absent; else a plain executable regular file at
-        ``R/bin/NAME``; else one at ``LEGACY/bin/NAME``. Paths are compared after resolving symlinks, so
-        LEGACY that is R, or two names of one file, count once.
+        ``R/bin/NAME`` or else ``LEGACY/bin/NAME``, as long as blue holds no executable or that file's own
+        bytes (an adoption repeated); else, while ``R/lib/NAME`` holds slots but no ``current`` link (a layout
+        damaged or reset by hand), the slot holding a plain executable, blue first: a slot holding a binary
+        is never overwritten with other bytes (the seeds' ``EnsureDaemonBinaryLinks``). Paths are compared
+        after resolving symlinks, so LEGACY that is R, or two names of one file, count once.
 
         Returns:
             The adoption, or None when the layout is installed already or nothing can be adopted.
@@ -189,6 +206,18 @@ class Provisioner:
         legacy_real = os.path.realpath(self.host.legacy_root) if self.host.legacy_root else ""
         if not os.path.lexists(self.host.root) and legacy_real != root_real and self._legacy_layout_ok():
             return Adoption("legacy_layout", self.host.legacy_root)
+        binary = self._adoptable_binary()
+        blue = self.layout.slot_path("blue")
+        if binary is not None and (not is_plain_executable(blue) or _same_bytes(blue, binary.source)):
+            return binary  # blue holds nothing verified, or the binary's own bytes (adopted before)
+        if not os.path.islink(self.layout.agent_dir):
+            for slot in ("blue", "green"):
+                if is_plain_executable(self.layout.slot_path(slot)):
+                    return Adoption("slot", self.layout.slot_path(slot))
+        return binary
+
+    def _adoptable_binary(self) -> Adoption | None:
+        """A plain executable at ``R/bin/NAME``, else at ``LEGACY/bin/NAME`` (each real file once)."""
         seen: set[str] = set()
         candidates = [self.layout.bin_link]
         if self.host.legacy_root:

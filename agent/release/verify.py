@@ -40,6 +40,8 @@ Uses ``anyio.open_process`` so it runs on asyncio and trio alike.
 from __future__ import annotations
 
 import errno
+import json
+import os
 import re
 import subprocess
 from collections.abc import Sequence
@@ -49,7 +51,13 @@ import attrs
 from anyio.abc import ByteReceiveStream, Process
 
 from agent.process import kill_group
-from upgrade_core.errors import VerifyCannotRunError, VerifyError, VerifyTimeoutError, VersionMismatchError
+from upgrade_core.errors import (
+    HostRootMismatchError,
+    VerifyCannotRunError,
+    VerifyError,
+    VerifyTimeoutError,
+    VersionMismatchError,
+)
 
 __all__ = [
     "VERSION_COMMAND_ENV",
@@ -183,6 +191,9 @@ class VerifierImpl:
         max_output_bytes: ``verify.max_output_bytes``, per stream (stdout, stderr).
         version_regex: ``[verify] version_regex`` ("" for the default token, :data:`VERSION_TOKEN`);
             checked here too (exactly one capture group).
+        host_root_args: ``agent.host_root_args``: () for no host-root check, else the arguments after the
+            candidate that make it print its host root (run by the same rules as the version command).
+        host_root: this host's root, resolved (``upgrade-agent host-root``), which the answer must equal.
         etxtbsy_attempts: exec attempts while the kernel answers ETXTBSY.
         etxtbsy_delay_s: pause between those attempts, seconds (grows linearly).
 
@@ -195,6 +206,8 @@ class VerifierImpl:
     timeout_s: float = 30.0
     max_output_bytes: int = 65536
     version_regex: str = ""
+    host_root_args: Sequence[str] = ()
+    host_root: str = ""
     etxtbsy_attempts: int = 5
     etxtbsy_delay_s: float = 0.01
     _pattern: re.Pattern[str] | None = attrs.field(init=False, default=None)
@@ -203,7 +216,8 @@ class VerifierImpl:
         self._pattern = compile_version_regex(self.version_regex) if self.version_regex else None
 
     async def verify(self, path: str, expected_version: str | None) -> str:
-        """Run ``path`` with ``version_args`` and return the version it reports.
+        """Run ``path`` with ``version_args`` and return the version it reports; with ``host_root_args``, then
+        run ``path`` with those and refuse an answer other than ``host_root``.
 
         Args:
             path: the candidate (usually its staging file), executable.
@@ -215,14 +229,46 @@ class VerifierImpl:
         Raises:
             VerifyTimeoutError: it ran past ``timeout_s``; its process group was killed.
             VersionMismatchError: the reported version differs from ``expected_version`` (both normalised).
+            HostRootMismatchError: it answers ``host_root_args`` with another host root than ``host_root``.
             VerifyError: it could not be executed, exited non-zero or by a signal, printed nothing, printed
                 more than ``max_output_bytes`` on a stream, printed non-UTF-8 or binary output, printed no
-                version token, or two different ones on the first line holding one.
+                version token, or two different ones on the first line holding one; or its host-root
+                command failed in one of those ways or printed no absolute path.
 
         Cancellation: the process group is killed and the process reaped; no other effect.
         """
-        argv = [path, *self.version_args]
-        proc = await self._spawn(argv)
+        code, out, err = await self._run(path, self.version_args, "version command")
+        version = self._judge(path, code, out, err, expected_version)
+        if self.host_root_args:
+            await self._check_host_root(path)
+        return version
+
+    async def _check_host_root(self, path: str) -> None:
+        """The seeds' ``<candidate> host-root`` check (docs/candidate.md): the candidate's answer, the first
+        line of its stdout (a path, or ``upgrade-agent --json``'s ``{"host_root": ...}``), must be this host's
+        root."""
+        what = "host-root command"
+        code, out, _err = await self._run(path, self.host_root_args, what)
+        if code != 0:
+            raise VerifyError(f"{path}: {what} {' '.join(self.host_root_args)} exited with status {code}")
+        line = _first_line(_as_text(out, path, "stdout"))
+        answer: object = line
+        if line.startswith("{"):
+            try:
+                answer = json.loads(line).get("host_root")
+            except (ValueError, AttributeError):
+                answer = None
+        if not isinstance(answer, str) or not os.path.isabs(answer):
+            raise VerifyError(f"{path}: {what} printed no host root: \"{_shown(line)}\"")
+        if os.path.normpath(answer) != os.path.normpath(self.host_root):
+            raise HostRootMismatchError(
+                f"{path}: answers host root {_shown(answer)}; this host's root is {self.host_root}"
+            )
+
+    async def _run(self, path: str, args: Sequence[str], what: str) -> tuple[int | None, bytes, bytes]:
+        """Run ``[path, *args]`` by the rules of the module doc; its exit status, stdout and stderr."""
+        argv = [path, *args]
+        proc = await self._spawn(argv, what)
         pgid = proc.pid  # start_new_session: the child leads its own process group
         outputs = {"stdout": bytearray(), "stderr": bytearray()}
         overflow: list[str] = []
@@ -266,19 +312,17 @@ class VerifierImpl:
                 await proc.aclose()
         if timed_out:
             raise VerifyTimeoutError(
-                f"{path}: version command {' '.join(self.version_args)} did not finish within "
+                f"{path}: {what} {' '.join(args)} did not finish within "
                 f"verify.timeout_s = {self.timeout_s:g} s; its process group was killed"
             )
         if overflow:
             raise VerifyError(
-                f"{path}: version command printed more than verify.max_output_bytes = "
+                f"{path}: {what} printed more than verify.max_output_bytes = "
                 f"{self.max_output_bytes} on {overflow[0]}"
             )
-        return self._judge(
-            path, proc.returncode, bytes(outputs["stdout"]), bytes(outputs["stderr"]), expected_version
-        )
+        return proc.returncode, bytes(outputs["stdout"]), bytes(outputs["stderr"])
 
-    async def _spawn(self, argv: list[str]) -> Process:
+    async def _spawn(self, argv: list[str], what: str) -> Process:
         for attempt in range(1, self.etxtbsy_attempts + 1):
             try:
                 return await anyio.open_process(
@@ -294,7 +338,7 @@ class VerifierImpl:
                     await anyio.sleep(self.etxtbsy_delay_s * attempt)
                     continue
                 raise VerifyCannotRunError(
-                    f"{argv[0]}: cannot run the version command: {exc.strerror or exc}"
+                    f"{argv[0]}: cannot run the {what}: {exc.strerror or exc}"
                 ) from None
         raise AssertionError("unreachable")  # pragma: no cover
 

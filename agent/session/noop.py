@@ -8,7 +8,9 @@ live segment (:func:`journal.live_tail`), read without a JSON parser
 open: no journal directory or no segment; an intact, empty live segment (sealing only ever happens once
 every episode is closed); or a live segment whose newest record other than a compaction snapshot is
 ``EpisodeClosed`` in the codec's own form, and no candidate an ``activate`` left stopped may still wait
-for its check (design §4.7; :func:`upgrade_core.wire.left_stopped_may_wait`). Anything else is False, and
+for its check (design §4.7; :func:`upgrade_core.wire.left_stopped_may_wait`); for the recovery timer also the
+host's ``current`` link is there (else its converge step has work: docs/recovery.md, "A damaged layout").
+Anything else is False, and
 the full path (lock, repair, replay, fold, decide) takes over and words every error. It never writes or
 creates a file.
 """
@@ -67,7 +69,9 @@ def nothing_open(config_path: str | None, *, timer: bool = False) -> bool:
             return False
         if any(_shared(os.path.dirname(p)) for p in paths[1:]):  # the full path names the key (exit 2)
             return False
-        state_dir, lock_path = paths[1], paths[2]
+        name, state_dir, lock_path, root = paths
+        if timer and not os.path.lexists(os.path.join(root, "lib", name, f"{name}-current")):
+            return False  # the timer's converge step adopts a layout whose current link is gone
         # A directory the writers would refuse is refused by the full path too, with nothing to do or not:
         # the journal's own walk checks state_dir, these the rest of what check_state checks.
         owned = (state_dir, *(os.path.join(state_dir, sub) for sub in STATE_SUBDIRS),

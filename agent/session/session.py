@@ -364,7 +364,8 @@ class Session:
         try:
             result = await self._frame.write(lambda p, pol, f: recover(p, pol, trigger, folder=f))
             if trigger == "timer" and isinstance(result, UpgradeResult) and result.operation is None:
-                return await self._switch_in_window(result)
+                repaired = await self._setup.converge()  # docs/recovery.md, "A damaged layout"
+                return repaired if repaired is not None else await self._switch_in_window(result)
             return result
         except LockBusyError:
             if trigger != "timer":
@@ -541,6 +542,10 @@ class Session:
         return await self._setup.install(
             request, sha256=sha256, expect_version=expect_version, allow_unstable_paths=allow_unstable_paths
         )
+
+    async def host_move(self) -> UpgradeResult:
+        """``host move``: see :meth:`agent.session.setup.Setup.host_move`."""
+        return await self._setup.host_move()
 
     def units(self, *, bin_dir: str | None = None, config_path: str | None = None) -> dict[str, str]:
         """The rendered unit files: see :meth:`agent.session.setup.Setup.units`."""

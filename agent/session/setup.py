@@ -19,6 +19,7 @@ from agent.errors import ConfigError, UsageError
 from agent.fs import durable
 from agent.fs.statefile import read_regular
 from agent.host.adapter import AgentHost
+from agent.host.hostmove import RootMover
 from agent.host.install_record import (
     RECORD_NAME,
     Cleanup,
@@ -31,9 +32,11 @@ from agent.host.install_record import (
 from agent.host.lock import HostLock
 from agent.host.ownership import check_host_root, check_socket_path, check_state
 from agent.host.provision import Provisioner
+from agent.host.selinux import restore_labels
 from agent.logline import log
 from agent.release.sources import parse_sha256
-from agent.session.frame import EpisodeFrame
+from agent.session.frame import EpisodeFrame, require_installed
+from agent.session.quarantine import utc_stamp
 from agent.session.request import make_request
 from agent.session.wiring import recover_executable, service_manager
 from agent.systemd.searchpath import SYSTEM_UNIT_DIRS
@@ -45,7 +48,18 @@ from agent.systemd.units import (
     render_units,
     socket_unit_name,
 )
-from upgrade_core import Folder, Policy, Ports, Slot, UpgradeRequest, UpgradeResult, other_slot, run_install
+from upgrade_core import (
+    SLOTS,
+    Folder,
+    Policy,
+    Ports,
+    Slot,
+    UpgradeRequest,
+    UpgradeResult,
+    other_slot,
+    run_host_move,
+    run_install,
+)
 from upgrade_core.errors import AlreadyInstalledError, HostError, HostRefusedError, UpgradeError
 from upgrade_core.ports import StagedCandidate
 
@@ -100,7 +114,7 @@ class Setup:
         check_socket_path(self.config)  # systemd would bind (and unlink) that path on the agent's word
         provision = Provisioner(self.host)
         source_override: Any = None
-        legacy = False
+        adopting_slot = False
         if request is None:
             found = provision.find_adoptable()
             if found is None:
@@ -111,21 +125,22 @@ class Setup:
                     f"nothing to adopt at {self.host.layout.bin_link} or under host.legacy_root; "
                     "pass --archive"
                 )
-            legacy = found.kind == "legacy_layout"
-            request = make_request(found.source, allow_http=self.config.download.allow_http,
-                                   sha256=sha256, expect_version=expect_version)
-            source_override = _PlainFileSource()
+            adopting_slot = found.kind == "slot"
+            if found.kind != "legacy_layout":  # a legacy layout is linked as it is: no file to stage
+                request = make_request(found.source, allow_http=self.config.download.allow_http,
+                                       sha256=sha256, expect_version=expect_version)
+                source_override = _PlainFileSource()
         self.refuse_foreign_units()  # before the lock file too: a refusal leaves the host untouched
-        if legacy:
+        if request is None:  # a legacy layout found to adopt
             return await self._frame.write(lambda p, pol, f: self._adopt_legacy(provision))
         if self.host.is_installed():
             return await self._frame.write(
                 lambda p, pol, f: self._install_again(p, request), source_override=source_override,
                 signature=request.signature, fetches=source_override is None,
             )
-        provision.check_bare()  # before the lock file too: a refusal leaves the host untouched
+        provision.check_bare(adopting_slot=adopting_slot)  # before the lock file: a refusal touches nothing
         return await self._frame.write(
-            lambda p, pol, f: self._install_bare(p, pol, f, request, provision),
+            lambda p, pol, f: self._install_bare(p, pol, f, request, provision, adopting_slot),
             source_override=source_override,
             operation=request.operation,
             signature=request.signature,
@@ -133,17 +148,19 @@ class Setup:
         )
 
     async def _install_bare(
-        self, ports: Ports, policy: Policy, folder: Folder, request: UpgradeRequest, provision: Any
+        self, ports: Ports, policy: Policy, folder: Folder, request: UpgradeRequest, provision: Any,
+        adopting_slot: bool = False,
     ) -> UpgradeResult:
-        provision.check_bare()
+        provision.check_bare(adopting_slot=adopting_slot)
         record = self.install_record()
         lay = self.host.layout
         done = False
         try:
             # Intent before effect: each thing is listed in the install record before it is created.
             record.intend("dir", missing_dirs(lay.agent_dir) + missing_dirs(lay.bin_dir))
-            provision.create_layout_dirs()
-            record.intend("file", [lay.slot_path("blue")])
+            await restore_labels(provision.create_layout_dirs(), recursive=True)
+            # a slot an adoption starts from was there before: a failed install's clean-up must not take it
+            record.intend("file", [p for p in [lay.slot_path("blue")] if not os.path.lexists(p)])
             record.intend("link", [lay.current_link, lay.last_good_link, lay.bin_link])
             await self._install_units(ports.service, record, start_operator=False)
             result = await run_install(ports, policy, request, folder=folder)
@@ -285,6 +302,71 @@ class Setup:
         await self._install_units(service, record)
         await service.start()
         return UpgradeResult(None, "noop", slot=self.host.links().current, reason="adopted legacy layout")
+
+    async def converge(self) -> UpgradeResult | None:
+        """The recovery timer's converge step (docs/recovery.md, "A damaged layout"): a host whose
+        ``current`` link is gone (damaged or reset by hand after install) is adopted again exactly as
+        ``install`` without ``--archive`` would (:meth:`install`: a journaled ``install`` episode from the
+        slot holding a plain executable, blue first, or from a legacy single binary; units, start, health
+        check). A slot holding a verified binary is never overwritten: blue is re-installed from itself
+        (the same bytes) or, when blue holds no executable, from green or the legacy binary.
+
+        Returns:
+            The install's result, or None when there is nothing to repair (``current`` names a slot, or
+            nothing can be adopted; a legacy layout to link is left to ``install``).
+
+        Raises:
+            As :meth:`install`.
+        """
+        if self.host.is_installed():
+            return None
+        found = Provisioner(self.host).find_adoptable()
+        if found is None or found.kind == "legacy_layout":
+            return None
+        log(f"recover: {self.host.current_link_path()} is missing; adopting {found.source} as install would")
+        return await self.install()
+
+    async def host_move(self) -> UpgradeResult:
+        """``host move`` (docs/host.md, "Moving a linked host into a real root"): a host root that is a link
+        to the legacy root becomes a real directory holding the layout, as one journaled ``host-move`` episode
+        (:func:`upgrade_core.run_host_move`), under the host lock. A committed move then lists the real
+        layout in the install record (after the old link entry, so a removal takes it away before the root).
+
+        Returns:
+            ``committed`` (moved), ``aborted`` (undone before the exchange: exit 1), or ``noop`` when the host
+            root is a real directory already.
+
+        Raises:
+            NotInstalledError, LayoutConflictError: before the lock (exit 2).
+            HostMoveRefusedError: the root is a link to somewhere else, an episode is open, or a slot
+                ``current`` or ``last-good`` names predates the host root (exit 2; nothing changed).
+            LockBusyError: the host lock is held (exit 75).
+            EpisodeLeftOpenError, HostError: a failure after the exchange (exit 3; recovery finishes it).
+        """
+        require_installed(self.host)
+        mover = RootMover(self.host)
+        if mover.state() == "real":
+            return UpgradeResult(None, "noop", slot=self.host.links().current,
+                                 reason=f"{self.host.root} is a real directory already; nothing to move")
+
+        async def move(ports: Ports, policy: Policy, folder: Folder) -> UpgradeResult:
+            mover.state()  # again under the lock
+            digests = {slot: await self.host.slot_sha256(slot) for slot in SLOTS}
+            token = ports.ids.token_hex(4)
+            return await run_host_move(
+                ports, policy, f"host-move-{utc_stamp()}-{token}", root=self.host.root,
+                legacy_root=self.host.legacy_root, staging_path=mover.staging_path(token), digests=digests,
+                folder=folder,
+            )
+
+        result: UpgradeResult = await self._frame.write(move)
+        if result.result == "committed":
+            lay = self.host.layout
+            record = self.install_record()
+            record.intend("dir", [self.host.root, lay.lib_dir, lay.agent_dir, lay.bin_dir])
+            record.intend("file", [lay.slot_path(s) for s in SLOTS])
+            record.intend("link", [lay.current_link, lay.last_good_link, lay.bin_link])
+        return result
 
     def unit_executables(self, bin_dir: str | None = None) -> list[str]:
         """Absolute paths of the tool's executables the rendered units run: ``recover-agent-upgrade``, and

@@ -27,7 +27,9 @@ from agent.config.loader import AgentConfig
 from agent.crashhook import crash_point
 from agent.errors import journal_error
 from agent.host.adapter import AgentHost
+from agent.host.hostmove import RootMover
 from agent.host.lock import HostLock
+from agent.host.provision import Provisioner
 from journal import JournalFullError, JournalPoisonedError, JournalWriter
 from upgrade_core import EVENT_CODEC, Event, HistorySnapshot, Policy, Ports, Recorded
 from upgrade_core.ports import ArchiveSource
@@ -396,10 +398,13 @@ async def wire(
             timeout_s=cfg.verify.timeout_s,
             max_output_bytes=cfg.verify.max_output_bytes,
             version_regex=cfg.verify.version_regex,
+            host_root_args=cfg.agent.host_root_args,
+            host_root=Provisioner(host).host_root() if cfg.agent.host_root_args else "",
         ),
         service=service_manager(cfg, config_path, host),
         probe=make_probe(cfg.health.http_probe, cfg.health.command_probe),
         sink=FileResultSink(cfg.host.state_dir),
         ids=Ids(),
+        mover=RootMover(host),
     )
     return Wired(ports=ports, policy=policy_from(cfg), host=host, journal=journal)

@@ -334,7 +334,7 @@ def test_discovery_none_or_several_is_exit_2(tmp_path: Path) -> None:
 def test_fast_reader_agrees_with_full_loader(tmp_path: Path, text: str) -> None:
     path = write(tmp_path, text)
     cfg = load_config(path)
-    assert quick_paths(path) == (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path)
+    assert quick_paths(path) == (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path, cfg.host.root)
     assert read_paths(path) == (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path)
 
 
@@ -369,7 +369,8 @@ def test_fast_reader_imports_neither_attrs_nor_cattrs(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, check=True)
     lines = out.stdout.splitlines()
-    expected = ("demo-agent", "/var/lib/upgrade-agent/demo-agent", "/run/upgrade-agent/demo-agent.lock")
+    expected = ("demo-agent", "/var/lib/upgrade-agent/demo-agent", "/run/upgrade-agent/demo-agent.lock",
+                "/opt/upgrade-agent")
     assert lines[0] == repr(expected)
     assert lines[1] == "[]"
 
@@ -395,7 +396,8 @@ def test_fast_reader_agrees_with_full_loader_generated(
             read_paths(path)
         assert str(fast.value) == str(refused)
         return
-    assert quick_paths(path) in (None, (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path))
+    both = (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path, cfg.host.root)
+    assert quick_paths(path) in (None, both)
     assert read_paths(path) == (cfg.agent.name, cfg.host.state_dir, cfg.host.lock_path)
     assert "{name}" not in cfg.host.state_dir and "{arch}" not in cfg.host.lock_path
 

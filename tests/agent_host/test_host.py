@@ -11,7 +11,8 @@ import pytest
 from agent.fs import durable
 from agent.host.adapter import AgentHost, ProtectedPathError, SlotInUseError
 from agent.host.install_record import Entry, Remover
-from agent.host.provision import Provisioner
+from agent.host.mirrors import Mirror
+from agent.host.provision import Adoption, Provisioner
 from upgrade_core.errors import HostError, LayoutConflictError, NoSpaceError
 from upgrade_core.ports import LinkState, StagedCandidate
 
@@ -379,7 +380,7 @@ def test_from_config(tmp_path: Path) -> None:
     )
     host = AgentHost.from_config(cfg)
     assert host.slot_path("green") == str(tmp_path / "R" / "lib" / NAME / f"{NAME}-green")
-    assert host._mirrors == ((f"/m/{NAME}", ""),)
+    assert host._mirrors == (Mirror(f"/m/{NAME}"),)
     assert host._max_member_bytes == 7
 
 
@@ -452,3 +453,22 @@ async def test_a_mirror_root_whose_ancestor_another_user_owns_is_refused(tmp_pat
     with pytest.raises(HostRefusedError, match=f"owned by uid {NOBODY}"):
         host.check_mirrors()
     assert not mirror.exists()
+
+
+def test_a_layout_without_its_links_is_adoptable_from_its_slots(tmp_path: Path) -> None:
+    """The seeds' EnsureDaemonBinaryLinks as install's adoption (docs/host.md): blue first, green only when
+    blue holds no executable; the check of a bare host lets the two slots stand, and nothing else."""
+    host = installed_host(tmp_path / "R")
+    durable.atomic_write_bytes(host.slot_path("green"), GREEN_BYTES, 0o755)
+    os.unlink(host.layout.current_link)
+    os.unlink(host.layout.last_good_link)
+    provision = Provisioner(host)
+    assert provision.find_adoptable() == Adoption("slot", host.slot_path("blue"))
+    Path(host.slot_path("blue")).write_bytes(b"")  # a crash's zero-length leftover (C12)
+    assert provision.find_adoptable() == Adoption("slot", host.slot_path("green"))
+    provision.check_bare(adopting_slot=True)
+    with pytest.raises(LayoutConflictError, match="refusing to install over a partial layout"):
+        provision.check_bare()
+    Path(host.layout.agent_dir, "notes.txt").write_text("not ours")
+    with pytest.raises(LayoutConflictError, match=r"notes\.txt"):
+        provision.check_bare(adopting_slot=True)

@@ -16,6 +16,7 @@ PINNED_TAGS = {
     "UpgradeCommitted", "RollbackStarted", "RolledBack", "AttentionNeeded", "Aborted", "ResultPublished",
     "EpisodeClosed", "RecoveryStarted", "HistorySnapshot", "JournalQuarantined", "ReleaseTrusted",
     "TrustReset", "StagedForActivation", "StagedCandidateChecked", "UnitFoundStopped", "LeftStopped",
+    "HostMoveIntended", "HostMoved",
 }
 
 
@@ -54,6 +55,36 @@ FACTS_SNAPSHOT = ev.HistorySnapshot(
 )
 
 
+MOVE_INTENDED = ev.HostMoveIntended(
+    "/opt/upgrade-agent", "/usr/local", "/opt/.upgrade-agent.move-0123abcd", "green", "2" * 64, "blue",
+    "1" * 64,
+)
+
+
+def test_host_move_golden_payloads() -> None:
+    """The stable tags and field names of the host move's intent and completion (docs/host.md)."""
+    assert EVENT_CODEC.encode(MOVE_INTENDED) == (
+        b'{"root":"/opt/upgrade-agent","legacy_root":"/usr/local",'
+        b'"staging_path":"/opt/.upgrade-agent.move-0123abcd","current_slot":"green","current_sha256":"'
+        + b"2" * 64 + b'","last_good_slot":"blue","last_good_sha256":"' + b"1" * 64
+        + b'","_type":"HostMoveIntended"}'
+    )
+    assert EVENT_CODEC.encode(ev.HostMoved("/opt/upgrade-agent")) == (
+        b'{"root":"/opt/upgrade-agent","_type":"HostMoved"}'
+    )
+
+
+def test_a_slot_fact_keeps_its_bytes_without_a_digest_and_carries_one_when_set() -> None:
+    """``SlotVersion.sha256`` (the installed bytes a host move judges) is written only when set."""
+    plain = ev.HistorySnapshot((), ev.JournalFacts(3, slot_versions=(ev.SlotVersion(2, "blue", "1.0.0"),)))
+    assert b"sha256" not in EVENT_CODEC.encode(plain)
+    assert EVENT_CODEC.decode(EVENT_CODEC.encode(plain)) == plain
+    with_digest = ev.HistorySnapshot((), ev.JournalFacts(3, slot_versions=(
+        ev.SlotVersion(2, "blue", "1.0.0", "a" * 64),)))
+    assert b'"sha256":"' + b"a" * 64 in EVENT_CODEC.encode(with_digest)
+    assert EVENT_CODEC.decode(EVENT_CODEC.encode(with_digest)) == with_digest
+
+
 def test_trust_reset_golden_payload() -> None:
     """The stable tag and field names of the trust reset record (docs/trust.md), as bytes on disk."""
     assert EVENT_CODEC.encode(TRUST_RESET) == (
@@ -73,7 +104,8 @@ def test_snapshot_without_facts_keeps_its_bytes() -> None:
                                    QUARANTINED, TRUST_RESET, FACTS_SNAPSHOT,
                                    ev.StagedForActivation("green", "c" * 64, "2.0.0", "a" * 64),
                                    ev.StagedCandidateChecked("op0", "green", "c" * 64, None, "2.0.0"),
-                                   ev.UnitFoundStopped("inactive", "dead"), ev.LeftStopped("green")],
+                                   ev.UnitFoundStopped("inactive", "dead"), ev.LeftStopped("green"),
+                                   MOVE_INTENDED, ev.HostMoved("/opt/upgrade-agent")],
                          ids=lambda e: e.TAG)
 def test_round_trip(event: ev.Event) -> None:
     assert EVENT_CODEC.decode(EVENT_CODEC.encode(event)) == event

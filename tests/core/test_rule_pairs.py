@@ -51,12 +51,13 @@ KINDS = ("upgrade", "install", "self_upgrade", "rollback", "activate")
 # does an activate (its candidate was staged by an earlier upgrade --stage). Only an upgrade stages for a
 # later activate (ready).
 # Only an activate that found the unit stopped leaves it stopped (left_stopped).
+_MOVE = {S.MOVING, S.MOVED}  # HostMoveIntended: a host-move episode's only (tests/core/test_host_move.py)
 UNREACHABLE = {
-    "upgrade": {S.LEFT_STOPPED},
-    "rollback": {S.FETCHED, S.STAGED, S.UNCHANGED, S.READY, S.LEFT_STOPPED},
-    "activate": {S.FETCHED, S.STAGED, S.UNCHANGED, S.READY},
-    "install": {S.READY, S.LEFT_STOPPED},
-    "self_upgrade": {S.READY, S.LEFT_STOPPED},
+    "upgrade": {S.LEFT_STOPPED, *_MOVE},
+    "rollback": {S.FETCHED, S.STAGED, S.UNCHANGED, S.READY, S.LEFT_STOPPED, *_MOVE},
+    "activate": {S.FETCHED, S.STAGED, S.UNCHANGED, S.READY, *_MOVE},
+    "install": {S.READY, S.LEFT_STOPPED, *_MOVE},
+    "self_upgrade": {S.READY, S.LEFT_STOPPED, *_MOVE},
 }
 RESULT_OF_STATE = {
     S.COMMITTED: "committed", S.UNCHANGED: "noop", S.ABORTED: "aborted", S.ROLLED_BACK: "rolled_back",
@@ -184,6 +185,11 @@ def variants(cls: type[Event], kind: str, folder: Folder, op: str = OP) -> list[
         out += [("ok", ev.LeftStopped(slot)), ("other slot", ev.LeftStopped(other))]
     elif cls is ev.TrustReset:  # legal only in a ``trust-reset`` episode: refused for KINDS
         out.append(("ok", ev.TrustReset(5, (CAND,))))
+    elif cls is ev.HostMoveIntended:  # legal only in a ``host-move`` episode: refused for KINDS
+        out.append(("ok", ev.HostMoveIntended("/opt/a", "/usr/local", "/opt/.a.move-1", "blue", CAND, "blue",
+                                              CAND)))
+    elif cls is ev.HostMoved:  # follows only HostMoveIntended, which no kind of KINDS may journal
+        out.append(("ok", ev.HostMoved("/opt/a")))
     else:  # a new event class must be given plausible fields here
         raise AssertionError(f"no plausible fields for {cls.__name__}")
     return out

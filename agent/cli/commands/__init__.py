@@ -11,6 +11,7 @@ and :func:`agent.errors.describe_error` maps them to one line and an exit code i
 - :mod:`~agent.cli.commands.readers`: ``status``, ``history``, ``units``, ``host-root``;
 - :mod:`~agent.cli.commands.journal`: ``journal verify|dump|compact|quarantine``;
 - :mod:`~agent.cli.commands.trust`: ``trust reset``;
+- :mod:`~agent.cli.commands.host`: ``host move`` (docs/host.md);
 - :mod:`~agent.cli.commands.removal`: ``reset``, ``uninstall``;
 - :mod:`~agent.cli.commands.demo`: ``demo``;
 - :mod:`~agent.cli.commands.operator`: ``operator`` (managed operations, docs/managed.md);
@@ -49,6 +50,7 @@ _WHERE = {
     "history": ("agent.cli.commands.readers", "cmd_history"),
     "journal": ("agent.cli.commands.journal", "cmd_journal"),
     "trust": ("agent.cli.commands.trust", "cmd_trust"),
+    "host": ("agent.cli.commands.host", "cmd_host"),
     "units": ("agent.cli.commands.readers", "cmd_units"),
     "host-root": ("agent.cli.commands.readers", "cmd_host_root"),
     "reset": ("agent.cli.commands.removal", "cmd_reset"),
