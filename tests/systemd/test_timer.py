@@ -106,11 +106,14 @@ def test_the_timer_switches_to_a_candidate_staged_outside_the_window_once_it_ope
     pid = env.assert_running("blue", v1)
     try:
         _fast_timer(env)
-        # a run that began after this point and has ended (the next may already be running: the timer fires
-        # every 2 s, and under load a run can take longer than that, so "inactive right now" may never be seen)
-        since = int(env.show(service, "InactiveExitTimestampMonotonic")["InactiveExitTimestampMonotonic"])
-        poll(lambda: int(env.show(service, "InactiveEnterTimestampMonotonic")["InactiveEnterTimestampMonotonic"])
-             > since, 60.0, "a timer run with the window closed")
+        # a run that began after this point and has ended (the next may already be running: the timer
+        # fires every 2 s, and under load a run can outlast that, so "inactive now" may never be seen)
+        def stamp(name: str) -> int:
+            return int(env.show(service, name)[name])
+
+        since = stamp("InactiveExitTimestampMonotonic")
+        poll(lambda: stamp("InactiveEnterTimestampMonotonic") > since, 60.0,
+             "a timer run with the window closed")
         assert env.show(service, "Result")["Result"] == "success"
         assert env.link("current") == f"{env.name}-blue"
         assert env.main_process()[0] == pid  # nothing restarted
