@@ -20,6 +20,8 @@ import functools
 import os
 import select
 
+from agent.fs.mounts import fs_type_of, read_mounts
+
 __all__ = ["WATCHABLE_FS", "DirectoryWatch", "fs_type"]
 
 WATCHABLE_FS = frozenset({"ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "f2fs", "zfs", "bcachefs", "jfs",
@@ -37,25 +39,9 @@ _IN_NONBLOCK, _IN_CLOEXEC = os.O_NONBLOCK, os.O_CLOEXEC
 
 
 def fs_type(path: str) -> str:
-    """The file-system type of the mount holding ``path`` (``/proc/self/mountinfo``, proc(5): the longest
-    mount point that is a prefix of the resolved path); "unknown" when it cannot be read."""
-    target = os.path.realpath(path)
-    best, kind = -1, "unknown"
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return kind
-    for line in lines:
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        if len(fields) < 5 or not right:
-            continue
-        mount_point = fields[4].replace("\\040", " ")
-        inside = target == mount_point or target.startswith(mount_point.rstrip("/") + "/")
-        if inside and len(mount_point) > best:
-            best, kind = len(mount_point), right.split()[0]
-    return kind
+    """The file-system type of the mount holding ``path`` (resolved), from this process's mount table
+    (:mod:`agent.fs.mounts`); "unknown" when it cannot be read."""
+    return fs_type_of(os.path.realpath(path), read_mounts())
 
 
 @functools.cache

@@ -47,7 +47,7 @@ from typing import Any, Final, Literal
 import attrs
 
 from agent.fs import durable
-from agent.fs.regular import read_text
+from agent.fs.mounts import read_mounts
 from agent.fs.statefile import read_state_file, remove_state_file, write_state_file
 from agent.fs.tree import Dir, open_ancestor, open_dir
 from agent.host.layout import Layout
@@ -249,16 +249,6 @@ class InstallRecord:
 
 
 # ----------------------------------------------------------------------------------------------- the rules
-def _mount_points() -> set[str]:
-    """Mount points of this mount namespace (``/proc/self/mountinfo``, octal escapes decoded)."""
-    points: set[str] = set()
-    for line in (read_text("/proc/self/mountinfo") or "").splitlines():
-        fields = line.split()
-        if len(fields) > 4:
-            points.add(re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4]))
-    return points
-
-
 def is_mount_point(path: str, st: os.stat_result | None = None, parent: os.stat_result | None = None) -> bool:
     """True when ``path`` (a directory, not followed) is a mount point: another device than its parent,
     the same inode as its parent (a root), or listed in ``/proc/self/mountinfo`` (a bind mount). ``st`` and
@@ -270,7 +260,7 @@ def is_mount_point(path: str, st: os.stat_result | None = None, parent: os.stat_
         return False
     if st.st_dev != parent.st_dev or st.st_ino == parent.st_ino:
         return True
-    return os.path.realpath(path) in _mount_points()
+    return os.path.realpath(path) in {m.point for m in read_mounts()}
 
 
 def _kind_of(mode: int) -> str:

@@ -35,6 +35,7 @@ import stat
 from collections.abc import Sequence
 from typing import Final
 
+from agent.fs.mounts import MOUNTINFO, read_mounts
 from agent.fs.regular import read_text
 from agent.fs.tree import check_ancestors, refusal
 from agent.process import BoundedRunTimeout, run_bounded
@@ -57,22 +58,6 @@ RESTORECON_TIMEOUT_S: Final = 120.0
 """Seconds one ``restorecon`` may take (a slot file, or the few entries of a layout: milliseconds)."""
 
 _TOOL_PATH: Final = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-_MAX_MOUNTINFO_BYTES: Final = 4 << 20
-
-
-def _unescape(field: str) -> str:
-    """A mountinfo path field with its octal escapes (``\\040`` for a space, proc(5)) decoded."""
-    if "\\" not in field:
-        return field
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and i + 3 < len(field) and field[i + 1:i + 4].isdigit():
-            out.append(chr(int(field[i + 1:i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
 
 
 def selinuxfs_mount(mountinfo: str | None = None) -> str | None:
@@ -83,18 +68,8 @@ def selinuxfs_mount(mountinfo: str | None = None) -> str | None:
         mountinfo: the table to read; None: ``$UPGRADE_AGENT_TEST_MOUNTINFO`` when set (tests), else
             ``/proc/self/mountinfo``.
     """
-    path = mountinfo or os.environ.get(MOUNTINFO_TEST_ENV) or "/proc/self/mountinfo"
-    text = read_text(path, limit=_MAX_MOUNTINFO_BYTES)
-    if text is None:
-        return None
-    for line in text.splitlines():
-        fields = line.split()
-        if "-" not in fields:
-            continue
-        sep = fields.index("-")
-        if sep >= 5 and sep + 1 < len(fields) and fields[sep + 1] == "selinuxfs":
-            return _unescape(fields[4])
-    return None
+    path = mountinfo or os.environ.get(MOUNTINFO_TEST_ENV) or MOUNTINFO
+    return next((m.point for m in read_mounts(path) if m.fs_type == "selinuxfs"), None)
 
 
 def selinux_enabled(mountinfo: str | None = None) -> bool:

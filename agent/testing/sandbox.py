@@ -36,7 +36,6 @@ import functools
 import json
 import os
 import pty
-import re
 import secrets
 import shutil
 import signal
@@ -50,6 +49,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Final, final
 
+from agent.fs.mounts import read_mounts
 from upgrade_core.errors import HostError
 
 __all__ = ["PrivateSystemd", "SandboxError", "agent_config_toml", "free_port", "mounts_under", "python_paths"]
@@ -793,18 +793,8 @@ class PrivateSystemd:
 
 
 def mounts_under(top: Path) -> list[str]:
-    """Mount points of this process's mount namespace at or under ``top``: ``/proc/self/mountinfo``'s field
-    5, with the octal escapes proc(5) writes there (``\\040`` for a space, ``\\011``, ``\\012``, ``\\134``)
-    decoded."""
-    found = []
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split(" ")
-        if len(fields) < 5:
-            continue
-        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
-        if point == str(top) or point.startswith(f"{top}/"):
-            found.append(point)
-    return found
+    """Mount points of this process's mount namespace at or under ``top`` (:mod:`agent.fs.mounts`)."""
+    return [m.point for m in read_mounts() if m.point == str(top) or m.point.startswith(f"{top}/")]
 
 
 def _copy_console(fd: int, path: Path) -> None:
